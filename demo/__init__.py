@@ -1,0 +1,1 @@
+"""Applications built on Liveviews. Chirp, a small Twitter, is the demo."""

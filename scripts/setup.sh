@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs everything Liveviews needs on a fresh Debian 12 machine: a virtualenv with the
+# Python packages, and the Debian packages the tests use. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+  else
+    echo "Liveviews needs: ${need_apt[*]}. Install them (apt-get install ${need_apt[*]}) and run again." >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'

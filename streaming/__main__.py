@@ -1,0 +1,80 @@
+"""``python -m streaming``: run the application's views on Spark until stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+from streaming.app import load_app
+from streaming.embedded import EmbeddedStore, reachable
+from streaming.errors import LiveviewsError
+from streaming.settings import Settings
+
+log = logging.getLogger("liveviews.pipeline")
+
+
+def java_major() -> int | None:
+    java = shutil.which("java")
+    if java is None:
+        return None
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    for token in out.replace('"', " ").split():
+        head = token.split(".")[0]
+        if head.isdigit() and token[0].isdigit():
+            major = int(head)
+            return int(token.split(".")[1]) if major == 1 else major
+    return None
+
+
+def require_java() -> None:
+    major = java_major()
+    if major is None or major < 17:
+        found = "no java on PATH" if major is None else f"Java {major}"
+        raise LiveviewsError(
+            f"Spark 4 needs Java 17 or newer, and this machine has {found}. "
+            "Install it (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME.",
+            code="java_missing",
+        )
+
+
+def run(settings: Settings) -> None:
+    require_java()
+    app = load_app(settings.app)
+    with contextlib.ExitStack() as stack:
+        if settings.embedded and not reachable(settings.store_url):
+            store = EmbeddedStore(settings.data_dir, settings.embedded_port)
+            stack.enter_context(store)
+            log.info("started the embedded store at %s", store.url)
+        from streaming.job import build_session, start
+
+        spark = build_session(settings)
+        query = start(spark, app, settings)
+        log.info("pipeline %r running; checkpoint in %s", app.name, settings.checkpoint_dir)
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        while not stop.is_set() and query.isActive:
+            stop.wait(0.5)
+        if query.exception() is not None:
+            raise LiveviewsError(f"the pipeline query failed: {query.exception()}")
+        query.stop()
+        spark.stop()
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        run(Settings.from_env())
+    except LiveviewsError as exc:
+        print(f"liveviews: {exc.message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The change topic format: the one place that names its keys and reads its entries.
+
+The change topic is S Redis Streams ("shards"); a (view, key) always lands in the shard
+``crc32("<view>/<key>") % S``, so its deltas are totally ordered. Everything about one shard
+shares a hash tag, so on a Redis Cluster it lives on one node and is written atomically:
+
+``lv:{c<s>}:changes``           stream of deltas: fields view, key, ops (JSON), pipeline, batch
+``lv:{c<s>}:rows:<view>/<key>``  hash row id -> JSON value: the served state
+``lv:{c<s>}:pos``               hash "<view>/<key>" -> entry id of its latest delta
+``lv:{c<s>}:cand:<view>/<key>``  hash of candidate rows (views with a limit)
+``lv:{c<s>}:rank:<view>/<key>``  sorted set of candidate scores (views with a limit)
+``lv:{c<s>}:batches``           hash pipeline -> last micro-batch applied to this shard
+
+Per pipeline, ``lv:frontier`` holds the log offsets its views reflect, and every advance is
+also appended to the ``lv:progress`` stream. A delta's ``ops`` is a JSON array of
+``{"op": "upsert", "row": id, "value": v}`` and ``{"op": "delete", "row": id}``.
+
+This module does not import Spark: the gateway reads the change topic through it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+FRONTIER_KEY = "lv:frontier"
+FRONTIER_BATCHES_KEY = "lv:frontier:batches"
+PROGRESS_STREAM = "lv:progress"
+NO_POSITION = "0-0"
+
+
+def view_key(view: str, key: str) -> str:
+    return f"{view}/{key}"
+
+
+def shard_for(view: str, key: str, shards: int) -> int:
+    return zlib.crc32(view_key(view, key).encode()) % shards
+
+
+def _tag(shard: int) -> str:
+    return f"lv:{{c{shard}}}"
+
+
+def changes_stream(shard: int) -> str:
+    return f"{_tag(shard)}:changes"
+
+
+def batches_key(shard: int) -> str:
+    return f"{_tag(shard)}:batches"
+
+
+def positions_key(shard: int) -> str:
+    return f"{_tag(shard)}:pos"
+
+
+def rows_key(shard: int, view: str, key: str) -> str:
+    return f"{_tag(shard)}:rows:{view_key(view, key)}"
+
+
+def candidates_key(shard: int, view: str, key: str) -> str:
+    return f"{_tag(shard)}:cand:{view_key(view, key)}"
+
+
+def rank_key(shard: int, view: str, key: str) -> str:
+    return f"{_tag(shard)}:rank:{view_key(view, key)}"
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One atomic change to one (view, key), at a position in its shard's stream."""
+
+    id: str
+    view: str
+    key: str
+    ops: list[dict[str, Any]]
+    pipeline: str
+    batch: int
+
+    def apply(self, rows: dict[str, Any]) -> None:
+        for op in self.ops:
+            if op["op"] == "upsert":
+                rows[op["row"]] = op["value"]
+            else:
+                rows.pop(op["row"], None)
+
+
+def decode_delta(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Delta:
+    return Delta(
+        id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
+        view=fields[b"view"].decode(),
+        key=fields[b"key"].decode(),
+        ops=orjson.loads(fields[b"ops"]),
+        pipeline=fields[b"pipeline"].decode(),
+        batch=int(fields[b"batch"]),
+    )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The rows of a (view, key) and the shard position they reflect.
+
+    Every delta of this (view, key) after ``position`` in its shard's stream is newer than the
+    rows; every delta up to it is already in them.
+    """
+
+    view: str
+    key: str
+    rows: dict[str, Any]
+    position: str
+    last_change: str | None
+
+
+def read_snapshot(client: redis.Redis, view: str, key: str, shards: int) -> Snapshot:
+    shard = shard_for(view, key, shards)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hgetall(rows_key(shard, view, key))
+        pipe.hget(positions_key(shard), view_key(view, key))
+        pipe.xrevrange(changes_stream(shard), count=1)
+        rows, last, head = pipe.execute()
+    return Snapshot(
+        view=view,
+        key=key,
+        rows={r.decode(): orjson.loads(v) for r, v in rows.items()},
+        position=head[0][0].decode() if head else NO_POSITION,
+        last_change=last.decode() if last else None,
+    )
+
+
+def read_frontier(client: redis.Redis, pipeline: str) -> dict[int, str]:
+    raw = client.hget(FRONTIER_KEY, pipeline)
+    return {int(p): i for p, i in orjson.loads(raw).items()} if raw else {}
+
+
+def read_deltas(client: redis.Redis, shard: int, after: str = "-", count: int = 10_000) -> list[Delta]:
+    """Deltas of one shard after an entry id (exclusive), oldest first."""
+    start = "-" if after in ("-", NO_POSITION) else f"({after}"
+    return [decode_delta(i, f) for i, f in client.xrange(changes_stream(shard), start, "+", count)]

