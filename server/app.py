@@ -1,0 +1,114 @@
+"""``create_app(settings)``: the gateway as one ASGI application."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+
+from server import http, sse, ws
+from server.errors import INTERNAL_MESSAGE, GatewayError, Unavailable
+from server.gateway import Gateway
+from server.settings import GatewaySettings
+from streaming.app import App
+from streaming.errors import StoreMismatch
+
+log = logging.getLogger("liveviews.gateway")
+
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+def routes(dev_tokens: bool) -> list[BaseRoute]:
+    out: list[BaseRoute] = [
+        Route("/v1/events", http.post_events, methods=["POST"]),
+        Route("/v1/views/{view}/{key}", http.get_view, methods=["GET"]),
+        Route("/v1/views/{view}/{key}/live", sse.live, methods=["GET"]),
+        WebSocketRoute("/v1/ws", ws.socket),
+        Route("/healthz", http.healthz, methods=["GET"]),
+        Route("/readyz", http.readyz, methods=["GET"]),
+        Route("/metrics", http.metrics, methods=["GET"]),
+        Route("/openapi.json", http.openapi, methods=["GET"]),
+    ]
+    if dev_tokens:
+        out.append(Route("/v1/dev/token", http.dev_token, methods=["POST"]))
+    return out
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return http.json_response(exc.to_dict(), exc.status, headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = HTTP_CODES.get(exc.status_code, "http_error")
+    message = {
+        404: f"there is no endpoint at {request.url.path}; see /openapi.json.",
+        405: f"{request.method} is not allowed here; see /openapi.json.",
+    }.get(exc.status_code, str(exc.detail))
+    return http.json_response({"code": code, "message": message}, exc.status_code, exc.headers)
+
+
+async def _store_error(request: Request, exc: Exception) -> Response:
+    log.warning("store error on %s: %s", request.url.path, exc)
+    if isinstance(exc, StoreMismatch):
+        err = Unavailable(exc.message, code="store_mismatch")
+    else:
+        err = Unavailable("the store is unreachable; try again shortly.", code="store_unavailable")
+    return await _gateway_error(request, err)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error on %s", request.url.path, exc_info=exc)
+    return http.json_response({"code": "internal_error", "message": INTERNAL_MESSAGE}, 500)
+
+
+def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
+    """The gateway for ``settings``; ``app`` overrides the application ``LV_APP`` names."""
+    gateway = Gateway(settings, app)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    middleware = []
+    if settings.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(settings.cors_origins),
+                allow_credentials=True,
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "If-None-Match"],
+                expose_headers=["ETag"],
+            )
+        )
+    starlette = Starlette(
+        routes=routes(settings.dev_tokens),
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            RedisError: _store_error,
+            ConnectionError: _store_error,
+            StoreMismatch: _store_error,
+            Exception: _internal_error,
+        },
+    )
+    starlette.state.gateway = gateway
+    return starlette

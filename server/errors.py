@@ -1,0 +1,72 @@
+"""The gateway's errors: one root, each with a status, a code and a sentence for the user.
+
+Lower layers' errors (the store's, the schema's, the token library's) are translated into these
+once, where they are raised; the HTTP and WebSocket boundaries turn them into the one error
+shape ``{"code", "message"}`` and never show a stack trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """Root of every error the gateway answers a client with."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.extra = {k: v for k, v in extra.items() if v is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.extra}
+
+
+class BadRequest(GatewayError):
+    status = 400
+    code = "bad_request"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    code = "token_invalid"
+
+
+class Forbidden(GatewayError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(GatewayError):
+    status = 404
+    code = "not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    code = "body_too_large"
+
+
+class Unprocessable(GatewayError):
+    status = 422
+    code = "invalid_event"
+
+
+class Unavailable(GatewayError):
+    status = 503
+    code = "unavailable"
+
+
+class SlowConsumer(GatewayError):
+    """A subscriber's buffer overflowed; it must resume from its last event id."""
+
+    status = 503
+    code = "slow_consumer"
+
+
+INTERNAL_MESSAGE = "the gateway failed to answer this request; it has been logged. Try again."

@@ -1,0 +1,51 @@
+"""Event ids: ``<epoch>.<position>``, the resume token of every snapshot and delta frame.
+
+``position`` is an entry id (``<ms>-<seq>``) of the change-topic shard stream that holds the
+subscribed (view, key): every delta of that key after it is newer than what the client has.
+``epoch`` names the store's lifetime (the ``epoch`` field of the ``lv:meta`` hash, created once);
+a wiped or replaced store gets a new epoch, so an id from before can never be taken for a
+position in the new one.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+
+from server.errors import BadRequest
+
+EVENT_ID_RE = re.compile(r"([A-Za-z0-9_-]{1,64})\.(\d{1,20})-(\d{1,20})")
+MAX_EVENT_ID_LENGTH = 128
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(6)
+
+
+def position_tuple(position: str) -> tuple[int, int]:
+    """``"<ms>-<seq>"`` as a comparable pair; ``"0-0"`` sorts before every entry."""
+    ms, _, seq = position.partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass(frozen=True)
+class EventId:
+    epoch: str
+    position: str
+
+    def __str__(self) -> str:
+        return f"{self.epoch}.{self.position}"
+
+    @classmethod
+    def parse(cls, raw: str) -> EventId:
+        """Raises ``BadRequest`` (``invalid_last_event_id``) for anything not of this form."""
+        match = EVENT_ID_RE.fullmatch(raw) if len(raw) <= MAX_EVENT_ID_LENGTH else None
+        if match is None:
+            raise BadRequest(
+                f"last event id {raw[:MAX_EVENT_ID_LENGTH]!r} is not of the form "
+                "'<epoch>.<ms>-<seq>'; send an id exactly as the gateway sent it, or none.",
+                code="invalid_last_event_id",
+            )
+        epoch, ms, seq = match.groups()
+        return cls(epoch, f"{int(ms)}-{int(seq)}")

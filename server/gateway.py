@@ -1,0 +1,121 @@
+"""The state one gateway process shares between its endpoints, and its lifecycle.
+
+Nothing here is needed by another process: the store holds the log, the views and the epoch,
+so any number of gateways can serve side by side and a client may resume on any of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Literal
+
+from redis.exceptions import RedisError
+
+from server import store
+from server.auth import Authenticator, Principal
+from server.changefeed import ChangeFeed
+from server.errors import Forbidden, NotFound, Unavailable
+from server.hub import Hub
+from server.metrics import Metrics
+from server.settings import GatewaySettings
+from server.subscription import Source
+from streaming.app import App, View, load_app
+
+log = logging.getLogger("liveviews.gateway")
+
+Transport = Literal["sse", "ws"]
+
+
+class Gateway:
+    """Settings, application, store clients, hub and change feed of one process."""
+
+    def __init__(self, settings: GatewaySettings, app: App | None = None) -> None:
+        self.settings = settings
+        self.app = app if app is not None else load_app(settings.store.app)
+        self.auth = Authenticator(settings.jwt_secret, settings.jwt_audience)
+        self.metrics = Metrics()
+        self.layout = store.Layout(settings.store.log_partitions, settings.store.change_shards)
+        self.client = store.connect(settings.store.store_url)
+        self.feed_client = store.connect(settings.store.store_url, blocking=True)
+        self.hub = Hub(self.metrics)
+        self.feed = ChangeFeed(
+            self.feed_client,
+            self.hub,
+            self.layout,
+            settings.frontier_name,
+            self.metrics,
+            block_ms=settings.feed_block_ms,
+        )
+        self.source = Source(
+            self.client,
+            self.layout,
+            self.hub,
+            self.feed,
+            settings.frontier_name,
+            settings.subscriber_buffer,
+            self.metrics,
+        )
+        self._feed_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self._feed_task is not None:
+            raise RuntimeError("Cannot start a gateway twice.")
+        self._feed_task = asyncio.create_task(self.feed.run(), name="liveviews-change-feed")
+        # Serve sooner rather than never: with the store down the feed keeps retrying and
+        # subscriptions answer 503 until it has started.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.feed.started.wait()), 5.0)
+
+    async def stop(self) -> None:
+        task, self._feed_task = self._feed_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.client.aclose()
+        await self.feed_client.aclose()
+
+    async def ready(self) -> tuple[bool, str]:
+        try:
+            await self.client.ping()
+        except (RedisError, OSError) as exc:
+            return False, f"the store is unreachable: {exc}"
+        if not self.feed.healthy:
+            return False, "the change feed is not reading the change topic"
+        return True, "ready"
+
+    def readable_view(self, principal: Principal, view: str, key: str) -> View:
+        """The view, if it exists and its read rule lets ``principal`` read ``key``."""
+        v = self.app.views.get(view)
+        if v is None:
+            raise NotFound(
+                f"there is no view {view!r}; views: {', '.join(sorted(self.app.views))}.",
+                code="unknown_view",
+            )
+        if not key or len(key) > 256:
+            raise NotFound("a view key is 1 to 256 characters long.", code="invalid_key")
+        if not v.readable(principal.subject, key):
+            raise Forbidden(
+                f"{principal.subject!r} may not read {view}/{key}.", code="forbidden"
+            )
+        return v
+
+    def admit(self, transport: Transport) -> None:
+        """Count a new connection, or refuse it when the process is full."""
+        if self.metrics.connections >= self.settings.max_connections:
+            raise Unavailable(
+                "this gateway is at its connection limit; retry later or on another gateway.",
+                code="too_many_connections",
+            )
+        if transport == "sse":
+            self.metrics.sse_connections += 1
+        else:
+            self.metrics.ws_connections += 1
+
+    def release(self, transport: Transport) -> None:
+        if transport == "sse":
+            self.metrics.sse_connections -= 1
+        else:
+            self.metrics.ws_connections -= 1

@@ -1,0 +1,130 @@
+"""Settings of a gateway process, read once from the environment.
+
+The store fields (``REDIS_URL``, ``LV_APP``, ``LV_LOG_PARTITIONS``, ``LV_CHANGE_SHARDS``, ...) are
+the pipeline's own ``streaming.settings.Settings``, so both sides always agree on the layout.
+The gateway adds its own ``LV_*`` variables, each with a default that runs on one machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from streaming.errors import ConfigurationError
+from streaming.settings import Settings
+
+DEV_JWT_SECRET = "liveviews-dev-secret-never-use-in-production"
+"""The signing secret in dev mode when ``LV_JWT_SECRET`` is unset; public, so never safe."""
+
+MIN_SECRET_BYTES = 32
+ENVIRONMENTS = ("dev", "production")
+
+
+def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a whole number, not {raw!r}.") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be at least {minimum}, not {value}.")
+    return value
+
+
+def _float(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number of seconds, not {raw!r}.") from None
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be more than 0, not {value}.")
+    return value
+
+
+def _bool(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, not {raw!r}.")
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """Everything a gateway process needs; ``store`` is shared with the pipeline."""
+
+    store: Settings
+    host: str = "127.0.0.1"
+    port: int = 8000
+    environment: str = "dev"
+    jwt_secret: str = DEV_JWT_SECRET
+    jwt_audience: str = "liveviews"
+    dev_tokens: bool = True
+    dev_token_ttl: int = 3600
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 1_048_576
+    max_batch_events: int = 1000
+    max_connections: int = 10_000
+    max_subscriptions_per_socket: int = 100
+    subscriber_buffer: int = 256
+    heartbeat_seconds: float = 15.0
+    send_timeout_seconds: float = 10.0
+    ws_auth_timeout_seconds: float = 10.0
+    frontier_name: str = "liveviews"
+    feed_block_ms: int = 1000
+
+    @property
+    def dev(self) -> bool:
+        return self.environment == "dev"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> GatewaySettings:
+        env = dict(os.environ if env is None else env)
+        environment = env.get("LV_ENV") or "dev"
+        if environment not in ENVIRONMENTS:
+            raise ConfigurationError(f"LV_ENV must be 'dev' or 'production', not {environment!r}.")
+        dev = environment == "dev"
+        secret = env.get("LV_JWT_SECRET") or ""
+        if not secret:
+            if not dev:
+                raise ConfigurationError(
+                    "LV_JWT_SECRET is required when LV_ENV=production: set it to a random "
+                    f"string of at least {MIN_SECRET_BYTES} bytes."
+                )
+            secret = DEV_JWT_SECRET
+        elif len(secret.encode()) < MIN_SECRET_BYTES:
+            raise ConfigurationError(
+                f"LV_JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes long for HS256."
+            )
+        origins = tuple(
+            o.strip() for o in (env.get("LV_CORS_ORIGINS") or "").split(",") if o.strip()
+        )
+        return cls(
+            store=Settings.from_env(env),
+            host=env.get("LV_HOST") or "127.0.0.1",
+            port=_int(env, "LV_PORT", 8000, minimum=0),
+            environment=environment,
+            jwt_secret=secret,
+            jwt_audience=env.get("LV_JWT_AUDIENCE") or "liveviews",
+            dev_tokens=_bool(env, "LV_DEV_TOKENS", dev),
+            dev_token_ttl=_int(env, "LV_DEV_TOKEN_TTL", 3600),
+            cors_origins=origins,
+            max_body_bytes=_int(env, "LV_MAX_BODY_BYTES", 1_048_576),
+            max_batch_events=_int(env, "LV_MAX_BATCH_EVENTS", 1000),
+            max_connections=_int(env, "LV_MAX_CONNECTIONS", 10_000),
+            max_subscriptions_per_socket=_int(env, "LV_MAX_SUBSCRIPTIONS_PER_SOCKET", 100),
+            subscriber_buffer=_int(env, "LV_SUBSCRIBER_BUFFER", 256),
+            heartbeat_seconds=_float(env, "LV_HEARTBEAT_SECONDS", 15.0),
+            send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
+            ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),
+            frontier_name=env.get("LV_FRONTIER_NAME") or "liveviews",
+            feed_block_ms=_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),
+        )

@@ -1,0 +1,105 @@
+"""``GET /v1/views/{view}/{key}/live``: one subscription as a Server-Sent Events stream.
+
+The snapshot (or the missed deltas, or a reset and a snapshot) is read before the response
+starts, so a failure to read it is an ordinary error response. Then the stream sends the
+subscription's frames as they come, a heartbeat comment when idle, and ends with an ``end``
+frame when the token expires or the subscriber falls too far behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from server import frames
+from server.auth import READ, Principal, authenticate
+from server.errors import SlowConsumer
+from server.eventid import EventId
+from server.gateway import Gateway
+from server.metrics import Metrics
+from server.subscription import Subscription
+
+
+def resume_id(request: Request) -> EventId | None:
+    """The ``Last-Event-ID`` header wins over the ``last_event_id`` query parameter."""
+    raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    return EventId.parse(raw) if raw else None
+
+
+def _chunk(out: list[frames.Frame], metrics: Metrics) -> bytes:
+    body = b"".join(f.sse for f in out)
+    metrics.frames_out += len(out)
+    metrics.deltas_out += sum(1 for f in out if f.event == frames.DELTA)
+    metrics.bytes_out += len(body)
+    return body
+
+
+async def _stream(
+    sub: Subscription, first: list[frames.Frame], principal: Principal, gw: Gateway
+) -> AsyncIterator[bytes]:
+    metrics, heartbeat = gw.metrics, gw.settings.heartbeat_seconds
+    yield _chunk(first, metrics)
+    while True:
+        remaining = principal.expires_at - time.time()
+        if remaining <= 0:
+            yield _chunk(
+                [frames.end("token_expired", "the token expired; resume with a new one.",
+                            sub.last_event_id)],
+                metrics,
+            )  # fmt: skip
+            return
+        try:
+            async with asyncio.timeout(min(heartbeat, remaining)):
+                await sub.wait()
+        except TimeoutError:
+            if remaining > heartbeat:
+                metrics.bytes_out += len(frames.SSE_HEARTBEAT)
+                yield frames.SSE_HEARTBEAT
+            continue
+        try:
+            out = await sub.next_frames()
+        except SlowConsumer as exc:
+            yield _chunk([frames.end(exc.code, exc.message, sub.last_event_id)], metrics)
+            return
+        if out:
+            yield _chunk(out, metrics)
+
+
+class LiveResponse(EventSourceResponse):
+    """An SSE response that always detaches its subscription and frees its connection slot."""
+
+    def __init__(self, content: AsyncIterator[bytes], sub: Subscription, gw: Gateway) -> None:
+        super().__init__(content, ping=0, send_timeout=gw.settings.send_timeout_seconds)
+        self.subscription = sub
+        self.gateway = gw
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.subscription.close()
+            self.gateway.release("sse")
+
+
+async def live(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    principal = authenticate(request, gw.auth, READ)
+    view, key = request.path_params["view"], request.path_params["key"]
+    gw.readable_view(principal, view, key)
+    resume = resume_id(request)
+    if request.method == "HEAD":
+        return Response(media_type="text/event-stream")
+    gw.admit("sse")
+    sub = Subscription(gw.source, view, key, resume)
+    try:
+        first = await sub.start()
+    except BaseException:
+        gw.release("sse")
+        raise
+    return LiveResponse(_stream(sub, first, principal, gw), sub, gw)
