@@ -1,0 +1,51 @@
+"""Gateway fixtures: real uvicorn servers over the session's store, started once per run.
+
+``gateway`` has ordinary limits; ``tight_gateway`` has tiny buffers and limits so that the
+slow-consumer and limit paths can be reached quickly. Both survive the per-test flush of the
+store: their change feed notices the new store epoch and reads it from the start.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+# The helpers sit beside the tests, importable under a name no other test directory uses.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from lvclient import ServedGateway, Writer  # noqa: E402
+from tests_server_settings import SHARDS, settings_for  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def gateway(store_url: str) -> Iterator[ServedGateway]:
+    served = ServedGateway(settings_for(store_url)).start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="session")
+def tight_gateway(store_url: str) -> Iterator[ServedGateway]:
+    settings = settings_for(
+        store_url,
+        LV_SUBSCRIBER_BUFFER="8",
+        LV_MAX_CONNECTIONS="3",
+        LV_SEND_TIMEOUT_SECONDS="30",
+        LV_CORS_ORIGINS="http://chirp.example",
+        LV_ENV="production",
+        LV_JWT_SECRET="a-test-secret-that-is-long-enough-for-hs256",
+    )
+    served = ServedGateway(settings).start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture()
+def writer(store: redis.Redis) -> Writer:
+    from demo.chirp import app
+
+    return Writer(store, app, SHARDS)

@@ -1,0 +1,178 @@
+"""The SSE endpoint: snapshot, deltas, progress, heartbeats, resume and reset."""
+
+from __future__ import annotations
+
+import aiohttp
+import redis
+from lvclient import ServedGateway, State, Writer, open_sse, run, stored_rows
+
+from demo.chirp import app as chirp
+from streaming.changes import shard_for
+
+LIVE = "/v1/views/profiles/alice/live"
+
+
+def profile(name: str) -> dict[str, str]:
+    return {"user": "alice", "name": name}
+
+
+def same_shard_keys(view: str, key: str, n: int) -> list[str]:
+    shard = shard_for(view, key, 8)
+    out, i = [], 0
+    while len(out) < n:
+        candidate = f"u{i}"
+        if candidate != key and shard_for(view, candidate, 8) == shard:
+            out.append(candidate)
+        i += 1
+    return out
+
+
+def test_snapshot_then_deltas_then_progress(
+    gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    writer.write([("profiles", "alice", "profile", profile("A0"))])
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            sse = await open_sse(s, gateway.url + LIVE, gateway.headers())
+            snap = await sse.next()
+            assert snap.event == "snapshot"
+            assert snap.data["rows"] == {"profile": profile("A0")}
+            writer.write([("profiles", "alice", "profile", profile("A1")),
+                          ("profiles", "bob", "profile", {"name": "B"})], {0: "5-0"})  # fmt: skip
+            delta = await sse.next()
+            assert delta.event == "delta" and delta.data["key"] == "alice"
+            assert delta.data["ops"] == [{"op": "upsert", "row": "profile", "value": profile("A1")}]
+            assert delta.id is not None and delta.id.split(".")[0] == snap.id.split(".")[0]  # type: ignore[union-attr]
+            progress = await sse.next()
+            assert progress.event == "progress" and progress.id is None
+            assert progress.data == {"frontier": {"0": "5-0"}}
+            writer.write([("profiles", "bob", "profile", {"name": "B2"})], {1: "7-0"})
+            progress = await sse.next()  # this key did not change, the frontier did
+            assert progress.data == {"frontier": {"0": "5-0", "1": "7-0"}}
+            await sse.heartbeat(timeout=3)  # the gateway under test beats every second
+            await sse.close()
+
+    run(go())
+
+
+def test_resume_sends_exactly_the_missed_deltas(
+    gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            state = State()
+            sse = await open_sse(s, gateway.url + LIVE, gateway.headers())
+            state.apply(await sse.next())
+            writer.write([("profiles", "alice", "profile", profile("A1"))])
+            state.apply(await sse.next())
+            await sse.close()
+            for i in range(2, 6):
+                writer.write([("profiles", "alice", "profile", profile(f"A{i}")),
+                              ("profiles", "bob", "profile", {"name": f"B{i}"})])  # fmt: skip
+            # The header wins over the query parameter, which here names an older position.
+            headers = {**gateway.headers(), "Last-Event-ID": state.last_id or ""}
+            older = state.ids[0].split(".")[0] + ".0-0"
+            sse = await open_sse(s, gateway.url + LIVE, headers, params={"last_event_id": older})
+            for _ in range(4):
+                ev = await sse.next()
+                assert ev.event == "delta"
+                state.apply(ev)
+            writer.write([("profiles", "alice", "profile", profile("A6"))])
+            state.apply(await sse.next())
+            assert state.rows == stored_rows(store, "profiles", "alice", 8)
+            assert state.rows["profile"]["name"] == "A6" and state.resets == 0
+            await sse.close()
+            # The query parameter alone, as an EventSource polyfill would send it.
+            sse = await open_sse(s, gateway.url + LIVE, gateway.headers(),
+                                 params={"last_event_id": state.last_id or ""})  # fmt: skip
+            writer.write([("profiles", "alice", "profile", profile("A7"))])
+            ev = await sse.next()
+            assert ev.event == "delta" and ev.data["ops"][0]["value"]["name"] == "A7"
+            await sse.close()
+
+    run(go())
+
+
+def test_resume_beyond_retention_resets_with_a_fresh_snapshot(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    small = Writer(store, chirp, 8, retention=10)
+    others = same_shard_keys("profiles", "alice", 5)
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            sse = await open_sse(s, gateway.url + LIVE, gateway.headers())
+            first = await sse.next()
+            await sse.close()
+            for i in range(300):
+                small.write([("profiles", others[i % 5], "profile", {"name": f"x{i}"})]
+                            + ([("profiles", "alice", "profile", profile(f"A{i}"))]
+                               if i % 50 == 0 else []))  # fmt: skip
+            headers = {**gateway.headers(), "Last-Event-ID": first.id or ""}
+            sse = await open_sse(s, gateway.url + LIVE, headers)
+            reset = await sse.next()
+            assert reset.event == "reset" and reset.data["code"] == "history_trimmed"
+            snap = await sse.next()
+            assert snap.event == "snapshot"
+            assert snap.data["rows"] == stored_rows(store, "profiles", "alice", 8)
+            small.write([("profiles", "alice", "profile", profile("after"))])
+            ev = await sse.next()
+            assert ev.event == "delta" and ev.data["ops"][0]["value"]["name"] == "after"
+            await sse.close()
+
+    run(go())
+
+
+def test_a_wiped_store_resets_open_streams_and_old_ids(
+    gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    writer.write([("profiles", "alice", "profile", profile("old"))])
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            sse = await open_sse(s, gateway.url + LIVE, gateway.headers())
+            snap = await sse.next()
+            assert snap.data["rows"]["profile"]["name"] == "old"
+            store.flushdb()
+            fresh = Writer(store, chirp, 8)
+            fresh.write([("profiles", "alice", "profile", profile("new"))])
+            reset = await sse.next()
+            assert reset.event == "reset" and reset.data["code"] == "epoch_changed"
+            snap2 = await sse.next()
+            assert snap2.event == "snapshot" and snap2.id.split(".")[0] != snap.id.split(".")[0]  # type: ignore[union-attr]
+            state = State()
+            state.apply(snap2)
+            fresh.write([("profiles", "alice", "profile", profile("newer"))])
+            while state.rows.get("profile", {}).get("name") != "newer":
+                state.apply(await sse.next())
+            await sse.close()
+            headers = {**gateway.headers(), "Last-Event-ID": snap.id or ""}
+            sse = await open_sse(s, gateway.url + LIVE, headers)
+            reset = await sse.next()
+            assert (reset.event, reset.data["code"]) == ("reset", "epoch_changed")
+            snap3 = await sse.next()
+            assert snap3.data["rows"]["profile"]["name"] == "newer"
+            await sse.close()
+
+    run(go())
+
+
+def test_bad_requests_to_live_get_their_codes(gateway: ServedGateway, store: redis.Redis) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            cases = [
+                (LIVE, {"Last-Event-ID": "garbage"}, 400, "invalid_last_event_id"),
+                (LIVE + "?last_event_id=1-0", {}, 400, "invalid_last_event_id"),
+                ("/v1/views/nope/alice/live", {}, 404, "unknown_view"),
+                ("/v1/views/timeline/bob/live", {}, 403, "forbidden"),
+            ]
+            for path, extra, status, code in cases:
+                resp = await s.get(gateway.url + path, headers={**gateway.headers(), **extra})
+                body = await resp.json()
+                assert (resp.status, body["code"]) == (status, code), path
+            resp = await s.head(gateway.url + LIVE, headers=gateway.headers())
+            assert resp.status == 200
+            assert gateway.gateway.metrics.subscriptions == 0
+
+    run(go())
