@@ -22,6 +22,7 @@ def settings_for(store_url: str, **env: str) -> GatewaySettings:
             "LV_MAX_BODY_BYTES": "65536",
             "LV_MAX_BATCH_EVENTS": "50",
             "LV_MAX_SUBSCRIPTIONS_PER_SOCKET": "5",
+            "LV_WS_AUTH_TIMEOUT_SECONDS": "1",
             **env,
         }
     )
