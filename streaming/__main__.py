@@ -60,10 +60,13 @@ def run(settings: Settings) -> None:
             signal.signal(sig, lambda *_: stop.set())
         while not stop.is_set() and query.isActive:
             stop.wait(0.5)
-        if query.exception() is not None:
-            raise LiveviewsError(f"the pipeline query failed: {query.exception()}")
-        query.stop()
-        spark.stop()
+        failure = query.exception()
+        if failure is not None:
+            raise LiveviewsError(f"the pipeline query failed: {failure}", code="pipeline_failed")
+        log.info("stopping; the next start resumes from the checkpoint")
+        with contextlib.suppress(Exception):  # Ctrl-C may have reached the JVM first
+            query.stop()
+            spark.stop()
 
 
 def main() -> int:

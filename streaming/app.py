@@ -171,7 +171,8 @@ class App:
 def _check_name(kind: str, name: str, existing: Mapping[str, object]) -> None:
     if NAME_RE.fullmatch(name) is None:
         raise ConfigurationError(
-            f"{kind} name {name!r} must be lowercase letters, digits and '_', starting with a letter."
+            f"{kind} name {name!r} must be lowercase letters, digits and '_', "
+            "starting with a letter."
         )
     if name in existing:
         raise ConfigurationError(f"{kind} {name!r} is declared twice.")

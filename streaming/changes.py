@@ -135,7 +135,9 @@ def read_frontier(client: redis.Redis, pipeline: str) -> dict[int, str]:
     return {int(p): i for p, i in orjson.loads(raw).items()} if raw else {}
 
 
-def read_deltas(client: redis.Redis, shard: int, after: str = "-", count: int = 10_000) -> list[Delta]:
+def read_deltas(
+    client: redis.Redis, shard: int, after: str = "-", count: int = 10_000
+) -> list[Delta]:
     """Deltas of one shard after an entry id (exclusive), oldest first."""
     start = "-" if after in ("-", NO_POSITION) else f"({after}"
     return [decode_delta(i, f) for i, f in client.xrange(changes_stream(shard), start, "+", count)]

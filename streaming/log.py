@@ -26,7 +26,8 @@ def check_layout(client: redis.Redis, partitions: int, shards: int) -> None:
     have = (int(stored[0]), int(stored[1]))
     if have != (partitions, shards):
         raise StoreMismatch(
-            f"the store was created with LV_LOG_PARTITIONS={have[0]} and LV_CHANGE_SHARDS={have[1]}; "
+            f"the store was created with LV_LOG_PARTITIONS={have[0]} and "
+            f"LV_CHANGE_SHARDS={have[1]}; "
             f"this process has {partitions} and {shards}. Set them to the store's values, "
             "or start from an empty store."
         )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from streaming import App, only_owner
 from demo.chirp.events import declare
+from streaming import App, only_owner
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

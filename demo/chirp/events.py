@@ -42,8 +42,13 @@ def declare(app: App) -> None:
 
     app.event_type(
         "profile_set",
-        Schema({"user": USER, "name": String(max_length=64),
-                "avatar": String(max_length=256, optional=True)}),  # fmt: skip
+        Schema(
+            {
+                "user": USER,
+                "name": String(max_length=64),
+                "avatar": String(max_length=256, optional=True),
+            }
+        ),  # fmt: skip
         by_user,
         author=by_user,
         description="A user sets their display name and avatar.",

@@ -1,0 +1,124 @@
+"""Shared fixtures: one real Redis-compatible server and one local SparkSession per run.
+
+``--redis-url`` runs the suite against a server you started; by default an embedded one is
+started on a free port in a temporary directory. Every test gets it flushed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from streaming.embedded import EmbeddedStore
+from streaming.settings import Settings
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--redis-url", default=None, help="use this server instead of an embedded one")
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def store_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    url = request.config.getoption("--redis-url")
+    if url:
+        yield url
+        return
+    store = EmbeddedStore(tmp_path_factory.mktemp("store"), free_port())
+    with store as started:
+        yield started
+
+
+@pytest.fixture()
+def store(store_url: str) -> Iterator[redis.Redis]:
+    """A client of the test server, flushed before the test."""
+    client = redis.Redis.from_url(store_url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def settings(store_url: str, tmp_path: Path) -> Settings:
+    return Settings.from_env(
+        {
+            "REDIS_URL": store_url,
+            "LV_DATA_DIR": str(tmp_path / "data"),
+            "LV_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+            "LV_LOG_PARTITIONS": "4",
+            "LV_CHANGE_SHARDS": "8",
+            "LV_SHUFFLE_PARTITIONS": "2",
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The run's one SparkSession, in local mode."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from streaming.job import build_session
+
+    session = build_session(
+        Settings.from_env({"LV_DATA_DIR": tempfile.mkdtemp(prefix="lv-spark-")})
+    )
+    yield session
+    session.stop()
+
+
+class RunningPipeline:
+    """The application's streaming query, running on the session's SparkSession."""
+
+    def __init__(self, spark: Any, settings: Settings) -> None:
+        from demo.chirp import app
+        from streaming.job import start
+
+        self.settings = settings
+        self.query = start(spark, app, settings)
+
+    def wait_until_caught_up(self, client: redis.Redis, timeout: float = 60.0) -> None:
+        """Block until the views reflect every event in the log."""
+        from streaming.changes import read_frontier
+        from streaming.events import log_stream
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.query.exception() is not None:
+                raise AssertionError(f"pipeline failed: {self.query.exception()}")
+            frontier = read_frontier(client, "liveviews")
+            heads = {}
+            for p in range(self.settings.log_partitions):
+                last = client.xrevrange(log_stream(p), count=1)
+                if last:
+                    heads[p] = last[0][0].decode()
+            if all(frontier.get(p) == head for p, head in heads.items()):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"pipeline did not catch up within {timeout} s")
+
+    def stop(self) -> None:
+        self.query.stop()
+
+
+@pytest.fixture()
+def pipeline(spark: Any, settings: Settings, store: redis.Redis) -> Iterator[RunningPipeline]:
+    """A fresh query (new checkpoint) over a flushed store, stopped after the test."""
+    running = RunningPipeline(spark, settings)
+    yield running
+    running.stop()

@@ -1,0 +1,62 @@
+"""The streaming query against the real log: views and deltas as events arrive."""
+
+from __future__ import annotations
+
+from demo.chirp import app
+from demo.chirp.generate import Activity, seed_events
+from streaming.changes import read_deltas, read_frontier, read_snapshot, shard_for
+from streaming.events import entry_id_tuple
+from streaming.log import EventLog
+from tests.checks import assert_views_consistent
+
+NOW = 1_767_225_600_000
+
+
+def test_views_follow_the_log(store, settings, pipeline):
+    log = EventLog(store, app, settings.log_partitions)
+    offsets = log.append_batch(seed_events(NOW))
+    pipeline.wait_until_caught_up(store)
+
+    timeline = read_snapshot(store, "timeline", "alice", settings.change_shards)
+    assert sorted(timeline.rows) == ["bob:seed0", "carol:seed1"]
+    assert timeline.rows["bob:seed0"]["likes"] == 2
+    assert timeline.rows["bob:seed0"]["name"] == "Bob Dylan"
+    frontier = read_frontier(store, "liveviews")
+    for off in offsets:
+        assert entry_id_tuple(frontier[off.partition]) >= entry_id_tuple(off.id)
+
+    # A rename reaches the author's tweets and every follower's timeline, as one delta each.
+    before = timeline.position
+    log.append({"type": "profile_set", "payload": {"user": "bob", "name": "Robert"}})
+    pipeline.wait_until_caught_up(store)
+    shard = shard_for("timeline", "alice", settings.change_shards)
+    deltas = [d for d in read_deltas(store, shard, after=before) if d.key == "alice"]
+    assert len(deltas) == 1 and deltas[0].view == "timeline"
+    assert deltas[0].ops == [
+        {
+            "op": "upsert",
+            "row": "bob:seed0",
+            "value": {**timeline.rows["bob:seed0"], "name": "Robert"},
+        }
+    ]
+    tweet = read_snapshot(store, "tweets", "bob:seed0", settings.change_shards)
+    assert tweet.rows["tweet"]["name"] == "Robert"
+
+    # Unfollow takes the followee's tweets off the timeline.
+    log.append({"type": "unfollow", "payload": {"user": "alice", "followee": "bob"}})
+    pipeline.wait_until_caught_up(store)
+    timeline = read_snapshot(store, "timeline", "alice", settings.change_shards)
+    assert sorted(timeline.rows) == ["carol:seed1"]
+    assert_views_consistent(store, settings.log_partitions, settings.change_shards)
+
+
+def test_many_small_batches_match_recomputation(store, settings, pipeline):
+    log = EventLog(store, app, settings.log_partitions)
+    activity = Activity(users=12, seed=3)
+    for _ in range(6):
+        log.append_batch(activity.take(150))
+        pipeline.wait_until_caught_up(store)
+    deltas = assert_views_consistent(store, settings.log_partitions, settings.change_shards)
+    assert deltas > 100
+    late = read_snapshot(store, "activity", "global", settings.change_shards).rows
+    assert sum(w["late_total"] for w in late.values()) > 0
