@@ -140,4 +140,5 @@ def read_deltas(
 ) -> list[Delta]:
     """Deltas of one shard after an entry id (exclusive), oldest first."""
     start = "-" if after in ("-", NO_POSITION) else f"({after}"
-    return [decode_delta(i, f) for i, f in client.xrange(changes_stream(shard), start, "+", count)]
+    entries: Any = client.xrange(changes_stream(shard), start, "+", count)
+    return [decode_delta(i, f) for i, f in entries]

@@ -22,7 +22,7 @@ def check_layout(client: redis.Redis, partitions: int, shards: int) -> None:
     """
     client.hsetnx(META_KEY, "log_partitions", partitions)
     client.hsetnx(META_KEY, "change_shards", shards)
-    stored = client.hmget(META_KEY, ["log_partitions", "change_shards"])
+    stored: Any = client.hmget(META_KEY, ["log_partitions", "change_shards"])
     have = (int(stored[0]), int(stored[1]))
     if have != (partitions, shards):
         raise StoreMismatch(

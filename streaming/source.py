@@ -84,7 +84,9 @@ class LogStreamReader(DataSourceStreamReader):
         client = _client(self.url)
         stream, p, cursor = log_stream(partition.partition), partition.partition, partition.start
         while True:
-            entries = client.xrange(stream, min=_after(cursor), max=partition.end, count=READ_CHUNK)
+            entries: Any = client.xrange(
+                stream, min=_after(cursor), max=partition.end, count=READ_CHUNK
+            )
             for entry_id, f in entries:
                 eid = entry_id.decode()
                 yield (

@@ -1,0 +1,145 @@
+"""Chirp's view logic on small static DataFrames: the same pure functions the stream runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from demo.chirp.app import app
+from demo.chirp.views import activity, entities
+from streaming.events import partition_for
+from streaming.views import EVENT_SCHEMA
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def frame(spark: Any, events: list[tuple[str, dict[str, Any], int]]) -> Any:
+    rows = []
+    for i, (type_, payload, time_ms) in enumerate(events):
+        key = app.event_types[type_].partition_key(payload)
+        part = partition_for(key, 4)
+        rows.append(
+            (part, f"{T0 + i}-0", type_, key, orjson.dumps(payload).decode(), time_ms, T0 + i)
+        )
+    return spark.createDataFrame(rows, EVENT_SCHEMA)
+
+
+def changes(df: Any) -> dict[tuple[str, str, str], Any]:
+    """(view, key, row) -> new value (None: deleted)."""
+    return {
+        (r["view"], r["key"], r["row"]): None if r["value"] is None else orjson.loads(r["value"])
+        for r in df.collect()
+    }
+
+
+def test_unlike_without_like_changes_nothing(spark):
+    out = changes(entities(frame(spark, [("unlike", {"user": "a", "tweet": "b:1"}, T0)])))
+    assert out == {}
+
+
+def test_like_counts_each_user_once_and_unlike_takes_it_back(spark):
+    out = changes(
+        entities(
+            frame(
+                spark,
+                [
+                    ("tweet_posted", {"user": "b", "tweet": "b:1", "text": "hi"}, T0),
+                    ("like", {"user": "a", "tweet": "b:1"}, T0 + 1),
+                    ("like", {"user": "a", "tweet": "b:1"}, T0 + 2),
+                    ("like", {"user": "c", "tweet": "b:1"}, T0 + 3),
+                    ("unlike", {"user": "c", "tweet": "b:1"}, T0 + 4),
+                ],
+            )
+        )
+    )
+    assert out[("likes", "b:1", "count")] == {"tweet": "b:1", "likes": 1}
+    assert out[("tweets", "b:1", "tweet")]["likes"] == 1
+
+
+def test_follow_brings_recent_tweets_and_unfollow_removes_them(spark):
+    posts = [
+        ("tweet_posted", {"user": "b", "tweet": f"b:{i}", "text": f"t{i}"}, T0 + i)
+        for i in range(60)
+    ]
+    out = changes(
+        entities(frame(spark, [*posts, ("follow", {"user": "a", "followee": "b"}, T0 + 99)]))
+    )
+    timeline = {row: v for (view, key, row), v in out.items() if view == "timeline"}
+    assert sorted(timeline) == sorted(f"b:{i}" for i in range(10, 60))  # the newest 50
+    assert all(key == "a" for (view, key, _) in out if view == "timeline")
+
+    out = changes(
+        entities(
+            frame(
+                spark,
+                [
+                    *posts[:3],
+                    ("follow", {"user": "a", "followee": "b"}, T0 + 99),
+                    ("unfollow", {"user": "a", "followee": "b"}, T0 + 100),
+                ],
+            )
+        )
+    )
+    assert {row: v for (view, _, row), v in out.items() if view == "timeline"} == {
+        "b:0": None,
+        "b:1": None,
+        "b:2": None,
+    }
+
+
+def test_rename_after_many_tweets_reaches_every_tweet_and_timeline(spark):
+    events = [
+        ("profile_set", {"user": "b", "name": "Bob"}, T0),
+        ("follow", {"user": "a", "followee": "b"}, T0),
+    ]
+    events += [
+        ("tweet_posted", {"user": "b", "tweet": f"b:{i}", "text": f"t{i}"}, T0 + i)
+        for i in range(120)
+    ]
+    events.append(("profile_set", {"user": "b", "name": "Robert", "avatar": "r.png"}, T0 + 500))
+    out = changes(entities(frame(spark, events)))
+    names = {
+        row: v["name"] for (view, _, row), v in out.items() if view in ("tweets", "timeline") and v
+    }
+    tweet_rows = [k for k in out if k[0] == "tweets"]
+    assert len(tweet_rows) == 120
+    assert set(names.values()) == {"Robert"}
+    assert out[("profiles", "b", "profile")] == {"user": "b", "name": "Robert", "avatar": "r.png"}
+    # Tweets pushed out of the newest 50 are taken off the follower's timeline.
+    assert out[("timeline", "a", "b:0")] is None
+    assert out[("timeline", "a", "b:119")]["name"] == "Robert"
+
+
+def test_repeated_tweet_id_keeps_the_first_post(spark):
+    out = changes(
+        entities(
+            frame(
+                spark,
+                [
+                    ("tweet_posted", {"user": "b", "tweet": "b:1", "text": "first"}, T0),
+                    ("tweet_posted", {"user": "b", "tweet": "b:1", "text": "second"}, T0 + 1),
+                ],
+            )
+        )
+    )
+    assert out[("tweets", "b:1", "tweet")]["text"] == "first"
+
+
+@pytest.mark.parametrize("delay_ms, late", [(10_000, False), (45_000, True)])
+def test_late_event_is_counted_apart(spark, delay_ms, late):
+    # Both events are about user "u", so they share a partition and its watermark.
+    events = [
+        ("profile_set", {"user": "u", "name": "U"}, T0 + 150_000),
+        ("profile_set", {"user": "u", "name": "U2"}, T0 + 150_000 - delay_ms),
+    ]
+    out = changes(activity(frame(spark, events)))
+    window = out[("activity", "global", "2026-01-01T00:02:00.000Z")]
+    assert window["window_end"] == "2026-01-01T00:03:00.000Z"
+    earlier = ("activity", "global", "2026-01-01T00:01:00.000Z")
+    if late:
+        assert out[earlier]["late"] == {"profile_set": 1} and out[earlier]["total"] == 0
+        assert out[earlier]["late_total"] == 1
+    else:
+        assert window["counts"] == {"profile_set": 2} and window["late_total"] == 0

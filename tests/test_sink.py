@@ -1,0 +1,110 @@
+"""The change-topic sink, driven directly: idempotence, deltas, limits and the frontier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streaming.app import App
+from streaming.changes import read_deltas, read_frontier, read_snapshot, shard_for
+from streaming.errors import ConfigurationError
+from streaming.sink import ChangeTopicSink
+
+SHARDS = 4
+
+
+def make_app() -> App:
+    app = App("t")
+    app.view("plain")
+    app.view("top", limit=3)
+    return app
+
+
+def row(view: str, key: str, row_id: str, value: str | None, score: float = 0.0) -> dict[str, Any]:
+    return {"view": view, "key": key, "row": row_id, "value": value, "score": score,
+            "partition": None, "offset": None}  # fmt: skip
+
+
+def marker(partition: int, offset: str) -> dict[str, Any]:
+    return {"view": None, "key": None, "row": None, "value": None, "score": None,
+            "partition": partition, "offset": offset}  # fmt: skip
+
+
+@pytest.fixture()
+def sink(store):
+    return ChangeTopicSink(store, make_app(), "q", SHARDS, retention=1000)
+
+
+def deltas_of(store, view: str, key: str):
+    return [d for d in read_deltas(store, shard_for(view, key, SHARDS)) if d.key == key]
+
+
+def test_batch_applied_once_even_when_replayed(store, sink):
+    batch = [
+        row("plain", "k", "r1", '{"a":1}'),
+        row("plain", "k", "r2", '{"b":2}'),
+        marker(0, "5-0"),
+    ]
+    sink.write(batch, 0)
+    sink.write(batch, 0)  # replayed after a crash
+    (delta,) = deltas_of(store, "plain", "k")
+    assert delta.batch == 0
+    assert delta.ops == [
+        {"op": "upsert", "row": "r1", "value": {"a": 1}},
+        {"op": "upsert", "row": "r2", "value": {"b": 2}},
+    ]
+    snap = read_snapshot(store, "plain", "k", SHARDS)
+    assert snap.rows == {"r1": {"a": 1}, "r2": {"b": 2}}
+    assert snap.position == delta.id == snap.last_change
+
+
+def test_unchanged_rows_emit_no_delta_and_deletes_of_missing_rows_neither(store, sink):
+    sink.write([row("plain", "k", "r1", '{"a":1}')], 0)
+    sink.write([row("plain", "k", "r1", '{"a":1}'), row("plain", "k", "gone", None)], 1)
+    assert len(deltas_of(store, "plain", "k")) == 1
+    sink.write([row("plain", "k", "r1", None)], 2)
+    last = deltas_of(store, "plain", "k")[-1]
+    assert last.ops == [{"op": "delete", "row": "r1"}]
+    assert read_snapshot(store, "plain", "k", SHARDS).rows == {}
+
+
+def test_limited_view_serves_top_rows_and_brings_back_the_next(store, sink):
+    sink.write([row("top", "k", f"r{i}", f'{{"i":{i}}}', float(i)) for i in range(5)], 0)
+    assert sorted(read_snapshot(store, "top", "k", SHARDS).rows) == ["r2", "r3", "r4"]
+    sink.write([row("top", "k", "r4", None)], 1)
+    assert sorted(read_snapshot(store, "top", "k", SHARDS).rows) == ["r1", "r2", "r3"]
+    last = deltas_of(store, "top", "k")[-1]
+    assert sorted(op["op"] + ":" + op["row"] for op in last.ops) == ["delete:r4", "upsert:r1"]
+    # A candidate below the top changes silently; it shows when it enters the top.
+    sink.write([row("top", "k", "r0", '{"i":"new"}', 0.0)], 2)
+    assert len(deltas_of(store, "top", "k")) == 2
+    sink.write([row("top", "k", "r3", None), row("top", "k", "r2", None)], 3)
+    assert read_snapshot(store, "top", "k", SHARDS).rows == {"r1": {"i": 1}, "r0": {"i": "new"}}
+
+
+def test_equal_scores_rank_by_row_id(store, sink):
+    sink.write([row("top", "k", r, "1", 7.0) for r in ("a", "d", "b", "c")], 0)
+    assert sorted(read_snapshot(store, "top", "k", SHARDS).rows) == ["b", "c", "d"]
+
+
+def test_frontier_advances_per_partition_and_never_back(store, sink):
+    sink.write([marker(0, "10-0"), marker(1, "3-1")], 0)
+    sink.write([marker(0, "9-5")], 1)  # cannot happen, but must not move the frontier back
+    sink.write([marker(1, "12-0")], 2)
+    sink.write([marker(1, "99-0")], 2)  # replay of batch 2 with other content: ignored
+    assert read_frontier(store, "q") == {0: "10-0", 1: "12-0"}
+    assert store.xlen("lv:progress") == 3
+
+
+def test_a_pipeline_writing_an_undeclared_view_fails_loudly(store, sink):
+    with pytest.raises(ConfigurationError, match="undeclared view 'nope'"):
+        sink.write([row("nope", "k", "r", "1")], 0)
+    assert store.dbsize() == 0
+
+
+def test_retention_trims_the_change_topic(store):
+    sink = ChangeTopicSink(store, make_app(), "q", 1, retention=10)
+    for b in range(300):
+        sink.write([row("plain", f"k{b}", "r", str(b))], b)
+    assert store.xlen("lv:{c0}:changes") < 300
