@@ -33,13 +33,25 @@ from streaming.events import Event, Offset
 from streaming.log import META_KEY, offsets_from, placements
 
 Client = aioredis.Redis
+MAX_STORE_CONNECTIONS = 64
 
 
 def connect(url: str, *, blocking: bool = False) -> Client:
-    """A client for requests, or (``blocking``) one whose reads may wait for new entries."""
+    """A client for requests, or (``blocking``) one whose reads may wait for new entries.
+
+    Requests share at most ``MAX_STORE_CONNECTIONS`` connections and wait for a free one, so
+    a burst of subscribers queues here instead of exhausting the store's clients.
+    """
     if blocking:
         return aioredis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)
-    return aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=MAX_STORE_CONNECTIONS,
+        timeout=10,
+        socket_timeout=10,
+        socket_connect_timeout=5,
+    )
+    return aioredis.Redis.from_pool(pool)
 
 
 @dataclass(frozen=True)
