@@ -181,7 +181,9 @@ class Connection:
             raise BadRequest("'last_event_id' must be a string.", code="invalid_last_event_id")
         resume = EventId.parse(raw) if raw else None
         sub = Subscription(self.gw.source, view, key, resume)
-        self.subscriptions[sub_id] = asyncio.create_task(self._serve(sub_id, sub))
+        task = asyncio.create_task(self._serve(sub_id, sub))
+        task.add_done_callback(_log_failure)
+        self.subscriptions[sub_id] = task
 
     async def _serve(self, sub_id: str, sub: Subscription) -> None:
         metrics = self.gw.metrics
@@ -246,9 +248,17 @@ class Connection:
         self.subscriptions.clear()
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A subscription that failed on a closed socket has nothing more to say; if this task
+        # itself is cancelled, gather raises CancelledError and it propagates.
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None and not isinstance(exc, (WebSocketDisconnect, RuntimeError, OSError)):
+        log.error("a subscription failed", exc_info=exc)
 
 
 async def socket(websocket: WebSocket) -> None:
