@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/python -m streaming.run
+	bash scripts/run.sh
 
 test: $(STAMP)
 	bash scripts/test.sh

@@ -11,7 +11,7 @@ import sys
 import threading
 
 from streaming.app import load_app
-from streaming.embedded import EmbeddedStore, reachable
+from streaming.embedded import ensure_store
 from streaming.errors import LiveviewsError
 from streaming.settings import Settings
 
@@ -45,11 +45,7 @@ def require_java() -> None:
 def run(settings: Settings) -> None:
     require_java()
     app = load_app(settings.app)
-    with contextlib.ExitStack() as stack:
-        if settings.embedded and not reachable(settings.store_url):
-            store = EmbeddedStore(settings.data_dir, settings.embedded_port)
-            stack.enter_context(store)
-            log.info("started the embedded store at %s", store.url)
+    with ensure_store(settings):
         from streaming.job import build_session, start
 
         spark = build_session(settings)
@@ -69,10 +65,17 @@ def run(settings: Settings) -> None:
             spark.stop()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streaming [--check]``: with --check, only verify Java and the application."""
+    args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
-        run(Settings.from_env())
+        settings = Settings.from_env()
+        if args == ["--check"]:
+            require_java()
+            load_app(settings.app)
+            return 0
+        run(settings)
     except LiveviewsError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2

@@ -8,17 +8,23 @@ foreground, as the Procfile's ``store`` process does.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import redis
 
 from streaming.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from streaming.settings import Settings
 
 APPENDFSYNC = "everysec"
 
@@ -119,6 +125,32 @@ class EmbeddedStore:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def ensure_store(settings: Settings) -> Iterator[str]:
+    """The store's URL, starting an embedded store for this process when none is configured.
+
+    With ``LV_WAIT_FOR_STORE=N`` (set by the run command, whose ``store`` process owns the
+    embedded server) it waits up to N seconds for that server instead of starting another.
+    """
+    url = settings.store_url
+    if not settings.embedded or reachable(url):
+        yield url
+        return
+    if settings.wait_for_store:
+        deadline = time.monotonic() + settings.wait_for_store
+        while not reachable(url):
+            if time.monotonic() > deadline:
+                raise ConfigurationError(
+                    f"no store answered at {url} within {settings.wait_for_store} s; "
+                    "is the 'store' process running?"
+                )
+            time.sleep(0.1)
+        yield url
+        return
+    with EmbeddedStore(settings.data_dir, settings.embedded_port) as started:
+        yield started
 
 
 def main() -> int:

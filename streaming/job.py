@@ -62,6 +62,7 @@ def read_log(spark: SparkSession, settings: Settings) -> DataFrame:
         .option("url", settings.store_url)
         .option("partitions", str(settings.log_partitions))
         .option("maxEventsPerBatch", str(settings.max_events_per_batch))
+        .option("readTasks", str(settings.read_tasks))
         .load()
     )
 

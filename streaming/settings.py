@@ -44,6 +44,8 @@ class Settings:
     trigger_interval: str
     shuffle_partitions: int
     max_events_per_batch: int
+    wait_for_store: int
+    read_tasks: int
     spark_conf: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -77,5 +79,7 @@ class Settings:
             trigger_interval=env.get("LV_TRIGGER_INTERVAL") or "0 seconds",
             shuffle_partitions=_int(env, "LV_SHUFFLE_PARTITIONS", 2),
             max_events_per_batch=_int(env, "LV_MAX_EVENTS_PER_BATCH", 200_000),
+            wait_for_store=_int(env, "LV_WAIT_FOR_STORE", 0, minimum=0),
+            read_tasks=_int(env, "LV_READ_TASKS", 1),
             spark_conf=spark_conf,
         )

@@ -10,6 +10,8 @@ nothing, so the change topic holds every delta exactly once.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import defaultdict
 from importlib import resources
 from typing import Any
@@ -31,6 +33,8 @@ from streaming.changes import (
     shard_for,
 )
 from streaming.errors import ConfigurationError
+
+log = logging.getLogger("liveviews.sink")
 
 Group = tuple[str, str]  # (view, key)
 Op = tuple[str, str, str, float]  # (kind, row, value, score)
@@ -55,7 +59,14 @@ class ChangeTopicSink:
         self.advance = client.register_script(_script("frontier.lua"))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        self.write(batch.collect(), batch_id)
+        t0 = time.perf_counter()
+        rows = batch.collect()
+        t1 = time.perf_counter()
+        self.write(rows, batch_id)
+        log.debug(
+            "batch %d: %d rows, spark %.0f ms, store %.0f ms",
+            batch_id, len(rows), (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000,
+        )  # fmt: skip
 
     def write(self, rows: list[Any], batch_id: int) -> None:
         groups: dict[Group, list[Op]] = defaultdict(list)

