@@ -50,12 +50,15 @@ def _ev(type_: str, payload: dict[str, Any], time_ms: int) -> dict[str, Any]:
 class Activity:
     """An endless, reproducible stream of plausible Chirp events."""
 
-    def __init__(self, users: int = 20, seed: int = 7, start_ms: int = 1_767_225_600_000) -> None:
+    def __init__(
+        self, users: int | list[str] = 20, seed: int = 7, start_ms: int = 1_767_225_600_000
+    ) -> None:
         self.rng = random.Random(seed)
-        self.users = [f"u{i}" for i in range(users)]
+        self.users = [f"u{i}" for i in range(users)] if isinstance(users, int) else list(users)
         self.clock = start_ms
         self.tweets: list[str] = []
         self.serial = 0
+        self.prefix = "t"
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self
@@ -70,7 +73,7 @@ class Activity:
         roll = rng.random()
         if roll < 0.08 or not self.tweets:
             self.serial += 1
-            tweet = f"{user}:t{self.serial}"
+            tweet = f"{user}:{self.prefix}{self.serial}"
             self.tweets.append(tweet)
             text = f"post {self.serial}"
             return _ev("tweet_posted", {"user": user, "tweet": tweet, "text": text}, time_ms)

@@ -1,0 +1,70 @@
+"""``python -m demo.chirp``: seed Chirp on first start, then (optionally) keep it busy.
+
+With ``LV_DEMO_ACTIVITY=N`` the seed users post, like and follow at about N events per second,
+so a freshly opened demo has something moving. Stops on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+import redis
+
+from demo.chirp import app
+from demo.chirp.generate import SEED_USERS, Activity, seed_events
+from streaming.embedded import ensure_store
+from streaming.errors import LiveviewsError
+from streaming.events import log_stream
+from streaming.log import EventLog, check_layout
+from streaming.settings import Settings
+
+log = logging.getLogger("chirp")
+
+
+def seed_if_empty(client: redis.Redis, settings: Settings) -> bool:
+    if any(client.exists(log_stream(p)) for p in range(settings.log_partitions)):
+        return False
+    now_ms = int(time.time() * 1000)
+    EventLog(client, app, settings.log_partitions).append_batch(seed_events(now_ms))
+    return True
+
+
+def run(settings: Settings, rate: float, url: str) -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with ensure_store(settings) as store_url:
+        client = redis.Redis.from_url(store_url)
+        check_layout(client, settings.log_partitions, settings.change_shards)
+        if seed_if_empty(client, settings):
+            log.info("seeded Chirp with %d users", len(SEED_USERS))
+        print(f"Chirp is live: open {url}", flush=True)
+        events = EventLog(client, app, settings.log_partitions)
+        activity = Activity(users=list(SEED_USERS), seed=int(time.time()))
+        activity.prefix = f"bg{int(time.time())}-"
+        while not stop.wait(1.0 / rate if rate > 0 else 3600):
+            item = next(activity)
+            item["time"] = int(time.time() * 1000)
+            events.append(item)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings.from_env()
+    host = os.environ.get("LV_HOST") or "127.0.0.1"
+    url = f"http://{host}:{os.environ.get('LV_PORT') or 8000}/"
+    try:
+        run(settings, float(os.environ.get("LV_DEMO_ACTIVITY") or 0), url)
+    except LiveviewsError as exc:
+        print(f"chirp: {exc.message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
