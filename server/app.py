@@ -19,6 +19,7 @@ from server import http, sse, ws
 from server.errors import INTERNAL_MESSAGE, GatewayError, Unavailable
 from server.gateway import Gateway
 from server.settings import GatewaySettings
+from server.static import static_routes
 from streaming.app import App
 from streaming.errors import StoreMismatch
 
@@ -27,7 +28,8 @@ log = logging.getLogger("liveviews.gateway")
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
-def routes(dev_tokens: bool) -> list[BaseRoute]:
+def routes(dev_tokens: bool, log_feed: bool = True) -> list[BaseRoute]:
+    """The API's routes; static files (``server.static``) come after them."""
     out: list[BaseRoute] = [
         Route("/v1/events", http.post_events, methods=["POST"]),
         Route("/v1/views/{view}/{key}", http.get_view, methods=["GET"]),
@@ -40,6 +42,8 @@ def routes(dev_tokens: bool) -> list[BaseRoute]:
     ]
     if dev_tokens:
         out.append(Route("/v1/dev/token", http.dev_token, methods=["POST"]))
+    if log_feed:
+        out.append(Route("/v1/log/live", sse.log_live, methods=["GET"]))
     return out
 
 
@@ -98,7 +102,10 @@ def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
             )
         )
     starlette = Starlette(
-        routes=routes(settings.dev_tokens),
+        routes=[
+            *routes(settings.dev_tokens, settings.log_feed),
+            *static_routes(settings.static_dir, settings.client_js_dir),
+        ],
         middleware=middleware,
         lifespan=lifespan,
         exception_handlers={

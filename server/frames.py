@@ -13,11 +13,14 @@ from typing import Any
 
 import orjson
 
+from streaming.events import LoggedEvent, iso
+
 SNAPSHOT = "snapshot"
 DELTA = "delta"
 PROGRESS = "progress"
 RESET = "reset"
 END = "end"
+LOG = "log"
 
 SSE_HEARTBEAT = b": heartbeat\n\n"
 
@@ -88,6 +91,19 @@ def reset(code: str, message: str) -> Frame:
 
 def end(code: str, message: str, last_event_id: str | None) -> Frame:
     return Frame(END, _json({"code": code, "message": message, "last_event_id": last_event_id}))
+
+
+def log_entry(event: LoggedEvent) -> Frame:
+    """An event as appended to the log (``GET /v1/log/live``); no id: the feed is not resumable."""
+    data = {
+        "partition": event.partition,
+        "id": event.id,
+        "type": event.type,
+        "key": event.key,
+        "time": iso(event.time_ms),
+        "payload": orjson.loads(event.payload_json),
+    }
+    return Frame(LOG, _json(data))
 
 
 def ws_message(type: str, **fields: Any) -> bytes:

@@ -18,6 +18,7 @@ from server.auth import Authenticator, Principal
 from server.changefeed import ChangeFeed
 from server.errors import Forbidden, NotFound, Unavailable
 from server.hub import Hub
+from server.logfeed import LogFeed
 from server.metrics import Metrics
 from server.settings import GatewaySettings
 from server.subscription import Source
@@ -57,6 +58,16 @@ class Gateway:
             settings.subscriber_buffer,
             self.metrics,
         )
+        self.log_feed = (
+            LogFeed(
+                store.connect(settings.store.store_url, blocking=True),
+                settings.store.log_partitions,
+                buffer=settings.subscriber_buffer,
+                block_ms=settings.feed_block_ms,
+            )
+            if settings.log_feed
+            else None
+        )
         self._feed_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -74,6 +85,8 @@ class Gateway:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.log_feed is not None:
+            await self.log_feed.stop()
         await self.client.aclose()
         await self.feed_client.aclose()
 

@@ -131,4 +131,5 @@ async def metrics(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    return JSONResponse(document(_gateway(request).settings.dev_tokens))
+    settings = _gateway(request).settings
+    return JSONResponse(document(settings.dev_tokens, settings.log_feed))

@@ -88,7 +88,7 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
-def document(dev_tokens: bool) -> dict[str, Any]:
+def document(dev_tokens: bool, log_feed: bool = True) -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/v1/events": {
             "post": {
@@ -156,6 +156,21 @@ def document(dev_tokens: bool) -> dict[str, Any]:
         "/openapi.json": {"get": {"summary": "This document.",
                                   "responses": {"200": {"description": "OpenAPI 3.1."}}}},
     }  # fmt: skip
+    if log_feed:
+        paths["/v1/log/live"] = {
+            "get": {
+                "summary": "Server-Sent Events: the log's recent entries, then each new one "
+                           "(docs/PROTOCOL.md, section 9). Not resumable.",
+                "security": BEARER,
+                "parameters": [{"name": "recent", "in": "query", "schema": {
+                    "type": "integer", "minimum": 0, "maximum": 100, "default": 20}}],
+                "responses": {
+                    "200": {"description": "An event stream of log frames.",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                    **_errors(400, 401, 403, 503),
+                },
+            }
+        }
     if dev_tokens:
         paths["/v1/dev/token"] = {
             "post": {

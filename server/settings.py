@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from streaming.errors import ConfigurationError
 from streaming.settings import Settings
 
 DEV_JWT_SECRET = "liveviews-dev-secret-never-use-in-production"
 """The signing secret in dev mode when ``LV_JWT_SECRET`` is unset; public, so never safe."""
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_STATIC_DIR = REPO / "demo" / "web"
+DEFAULT_CLIENT_JS_DIR = REPO / "client-js" / "src"
+"""Where a checkout keeps the demo and the JavaScript client; an installed package has neither."""
 
 MIN_SECRET_BYTES = 32
 ENVIRONMENTS = ("dev", "production")
@@ -57,6 +63,19 @@ def _bool(env: dict[str, str], name: str, default: bool) -> bool:
     raise ConfigurationError(f"{name} must be true or false, not {raw!r}.")
 
 
+def _dir(env: dict[str, str], name: str, default: Path) -> Path | None:
+    """A directory to serve: unset means the default, ``off`` means serve nothing."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    if raw.lower() == "off":
+        return None
+    path = Path(raw).resolve()
+    if not path.is_dir():
+        raise ConfigurationError(f"{name} must name a directory; {raw!r} is not one.")
+    return path
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """Everything a gateway process needs; ``store`` is shared with the pipeline."""
@@ -80,6 +99,9 @@ class GatewaySettings:
     ws_auth_timeout_seconds: float = 10.0
     frontier_name: str = "liveviews"
     feed_block_ms: int = 1000
+    log_feed: bool = True
+    static_dir: Path | None = DEFAULT_STATIC_DIR
+    client_js_dir: Path | None = DEFAULT_CLIENT_JS_DIR
 
     @property
     def dev(self) -> bool:
@@ -127,4 +149,7 @@ class GatewaySettings:
             ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),
             frontier_name=env.get("LV_FRONTIER_NAME") or "liveviews",
             feed_block_ms=_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),
+            log_feed=_bool(env, "LV_LOG_FEED", dev),
+            static_dir=_dir(env, "LV_STATIC_DIR", DEFAULT_STATIC_DIR),
+            client_js_dir=_dir(env, "LV_CLIENT_JS_DIR", DEFAULT_CLIENT_JS_DIR),
         )

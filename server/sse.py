@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
@@ -19,9 +19,10 @@ from starlette.types import Receive, Scope, Send
 
 from server import frames
 from server.auth import READ, Principal, authenticate
-from server.errors import SlowConsumer
+from server.errors import BadRequest, SlowConsumer
 from server.eventid import EventId
 from server.gateway import Gateway
+from server.logfeed import RECENT, LogListener
 from server.metrics import Metrics
 from server.subscription import Subscription
 
@@ -72,18 +73,20 @@ async def _stream(
 
 
 class LiveResponse(EventSourceResponse):
-    """An SSE response that always detaches its subscription and frees its connection slot."""
+    """An SSE response that always detaches its reader and frees its connection slot."""
 
-    def __init__(self, content: AsyncIterator[bytes], sub: Subscription, gw: Gateway) -> None:
+    def __init__(
+        self, content: AsyncIterator[bytes], close: Callable[[], None], gw: Gateway
+    ) -> None:
         super().__init__(content, ping=0, send_timeout=gw.settings.send_timeout_seconds)
-        self.subscription = sub
+        self.close = close
         self.gateway = gw
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.subscription.close()
+            self.close()
             self.gateway.release("sse")
 
 
@@ -102,4 +105,67 @@ async def live(request: Request) -> Response:
     except BaseException:
         gw.release("sse")
         raise
-    return LiveResponse(_stream(sub, first, principal, gw), sub, gw)
+    return LiveResponse(_stream(sub, first, principal, gw), sub.close, gw)
+
+
+DEFAULT_RECENT = 20
+
+
+def _recent(request: Request) -> int:
+    raw = request.query_params.get("recent")
+    if raw is None or raw == "":
+        return DEFAULT_RECENT
+    if not raw.isdigit() or int(raw) > RECENT:
+        raise BadRequest(
+            f"'recent' must be a whole number from 0 to {RECENT}, not {raw[:20]!r}.",
+            code="invalid_parameter",
+        )
+    return int(raw)
+
+
+async def _log_stream(
+    listener: LogListener, recent: int, principal: Principal, gw: Gateway
+) -> AsyncIterator[bytes]:
+    metrics, heartbeat = gw.metrics, gw.settings.heartbeat_seconds
+    first = listener.recent[len(listener.recent) - recent :] if recent else []
+    if first:
+        yield _chunk(first, metrics)
+    while True:
+        remaining = principal.expires_at - time.time()
+        if remaining <= 0:
+            end = frames.end("token_expired", "the token expired; reconnect with a new one.", None)
+            yield _chunk([end], metrics)
+            return
+        try:
+            async with asyncio.timeout(min(heartbeat, remaining)):
+                await listener.wake.wait()
+        except TimeoutError:
+            if remaining > heartbeat:
+                metrics.bytes_out += len(frames.SSE_HEARTBEAT)
+                yield frames.SSE_HEARTBEAT
+            continue
+        if listener.overflowed:
+            end = frames.end("slow_consumer", "this reader fell too far behind; reconnect.", None)
+            yield _chunk([end], metrics)
+            return
+        out = listener.take()
+        if out:
+            yield _chunk(out, metrics)
+
+
+async def log_live(request: Request) -> Response:
+    """``GET /v1/log/live``: events as they are appended to the log, after the recent ones."""
+    gw: Gateway = request.app.state.gateway
+    feed = gw.log_feed
+    assert feed is not None, "the route exists only with LV_LOG_FEED on"
+    principal = authenticate(request, gw.auth, READ)
+    recent = _recent(request)
+    gw.admit("sse")
+    try:
+        listener = await feed.attach()
+    except BaseException:
+        gw.release("sse")
+        raise
+    return LiveResponse(
+        _log_stream(listener, recent, principal, gw), lambda: feed.detach(listener), gw
+    )
