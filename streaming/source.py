@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -20,6 +21,17 @@ from streaming.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE, l
 from streaming.views import EVENT_SCHEMA
 
 SOURCE_NAME = "liveviews-log"
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32(), False),
+        pa.field("offset", pa.string(), False),
+        pa.field("type", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("payload", pa.string()),
+        pa.field("event_time_ms", pa.int64()),
+        pa.field("ingest_time_ms", pa.int64()),
+    ]
+)
 READ_CHUNK = 5000
 _clients: dict[str, redis.Redis] = {}
 
@@ -82,7 +94,7 @@ class LogStreamReader(DataSourceStreamReader):
         tasks = min(self.read_tasks, len(changed))
         return [LogRanges(changed[i::tasks]) for i in range(tasks)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LogRanges)
         client = _client(self.url)
         for p, start, end in partition.ranges:
@@ -92,26 +104,31 @@ class LogStreamReader(DataSourceStreamReader):
         """The log is the source of truth and is never trimmed by a reader."""
 
 
-def _read_range(client: redis.Redis, p: int, start: str, end: str) -> Iterator[tuple[Any, ...]]:
+def _read_range(client: redis.Redis, p: int, start: str, end: str) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of up to READ_CHUNK events, then the partition's read marker."""
     stream, cursor = log_stream(p), start
     while True:
         entries: Any = client.xrange(stream, min=_after(cursor), max=end, count=READ_CHUNK)
-        for entry_id, f in entries:
-            eid = entry_id.decode()
-            yield (
-                p,
-                eid,
-                f[FIELD_TYPE].decode(),
-                f[FIELD_KEY].decode(),
-                f[FIELD_PAYLOAD].decode(),
-                int(f[FIELD_TIME]),
-                int(eid.partition("-")[0]),
+        if entries:
+            ids = [e[0].decode() for e in entries]
+            fields = [e[1] for e in entries]
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([p] * len(ids), pa.int32()),
+                    pa.array(ids, pa.string()),
+                    pa.array([f[FIELD_TYPE].decode() for f in fields], pa.string()),
+                    pa.array([f[FIELD_KEY].decode() for f in fields], pa.string()),
+                    pa.array([f[FIELD_PAYLOAD].decode() for f in fields], pa.string()),
+                    pa.array([int(f[FIELD_TIME]) for f in fields], pa.int64()),
+                    pa.array([int(i.partition("-")[0]) for i in ids], pa.int64()),
+                ],
+                schema=ARROW_SCHEMA,
             )
         if len(entries) < READ_CHUNK:
             break
         cursor = entries[-1][0].decode()
     # Says how far this partition was read, so the sink can record the view's frontier.
-    yield (p, end, None, None, None, None, None)
+    yield pa.RecordBatch.from_pylist([{"partition": p, "offset": end}], schema=ARROW_SCHEMA)
 
 
 def _after(entry_id: str) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pandas as pd
 from pyspark.sql import Row
 from pyspark.sql.types import (
     DoubleType,
@@ -68,6 +69,23 @@ class Changes:
 
     def delete(self, view: str, key: str, row: str) -> None:
         self._rows[(view, key, row)] = (None, 0.0)
+
+    def frame(self) -> pd.DataFrame:
+        """The changes as the pandas frame a ``transformWithStateInPandas`` processor yields."""
+        keys = list(self._rows)
+        values = [self._rows[k] for k in keys]
+        return pd.DataFrame(
+            {
+                "view": [k[0] for k in keys],
+                "key": [k[1] for k in keys],
+                "row": [k[2] for k in keys],
+                "value": [v[0] for v in values],
+                "score": pd.Series([v[1] for v in values], dtype="float64"),
+            }
+        )
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
     def rows(self) -> list[Row]:
         return [

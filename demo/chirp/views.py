@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
-from pyspark.sql import DataFrame, Row
+import pandas as pd
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
@@ -72,15 +73,22 @@ class EntityProcessor(StatefulProcessor):
         self.state = handle.getValueState("entity", "state BINARY")
 
     def handleInputRows(
-        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         stored = self.state.get()
         entity = Entity(key[0], orjson.loads(stored[0]) if stored else None)
-        for e in sorted(rows, key=lambda r: log_order(r["offset"])):
-            entity.apply(e["type"], orjson.loads(e["payload"]), e["event_time_ms"])
+        events: list[tuple[tuple[int, int], str, str, int]] = []
+        for frame in rows:
+            events += zip(
+                map(log_order, frame["offset"]), frame["type"], frame["payload"],
+                frame["event_time_ms"], strict=True,
+            )  # fmt: skip
+        for _, type_, payload, time_ms in sorted(events):
+            entity.apply(type_, orjson.loads(payload), int(time_ms))
         if entity.dirty:
             self.state.update((orjson.dumps(entity.state),))
-        yield from entity.changes.rows()
+        if entity.changes:
+            yield entity.changes.frame()
 
     def close(self) -> None:
         pass
@@ -196,38 +204,49 @@ class Entity:
 
 
 class ActivityProcessor(StatefulProcessor):
-    """Events per type per minute of event time, with late arrivals counted apart."""
+    """Events per type per minute of event time, with late arrivals counted apart.
+
+    Vectorized: in log order within each partition, an event is late when its time is more
+    than ``LATENESS_MS`` before the newest time seen earlier in that partition.
+    """
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.newest = handle.getMapState("newest", "partition INT", "event_time_ms LONG")
         self.windows = handle.getMapState("windows", "start LONG", "counts STRING")
 
     def handleInputRows(
-        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
-        newest: dict[int, int] = {}
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        frame = pd.concat(list(rows), ignore_index=True)
+        order = frame["offset"].str.split("-", n=1, expand=True).astype("int64")
+        frame = frame.assign(ms=order[0], seq=order[1]).sort_values(["partition", "ms", "seq"])
+        before = {}
+        for part in frame["partition"].unique():
+            stored = self.newest.getValue((int(part),))
+            before[int(part)] = stored[0] if stored else -1
+        t = frame["event_time_ms"]
+        seen = t.groupby(frame["partition"]).cummax().groupby(frame["partition"]).shift(1)
+        seen = seen.fillna(-1).combine(frame["partition"].map(before), max)
+        late = (seen >= 0) & (t < seen - LATENESS_MS)
+        frame = frame.assign(start=t - t % WINDOW_MS, late=late)
+        counts = frame.groupby(["start", "late", "type"]).size()
         windows: dict[int, dict[str, dict[str, int]]] = {}
-        ordered = sorted(rows, key=lambda r: (r["partition"], log_order(r["offset"])))
-        for e in ordered:
-            part, t = e["partition"], e["event_time_ms"]
-            if part not in newest:
-                stored = self.newest.getValue((part,))
-                newest[part] = stored[0] if stored else -1
-            start = t - t % WINDOW_MS
+        for (start, is_late, type_), n in counts.items():
+            start = int(start)
             if start not in windows:
                 stored = self.windows.getValue((start,))
                 windows[start] = orjson.loads(stored[0]) if stored else {"counts": {}, "late": {}}
-            late = newest[part] >= 0 and t < newest[part] - LATENESS_MS
-            bucket = windows[start]["late" if late else "counts"]
-            bucket[e["type"]] = bucket.get(e["type"], 0) + 1
-            newest[part] = max(newest[part], t)
+            bucket = windows[start]["late" if is_late else "counts"]
+            bucket[type_] = bucket.get(type_, 0) + int(n)
+        newest = t.groupby(frame["partition"]).max()
+        for part, value in newest.items():
+            self.newest.updateValue((int(part),), (max(int(value), before[int(part)]),))
         changes = Changes()
-        for part, t in newest.items():
-            self.newest.updateValue((part,), (t,))
         for start, w in windows.items():
             self.windows.updateValue((start,), (orjson.dumps(w).decode(),))
             changes.upsert("activity", "global", iso(start), window_value(start, w), start)
-        yield from changes.rows()
+        if changes:
+            yield changes.frame()
 
     def close(self) -> None:
         pass
@@ -245,7 +264,7 @@ def window_value(start: int, w: dict[str, dict[str, int]]) -> dict[str, Any]:
 
 
 def entities(events: DataFrame) -> DataFrame:
-    return events.groupBy("key").transformWithState(
+    return events.groupBy("key").transformWithStateInPandas(
         EntityProcessor(), CHANGE_SCHEMA, "Update", "None"
     )
 
@@ -254,5 +273,5 @@ def activity(events: DataFrame) -> DataFrame:
     return (
         events.withColumn("scope", F.lit("global"))
         .groupBy("scope")
-        .transformWithState(ActivityProcessor(), CHANGE_SCHEMA, "Update", "None")
+        .transformWithStateInPandas(ActivityProcessor(), CHANGE_SCHEMA, "Update", "None")
     )
