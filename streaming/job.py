@@ -25,6 +25,7 @@ from streaming.source import SOURCE_NAME, LogDataSource
 from streaming.views import CHANGE_SCHEMA
 
 QUERY_NAME = "liveviews"
+SINK_TIMEOUT_S = 600
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
@@ -80,7 +81,9 @@ def changes(app: App, raw: DataFrame) -> DataFrame:
 
 
 def start(spark: SparkSession, app: App, settings: Settings) -> StreamingQuery:
-    client = redis.Redis.from_url(settings.store_url)
+    # A backlog batch is one transaction of up to LV_MAX_EVENTS_PER_BATCH events' changes, which
+    # can take longer than redis-py's default 5 s socket timeout.
+    client = redis.Redis.from_url(settings.store_url, socket_timeout=SINK_TIMEOUT_S)
     check_layout(client, settings.log_partitions, settings.change_shards)
     sink = ChangeTopicSink(
         client, app, QUERY_NAME, settings.change_shards, settings.change_retention

@@ -78,7 +78,7 @@ class Settings:
             checkpoint_dir=Path(env.get("LV_CHECKPOINT_DIR") or data_dir / "checkpoints"),
             trigger_interval=env.get("LV_TRIGGER_INTERVAL") or "0 seconds",
             shuffle_partitions=_int(env, "LV_SHUFFLE_PARTITIONS", 2),
-            max_events_per_batch=_int(env, "LV_MAX_EVENTS_PER_BATCH", 200_000),
+            max_events_per_batch=_int(env, "LV_MAX_EVENTS_PER_BATCH", 100_000),
             wait_for_store=_int(env, "LV_WAIT_FOR_STORE", 0, minimum=0),
             read_tasks=_int(env, "LV_READ_TASKS", 1),
             spark_conf=spark_conf,

@@ -149,6 +149,6 @@ class LogDataSource(DataSource):
         return LogStreamReader(
             url=self.options["url"],
             partitions=int(self.options.get("partitions", "4")),
-            max_events=int(self.options.get("maxEventsPerBatch", "200000")),
+            max_events=int(self.options.get("maxEventsPerBatch", "100000")),
             read_tasks=int(self.options.get("readTasks", "1")),
         )
