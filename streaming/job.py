@@ -15,6 +15,8 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from streaming.app import App
 from streaming.errors import ConfigurationError
@@ -83,7 +85,13 @@ def changes(app: App, raw: DataFrame) -> DataFrame:
 def start(spark: SparkSession, app: App, settings: Settings) -> StreamingQuery:
     # A backlog batch is one transaction of up to LV_MAX_EVENTS_PER_BATCH events' changes, which
     # can take longer than redis-py's default 5 s socket timeout.
-    client = redis.Redis.from_url(settings.store_url, socket_timeout=SINK_TIMEOUT_S)
+    # Retrying a whole batch is safe: the sink skips what a lost reply had already applied.
+    client = redis.Redis.from_url(
+        settings.store_url,
+        socket_timeout=SINK_TIMEOUT_S,
+        retry=Retry(ExponentialBackoff(cap=10), 5),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
     check_layout(client, settings.log_partitions, settings.change_shards)
     sink = ChangeTopicSink(
         client, app, QUERY_NAME, settings.change_shards, settings.change_retention
