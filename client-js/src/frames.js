@@ -1,0 +1,201 @@
+/**
+ * The one decoder of what the gateway sends, and encoder of what the client sends over
+ * WebSocket: the JavaScript mirror of server/frames.py. docs/PROTOCOL.md is normative, and
+ * protocol/golden/ holds examples that this module's tests decode and encode byte for byte.
+ *
+ * A frame is `{kind, id, data, sub}`: its kind (`snapshot`, `delta`, `progress`, `reset`,
+ * `end`, `log`, or `heartbeat`), its event id (snapshot and delta only, else null), its JSON
+ * data, and over WebSocket the subscription id it belongs to.
+ */
+
+import { ProtocolError, requestError } from './errors.js';
+
+export const FrameKind = Object.freeze({
+  SNAPSHOT: 'snapshot',
+  DELTA: 'delta',
+  PROGRESS: 'progress',
+  RESET: 'reset',
+  END: 'end',
+  LOG: 'log',
+  HEARTBEAT: 'heartbeat',
+});
+
+const FRAME_KINDS = new Set(['snapshot', 'delta', 'progress', 'reset', 'end']);
+
+/**
+ * Splits an event stream into events, following the HTML standard's parsing rules: lines end
+ * with CRLF, LF or CR; `field: value` drops one space after the colon; a blank line dispatches.
+ * Returns `{event, id, data}` per event (id null when the event had none) and
+ * `{comment}` per comment line.
+ */
+export class SseParser {
+  constructor() {
+    this._buffer = '';
+    this._resetEvent();
+  }
+
+  _resetEvent() {
+    this._event = '';
+    this._id = null;
+    this._data = [];
+  }
+
+  /** Feed decoded text; returns what it completed, in order. */
+  push(text) {
+    const buffer = this._buffer + text;
+    const out = [];
+    let start = 0;
+    for (let i = 0; i < buffer.length; i++) {
+      const c = buffer.charCodeAt(i);
+      if (c !== 10 && c !== 13) continue;
+      if (c === 13 && i === buffer.length - 1) break; // maybe the first half of CRLF
+      const line = buffer.slice(start, i);
+      if (c === 13 && buffer.charCodeAt(i + 1) === 10) i++;
+      start = i + 1;
+      const item = this._line(line);
+      if (item !== null) out.push(item);
+    }
+    this._buffer = buffer.slice(start);
+    return out;
+  }
+
+  _line(line) {
+    if (line === '') {
+      const item = this._data.length === 0
+        ? null
+        : { event: this._event || 'message', id: this._id, data: this._data.join('\n') };
+      this._resetEvent();
+      return item;
+    }
+    if (line.charCodeAt(0) === 58 /* : */) return { comment: line.slice(1).replace(/^ /, '') };
+    const colon = line.indexOf(':');
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
+    if (field === 'event') this._event = value;
+    else if (field === 'data') this._data.push(value);
+    else if (field === 'id' && !value.includes('\0')) this._id = value;
+    return null; // `retry` and unknown fields do not concern this client
+  }
+}
+
+function parseJson(text, what) {
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    throw new ProtocolError(`${what} is not JSON`, { cause });
+  }
+}
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+const isString = (v) => typeof v === 'string';
+
+function check(ok, kind, what) {
+  if (!ok) throw new ProtocolError(`a ${kind} frame must have ${what}`);
+}
+
+function checkOps(ops) {
+  check(Array.isArray(ops), 'delta', 'an ops array');
+  for (const op of ops) {
+    check(isObject(op) && isString(op.row), 'delta', 'ops with a row id');
+    check(op.op === 'delete' || (op.op === 'upsert' && 'value' in op), 'delta',
+      "ops that are {op: 'upsert', row, value} or {op: 'delete', row}");
+  }
+}
+
+/** A frame of `kind`, checked against the protocol. Unknown kinds pass, for newer gateways. */
+export function frame(kind, id, data, sub = null) {
+  check(isObject(data), kind, 'a data object');
+  switch (kind) {
+    case FrameKind.SNAPSHOT:
+      check(isString(id), kind, 'an id');
+      check(isString(data.view) && isString(data.key), kind, 'a view and a key');
+      check(isObject(data.rows) && isObject(data.frontier), kind, 'rows and a frontier');
+      break;
+    case FrameKind.DELTA:
+      check(isString(id), kind, 'an id');
+      check(isString(data.view) && isString(data.key), kind, 'a view and a key');
+      checkOps(data.ops);
+      break;
+    case FrameKind.PROGRESS:
+      check(isObject(data.frontier), kind, 'a frontier');
+      break;
+    case FrameKind.RESET:
+    case FrameKind.END:
+      check(isString(data.code) && isString(data.message), kind, 'a code and a message');
+      break;
+    case FrameKind.LOG:
+      check(Number.isInteger(data.partition) && isString(data.id), kind, 'a partition and an id');
+      check(isString(data.type) && isObject(data.payload), kind, 'a type and a payload');
+      break;
+    default:
+      break;
+  }
+  return { kind, id: id ?? null, data, sub };
+}
+
+const HEARTBEAT = Object.freeze({ kind: FrameKind.HEARTBEAT, id: null, data: null, sub: null });
+
+/** The frame an SSE event (or comment) from SseParser stands for. */
+export function decodeSseEvent(event) {
+  if (event.comment !== undefined) return HEARTBEAT; // the gateway's only comment
+  return frame(event.event, event.id, parseJson(event.data, `the data of a ${event.event} event`));
+}
+
+function decodeOffset(o) {
+  if (!isObject(o) || !Number.isInteger(o.partition) || !isString(o.id)) {
+    throw new ProtocolError('an offset must be {partition, id, token}');
+  }
+  return { partition: o.partition, id: o.id, token: isString(o.token) ? o.token : `${o.partition}:${o.id}` };
+}
+
+/** The offsets of a publish answer (`POST /v1/events` body, or a WebSocket `published`). */
+export function decodeOffsets(offsets) {
+  if (!Array.isArray(offsets)) throw new ProtocolError('a publish answer must carry an offsets array');
+  return offsets.map(decodeOffset);
+}
+
+/**
+ * One WebSocket message from the gateway, as one of
+ * `{type: 'frame', frame}`, `{type: 'heartbeat'}`, `{type: 'authenticated', subject, expiresAt}`,
+ * `{type: 'published', req, offsets}`, `{type: 'unsubscribed', sub}`,
+ * `{type: 'error', sub, req, error}` (error: a RequestError), or `{type: 'unknown', message}`.
+ */
+export function decodeWsMessage(text) {
+  const msg = parseJson(text, 'a WebSocket message');
+  if (!isObject(msg) || !isString(msg.type)) throw new ProtocolError('a WebSocket message must be an object with a type');
+  if (FRAME_KINDS.has(msg.type)) {
+    if (!isString(msg.sub)) throw new ProtocolError(`a ${msg.type} message must name its sub`);
+    return { type: 'frame', frame: frame(msg.type, msg.id, msg.data, msg.sub) };
+  }
+  switch (msg.type) {
+    case 'heartbeat':
+      return { type: 'heartbeat' };
+    case 'authenticated':
+      if (!isString(msg.subject) || typeof msg.expires_at !== 'number') {
+        throw new ProtocolError('an authenticated message must carry subject and expires_at');
+      }
+      return { type: 'authenticated', subject: msg.subject, expiresAt: msg.expires_at };
+    case 'published':
+      if (!isString(msg.req)) throw new ProtocolError('a published message must carry its req');
+      return { type: 'published', req: msg.req, offsets: decodeOffsets(msg.offsets) };
+    case 'unsubscribed':
+      return { type: 'unsubscribed', sub: msg.sub ?? null };
+    case 'error':
+      if (!isString(msg.code)) throw new ProtocolError('an error message must carry a code');
+      return { type: 'error', sub: msg.sub ?? null, req: msg.req ?? null, error: requestError(msg) };
+    default:
+      return { type: 'unknown', message: msg };
+  }
+}
+
+/** The client's WebSocket messages, with their fields in the order of the golden files. */
+export const encode = Object.freeze({
+  auth: (token) => JSON.stringify({ type: 'auth', token }),
+  subscribe: (sub, view, key, lastEventId = null) => JSON.stringify(
+    lastEventId === null
+      ? { type: 'subscribe', sub, view, key }
+      : { type: 'subscribe', sub, view, key, last_event_id: lastEventId },
+  ),
+  unsubscribe: (sub) => JSON.stringify({ type: 'unsubscribe', sub }),
+  publish: (req, events) => JSON.stringify({ type: 'publish', req, events }),
+});

@@ -1,0 +1,280 @@
+/**
+ * One subscription to one (view, key): its rows, its state machine, and its events.
+ *
+ * States: `connecting` (no snapshot yet) -> `live` -> `reconnecting` (connection lost; it
+ * resumes from the last event id) -> `live` again, or -> `reset` (the gateway could not resume
+ * and sent a reset; a snapshot follows at once) -> `live`. `closed` (unsubscribed) and `error`
+ * (refused for good, e.g. forbidden) are final. Every transition goes through `_setState`,
+ * which emits `state` with `{oldState, newState, reason}`.
+ *
+ * Events: `snapshot` (rows replaced: `{rows, frontier, eventId, wasRecovering, reason}`;
+ * `wasRecovering` is true when a resume failed and this snapshot starts over), `change` (one
+ * delta applied: `{ops, rows, eventId}`), `progress` (`{frontier}`), `state` and `error`.
+ * `rows` is a new Map after every change; treat it as read-only.
+ */
+
+import { Emitter } from './emitter.js';
+import { StateError } from './errors.js';
+import { FrameKind } from './frames.js';
+import { covers, mergeFrontier, parseOffset } from './offsets.js';
+
+export const SubscriptionState = Object.freeze({
+  CONNECTING: 'connecting',
+  LIVE: 'live',
+  RECONNECTING: 'reconnecting',
+  RESET: 'reset',
+  CLOSED: 'closed',
+  ERROR: 'error',
+});
+
+const S = SubscriptionState;
+const EVENTS = new Set(['snapshot', 'change', 'progress', 'state', 'error']);
+
+function offsetsOf(offsets) {
+  return (Array.isArray(offsets) ? offsets : [offsets]).map(parseOffset);
+}
+
+export class Subscription extends Emitter {
+  /** Made by `client.subscribe(view, key, handlers)`; not meant to be constructed directly. */
+  constructor(client, view, key, handlers = {}) {
+    super();
+    if (typeof view !== 'string' || !view || typeof key !== 'string' || !key) {
+      throw new TypeError('subscribe(view, key): both must be non-empty strings');
+    }
+    this.client = client;
+    this.view = view;
+    this.key = key;
+    this.state = S.CONNECTING;
+    /** @type {Map<string, unknown>} */
+    this.rows = new Map();
+    /** @type {Record<string, string>} */
+    this.frontier = {};
+    /** The id of the last snapshot or delta: where a reconnect resumes. Opaque. */
+    this.lastEventId = null;
+    this.error = null;
+    this._hadSnapshot = false;
+    this._reset = null;
+    this._waiters = new Set();
+    for (const [event, fn] of Object.entries(handlers ?? {})) {
+      if (!EVENTS.has(event)) throw new TypeError(`unknown subscription event '${event}'; use ${[...EVENTS].join(', ')}`);
+      this.on(event, fn);
+    }
+  }
+
+  /** Whether it may still receive frames (not closed, not failed). */
+  get active() {
+    return this.state !== S.CLOSED && this.state !== S.ERROR;
+  }
+
+  /** Stop receiving; the final state is `closed`. Calling it again does nothing. */
+  unsubscribe() {
+    if (!this.active) return;
+    this.client._detach(this);
+    this._finish(S.CLOSED, null);
+  }
+
+  /** Resolves at the first snapshot; rejects if the subscription fails or closes before. */
+  ready() {
+    if (this._hadSnapshot) return Promise.resolve(this);
+    if (!this.active) return Promise.reject(this.error ?? new StateError('the subscription is closed'));
+    return new Promise((resolve, reject) => {
+      const offs = [
+        this.on('snapshot', () => { offs.forEach((off) => off()); resolve(this); }),
+        this.on('state', ({ newState }) => {
+          if (newState === S.CLOSED || newState === S.ERROR) {
+            offs.forEach((off) => off());
+            reject(this.error ?? new StateError('the subscription closed before its snapshot'));
+          }
+        }),
+      ];
+    });
+  }
+
+  /**
+   * Resolves once this view reflects every one of `offsets` (what `publish` answered): the
+   * frontier of a snapshot or progress frame reached them, and every delta they caused on this
+   * key has been applied. Rejects if the subscription ends first, or on `signal`'s abort.
+   */
+  reflects(offsets, { signal } = {}) {
+    const wanted = offsetsOf(offsets);
+    if (covers(this.frontier, wanted)) return Promise.resolve();
+    if (!this.active) return Promise.reject(this.error ?? new StateError('the subscription is closed'));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      const waiter = { wanted, resolve, reject, signal, onAbort: null };
+      if (signal) {
+        waiter.onAbort = () => {
+          this._waiters.delete(waiter);
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', waiter.onAbort, { once: true });
+      }
+      this._waiters.add(waiter);
+    });
+  }
+
+  /** `for await (const change of sub)`: snapshots and deltas from now until it closes. */
+  [Symbol.asyncIterator]() {
+    const queue = [];
+    let wake = null;
+    let finished = !this.active;
+    const notify = () => {
+      wake?.();
+      wake = null;
+    };
+    const offs = [
+      this.on('snapshot', (e) => { queue.push(e); notify(); }),
+      this.on('change', (e) => { queue.push(e); notify(); }),
+      this.on('state', ({ newState }) => {
+        if (newState === S.CLOSED || newState === S.ERROR) {
+          finished = true;
+          notify();
+        }
+      }),
+    ];
+    const stop = () => offs.forEach((off) => off());
+    const sub = this;
+    return {
+      async next() {
+        for (;;) {
+          if (queue.length > 0) return { value: queue.shift(), done: false };
+          if (finished) {
+            stop();
+            if (sub.state === S.ERROR) throw sub.error;
+            return { value: undefined, done: true };
+          }
+          await new Promise((resolve) => { wake = resolve; });
+        }
+      },
+      async return() {
+        stop();
+        finished = true;
+        queue.length = 0;
+        return { value: undefined, done: true };
+      },
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+    };
+  }
+
+  // ---- what transports call -------------------------------------------------------------
+
+  /** The SSE path of this subscription. */
+  _path() {
+    return `/v1/views/${encodeURIComponent(this.view)}/${encodeURIComponent(this.key)}/live`;
+  }
+
+  _query() {
+    return {};
+  }
+
+  /** The transport (re)established the subscription on the gateway. */
+  _open() {
+    if (this.state === S.RECONNECTING) this._setState(S.LIVE, null);
+  }
+
+  /** The connection was lost; the transport will resume from `lastEventId`. */
+  _lost(reason) {
+    if (this.state === S.LIVE || this.state === S.RESET) this._setState(S.RECONNECTING, reason);
+  }
+
+  /** The gateway refused the subscription for good. */
+  _fail(error) {
+    if (!this.active) return;
+    this.error = error;
+    this._finish(S.ERROR, error);
+    this._emit('error', error);
+  }
+
+  /** The position was refused as malformed: start over with a fresh snapshot. */
+  _forgetPosition(reason) {
+    this.lastEventId = null;
+    if (this._hadSnapshot) this._reset = { code: reason?.code ?? 'invalid_last_event_id', message: reason?.message ?? '' };
+  }
+
+  _frame(frame) {
+    if (!this.active) return; // a frame of a connection torn down since
+    switch (frame.kind) {
+      case FrameKind.SNAPSHOT:
+        this._snapshot(frame);
+        break;
+      case FrameKind.DELTA:
+        this._delta(frame);
+        break;
+      case FrameKind.PROGRESS:
+        this._progress(frame.data.frontier);
+        break;
+      case FrameKind.RESET:
+        this._reset = { code: frame.data.code, message: frame.data.message };
+        this._setState(S.RESET, this._reset);
+        break;
+      default:
+        break; // newer kinds, and end (which the transport handles)
+    }
+  }
+
+  _snapshot(frame) {
+    const { rows, frontier } = frame.data;
+    const wasRecovering = this._hadSnapshot;
+    const reason = this._reset?.code ?? null;
+    this._hadSnapshot = true;
+    this._reset = null;
+    this.rows = new Map(Object.entries(rows));
+    this.frontier = { ...frontier };
+    this.lastEventId = frame.id;
+    this._emit('snapshot', {
+      kind: 'snapshot', rows: this.rows, frontier: this.frontier, eventId: frame.id, wasRecovering, reason,
+    });
+    if (this.state !== S.LIVE) this._setState(S.LIVE, null);
+    this._settleWaiters();
+  }
+
+  _delta(frame) {
+    const rows = new Map(this.rows);
+    for (const op of frame.data.ops) {
+      if (op.op === 'upsert') rows.set(op.row, op.value);
+      else rows.delete(op.row);
+    }
+    this.rows = rows;
+    this.lastEventId = frame.id;
+    if (this.state === S.RECONNECTING) this._setState(S.LIVE, null);
+    this._emit('change', { kind: 'delta', ops: frame.data.ops, rows, eventId: frame.id });
+  }
+
+  _progress(frontier) {
+    this.frontier = mergeFrontier(this.frontier, frontier);
+    this._emit('progress', { frontier: this.frontier });
+    this._settleWaiters();
+  }
+
+  _settleWaiters() {
+    for (const waiter of [...this._waiters]) {
+      if (covers(this.frontier, waiter.wanted)) {
+        this._dropWaiter(waiter);
+        waiter.resolve();
+      }
+    }
+  }
+
+  _dropWaiter(waiter) {
+    this._waiters.delete(waiter);
+    if (waiter.onAbort) waiter.signal.removeEventListener('abort', waiter.onAbort);
+  }
+
+  _finish(state, reason) {
+    this._setState(state, reason);
+    const error = this.error ?? new StateError('the subscription closed before the view reflected the offsets');
+    for (const waiter of [...this._waiters]) {
+      this._dropWaiter(waiter);
+      waiter.reject(error);
+    }
+  }
+
+  _setState(newState, reason) {
+    const oldState = this.state;
+    if (oldState === newState) return;
+    this.state = newState;
+    this._emit('state', { oldState, newState, reason: reason ?? null });
+  }
+}

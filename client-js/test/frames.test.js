@@ -1,0 +1,120 @@
+// The decoder and encoder (src/frames.js) against protocol/golden/, the files the Python
+// encoder is tested against too; and the SSE parser across every way a stream can be cut.
+
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync } from 'node:fs';
+import { test } from 'node:test';
+
+import { ProtocolError } from '../src/errors.js';
+import { SseParser, decodeSseEvent, decodeWsMessage, encode, frame } from '../src/frames.js';
+
+const GOLDEN = new URL('../../protocol/golden/', import.meta.url);
+const files = readdirSync(GOLDEN).filter((f) => f.endsWith('.json')).sort();
+const golden = files.map((name) => ({ name, ...JSON.parse(readFileSync(new URL(name, GOLDEN), 'utf8')) }));
+
+function decodeSse(text) {
+  const parser = new SseParser();
+  return parser.push(text).map(decodeSseEvent);
+}
+
+const FRAME_KINDS = new Set(['snapshot', 'delta', 'progress', 'reset', 'end']);
+
+test('there are golden files of every frame kind', () => {
+  const kinds = new Set(golden.map((g) => g.kind));
+  for (const kind of [...FRAME_KINDS, 'heartbeat', 'error', 'published', 'unsubscribed', 'authenticated']) {
+    assert.ok(kinds.has(kind), kind);
+  }
+});
+
+for (const g of golden.filter((x) => x.direction === 'server')) {
+  test(`decodes golden ${g.name}`, () => {
+    const { event_id: eventId = null, ...data } = g.input;
+    if (g.sse !== undefined) {
+      const frames = decodeSse(g.sse);
+      assert.equal(frames.length, 1);
+      if (g.kind === 'heartbeat') {
+        assert.equal(frames[0].kind, 'heartbeat');
+      } else {
+        assert.deepEqual(frames[0], { kind: g.kind, id: eventId, data, sub: null });
+      }
+    }
+    const msg = decodeWsMessage(g.ws.text);
+    if (FRAME_KINDS.has(g.kind)) {
+      assert.deepEqual(msg, { type: 'frame', frame: { kind: g.kind, id: eventId, data, sub: g.ws.sub } });
+    } else if (g.kind === 'heartbeat') {
+      assert.deepEqual(msg, { type: 'heartbeat' });
+    } else if (g.kind === 'authenticated') {
+      assert.deepEqual(msg, { type: 'authenticated', subject: g.input.subject, expiresAt: g.input.expires_at });
+    } else if (g.kind === 'published') {
+      assert.deepEqual(msg, { type: 'published', req: g.input.req, offsets: g.input.offsets });
+    } else if (g.kind === 'unsubscribed') {
+      assert.deepEqual(msg, { type: 'unsubscribed', sub: g.input.sub });
+    } else if (g.kind === 'error') {
+      assert.equal(msg.type, 'error');
+      assert.equal(msg.sub, g.input.sub ?? null);
+      assert.equal(msg.req, g.input.req ?? null);
+      assert.equal(msg.error.code, g.input.code);
+      assert.equal(msg.error.message, g.input.message);
+      if (g.input.index !== undefined) assert.equal(msg.error.details.index, g.input.index);
+      if (g.input.last_event_id !== undefined) assert.equal(msg.error.details.lastEventId, g.input.last_event_id);
+    } else {
+      assert.fail(`no expectation for golden kind ${g.kind}`);
+    }
+  });
+}
+
+for (const g of golden.filter((x) => x.direction === 'client')) {
+  test(`encodes golden ${g.name} byte for byte`, () => {
+    const i = g.input;
+    const text = {
+      auth: () => encode.auth(i.token),
+      subscribe: () => encode.subscribe(i.sub, i.view, i.key, i.last_event_id ?? null),
+      unsubscribe: () => encode.unsubscribe(i.sub),
+      publish: () => encode.publish(i.req, i.events),
+    }[g.kind]();
+    assert.equal(text, g.ws.text);
+  });
+}
+
+test('the SSE parser gives the same frames however the stream is cut', () => {
+  const stream = golden.filter((g) => g.sse !== undefined).map((g) => g.sse).join('');
+  const whole = decodeSse(stream);
+  assert.equal(whole.length, golden.filter((g) => g.sse !== undefined).length);
+  for (let cut = 1; cut < stream.length; cut += 7) {
+    const parser = new SseParser();
+    const parts = [...parser.push(stream.slice(0, cut)), ...parser.push(stream.slice(cut))];
+    assert.deepEqual(parts.map(decodeSseEvent), whole, `cut at ${cut}`);
+  }
+  // One character at a time, with CRLF and CR line ends as the standard allows.
+  for (const eol of ['\r\n', '\r']) {
+    const parser = new SseParser();
+    const out = [];
+    for (const ch of stream.replaceAll('\n', eol)) out.push(...parser.push(ch));
+    // A lone CR at the very end waits for a possible LF: the last blank line completes it.
+    out.push(...parser.push('\n'));
+    assert.deepEqual(out.map(decodeSseEvent), whole, JSON.stringify(eol));
+  }
+});
+
+test('the SSE parser follows the standard: one space dropped, multi-line data, no data no event', () => {
+  const parser = new SseParser();
+  const out = parser.push('event:x\ndata:  two spaces\ndata: second\nid: 1\n\nevent: y\n\n: c\n\n');
+  assert.deepEqual(out, [{ event: 'x', id: '1', data: ' two spaces\nsecond' }, { comment: 'c' }]);
+});
+
+test('malformed frames are protocol errors, not crashes', () => {
+  assert.throws(() => decodeSse('event: delta\nid: e.1-0\ndata: {not json\n\n'), ProtocolError);
+  assert.throws(() => decodeSse('event: delta\nid: e.1-0\ndata: {"view":"v","key":"k"}\n\n'), ProtocolError);
+  assert.throws(() => decodeSse('event: snapshot\ndata: {"view":"v","key":"k","rows":{},"frontier":{}}\n\n'), ProtocolError);
+  assert.throws(() => decodeWsMessage('[1,2]'), ProtocolError);
+  assert.throws(() => decodeWsMessage('{"type":"delta","data":{}}'), ProtocolError);
+  assert.throws(() => frame('delta', 'e.1-0', { view: 'v', key: 'k', ops: [{ op: 'move', row: 'r' }] }), ProtocolError);
+  // A kind this client does not know passes, so a newer gateway can add kinds.
+  assert.equal(decodeSse('event: novel\ndata: {}\n\n')[0].kind, 'novel');
+  assert.equal(decodeWsMessage('{"type":"novel"}').type, 'unknown');
+});
+
+test('a log frame of the log feed decodes', () => {
+  const data = { partition: 1, id: '5-0', type: 'like', key: 'bob', time: '2026-01-31T12:00:00.000Z', payload: { user: 'a', tweet: 'bob:1' } };
+  assert.deepEqual(decodeSse(`event: log\ndata: ${JSON.stringify(data)}\n\n`), [{ kind: 'log', id: null, data, sub: null }]);
+});

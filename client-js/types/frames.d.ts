@@ -1,0 +1,50 @@
+// Type declarations of liveviews-client/frames: the wire format, for tools and tests.
+
+import type { Offset, RequestError } from './index.js';
+
+export type FrameKindName = 'snapshot' | 'delta' | 'progress' | 'reset' | 'end' | 'log' | 'heartbeat';
+
+export declare const FrameKind: Readonly<{
+  SNAPSHOT: 'snapshot';
+  DELTA: 'delta';
+  PROGRESS: 'progress';
+  RESET: 'reset';
+  END: 'end';
+  LOG: 'log';
+  HEARTBEAT: 'heartbeat';
+}>;
+
+export interface Frame {
+  kind: FrameKindName | string;
+  id: string | null;
+  data: Record<string, unknown> | null;
+  sub: string | null;
+}
+
+export type SseItem = { event: string; id: string | null; data: string } | { comment: string };
+
+export declare class SseParser {
+  push(text: string): SseItem[];
+}
+
+export declare function frame(kind: string, id: string | null | undefined, data: unknown, sub?: string | null): Frame;
+export declare function decodeSseEvent(item: SseItem): Frame;
+export declare function decodeOffsets(offsets: unknown): Offset[];
+
+export type WsMessage =
+  | { type: 'frame'; frame: Frame }
+  | { type: 'heartbeat' }
+  | { type: 'authenticated'; subject: string; expiresAt: number }
+  | { type: 'published'; req: string; offsets: Offset[] }
+  | { type: 'unsubscribed'; sub: string | null }
+  | { type: 'error'; sub: string | null; req: string | null; error: RequestError }
+  | { type: 'unknown'; message: Record<string, unknown> };
+
+export declare function decodeWsMessage(text: string): WsMessage;
+
+export declare const encode: Readonly<{
+  auth(token: string): string;
+  subscribe(sub: string, view: string, key: string, lastEventId?: string | null): string;
+  unsubscribe(sub: string): string;
+  publish(req: string, events: unknown[]): string;
+}>;

@@ -1,0 +1,142 @@
+"""The JavaScript client's tests (client-js/test/), run by Node against a real gateway.
+
+The gateway is a real uvicorn over the session's store, as in tests/server. The Node tests
+make changes happen exactly when they need them through a small control server of this
+process, which writes deltas and frontier advances with the real ``ChangeTopicSink`` (as the
+Spark pipeline does), wipes the store, or floods a shard until its history is trimmed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+
+from lvclient import ServedGateway, Writer, free_port, stored_rows  # noqa: E402
+from tests_server_settings import SHARDS, settings_for  # noqa: E402
+
+from demo.chirp import app as chirp  # noqa: E402
+from streaming.changes import shard_for  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = shutil.which("node") or "/usr/bin/node"
+NODE_TIMEOUT = 300
+# JS_TEST_FILES narrows the run to some files while working on them.
+TARGETS = (os.environ.get("JS_TEST_FILES") or "client-js/test/").split()
+
+
+class Control:
+    """What the Node tests may ask of the store; one lock, one batch counter for all writers."""
+
+    def __init__(self, store_url: str) -> None:
+        self.client = redis.Redis.from_url(store_url)
+        self.lock = threading.Lock()
+        self.batches = itertools.count(1)
+        self.writer = self._writer(10_000)
+        self.small = self._writer(10)
+
+    def _writer(self, retention: int) -> Writer:
+        writer = Writer(self.client, chirp, SHARDS, retention=retention)
+        writer.batches = self.batches  # batch ids must grow across writers, as in one pipeline
+        return writer
+
+    def write(self, body: dict[str, Any]) -> dict[str, Any]:
+        changes = [tuple(c) for c in body["changes"]]
+        frontier = {int(p): o for p, o in (body.get("frontier") or {}).items()}
+        self.writer.write(changes, frontier)  # type: ignore[arg-type]
+        return {}
+
+    def wipe(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.client.flushdb()
+        return {}
+
+    def flood(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Changes of other keys on the shard of (view, key), until its history is trimmed."""
+        view, key = body["view"], body["key"]
+        shard = shard_for(view, key, SHARDS)
+        others = (f"flood{i}" for i in itertools.count())
+        neighbours = list(itertools.islice(
+            (k for k in others if shard_for(view, k, SHARDS) == shard), 5
+        ))  # fmt: skip
+        for i in range(int(body.get("n", 100))):
+            self.small.write([(view, neighbours[i % 5], "profile", {"name": f"n{i}"})])
+        return {}
+
+    def rows(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"rows": stored_rows(self.client, body["view"], body["key"], SHARDS)}
+
+    def handle(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        handler = {"write": self.write, "wipe": self.wipe, "flood": self.flood,
+                   "rows": self.rows}.get(action)  # fmt: skip
+        if handler is None:
+            raise KeyError(action)
+        with self.lock:
+            return handler(body)
+
+
+def serve_control(control: Control) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (the name http.server calls)
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+                answer, status = control.handle(self.path.strip("/"), body), 200
+            except Exception as exc:  # reported to the Node test that asked
+                answer, status = {"error": repr(exc)}, 500
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def gateway(store_url: str) -> Iterator[ServedGateway]:
+    served = ServedGateway(settings_for(store_url, LV_MAX_SUBSCRIPTIONS_PER_SOCKET="20")).start()
+    yield served
+    served.stop()
+
+
+def test_the_javascript_client(gateway: ServedGateway, store: redis.Redis, store_url: str) -> None:
+    """``node --test client-js/test/``: every test passes, none is skipped."""
+    control = serve_control(Control(store_url))
+    env = {
+        **os.environ,
+        "LV_GATEWAY_URL": gateway.url,
+        "LV_CONTROL_URL": f"http://127.0.0.1:{control.server_address[1]}",
+        "LV_JWT_SECRET": gateway.settings.jwt_secret,
+        "LV_JWT_AUDIENCE": gateway.settings.jwt_audience,
+    }
+    try:
+        result = subprocess.run(
+            [NODE, "--experimental-websocket", "--test", "--test-reporter=tap",
+             "--test-concurrency=1", *TARGETS],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=NODE_TIMEOUT,
+        )  # fmt: skip
+    finally:
+        control.shutdown()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"node --test failed:\n{output}"
+    assert "# fail 0" in output and "# skipped 0" in output, output
+    print(output[output.rfind("# tests"):])
