@@ -160,13 +160,20 @@ def document(dev_tokens: bool, log_feed: bool = True) -> dict[str, Any]:
         paths["/v1/log/live"] = {
             "get": {
                 "summary": "Server-Sent Events: the log's recent entries, then each new one "
-                           "(docs/PROTOCOL.md, section 9). Not resumable.",
+                "(docs/PROTOCOL.md, section 9). Not resumable.",
                 "security": BEARER,
-                "parameters": [{"name": "recent", "in": "query", "schema": {
-                    "type": "integer", "minimum": 0, "maximum": 100, "default": 20}}],
+                "parameters": [
+                    {
+                        "name": "recent",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 100, "default": 20},
+                    }
+                ],
                 "responses": {
-                    "200": {"description": "An event stream of log frames.",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                    "200": {
+                        "description": "An event stream of log frames.",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                    },
                     **_errors(400, 401, 403, 503),
                 },
             }

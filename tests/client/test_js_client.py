@@ -139,4 +139,4 @@ def test_the_javascript_client(gateway: ServedGateway, store: redis.Redis, store
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"node --test failed:\n{output}"
     assert "# fail 0" in output and "# skipped 0" in output, output
-    print(output[output.rfind("# tests"):])
+    print(output[output.rfind("# tests") :])

@@ -26,9 +26,7 @@ def served(store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     (web / "outside").symlink_to(root / "secret.txt")
     (root / "secret.txt").write_text(SECRET)
     (client / "index.js").write_text("export const x = 1;\n")
-    settings = settings_for(
-        store_url, LV_STATIC_DIR=str(web), LV_CLIENT_JS_DIR=str(client)
-    )
+    settings = settings_for(store_url, LV_STATIC_DIR=str(web), LV_CLIENT_JS_DIR=str(client))
     gw = ServedGateway(settings).start()
     yield gw
     gw.stop()
