@@ -144,7 +144,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp:
         data = Path(tmp)
         with EmbeddedStore(data / "store", PORT) as url:
-            client = redis.Redis.from_url(url)
+            client = redis.Redis.from_url(url, socket_timeout=60)
             figures["cold_start_to_first_delta_s"] = round(cold_start(url, data, client), 2)
             client.flushdb()
             from streaming.job import build_session

@@ -1,14 +1,19 @@
--- Apply one micro-batch's row changes to one change-topic shard, exactly once.
+-- Apply part of one micro-batch's row changes to one change-topic shard, exactly once.
+--
+-- A call holds all of the batch's changes for each (view, key) it names; a shard's changes
+-- may take several calls, of which only the last (final = 1) records the batch id. A call
+-- replayed after a crash emits nothing twice: an upsert of the stored value and a delete of
+-- a missing row change nothing, so they append no delta.
 --
 -- KEYS[1] changes stream, KEYS[2] batches hash, KEYS[3] positions hash,
 -- then three keys per (view, key) group: rows hash, candidates hash, rank zset.
--- ARGV: pipeline, batch id, retention, group count,
+-- ARGV: pipeline, batch id, retention, final (0 | 1), group count,
 --       then per group: view, key, limit (0 = all rows), op count,
 --       then per op: kind ("u" upsert | "d" delete), row id, value JSON, score.
 -- Returns the number of deltas appended.
 local changes, batches, positions = KEYS[1], KEYS[2], KEYS[3]
 local pipeline, batch, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local groups = tonumber(ARGV[4])
+local final, groups = ARGV[4] == '1', tonumber(ARGV[5])
 
 local last = redis.call('HGET', batches, pipeline)
 if last and tonumber(last) >= batch then
@@ -22,7 +27,7 @@ local function delete(row)
   return '{"op":"delete","row":' .. cjson.encode(row) .. '}'
 end
 
-local emitted, a, k = 0, 5, 4
+local emitted, a, k = 0, 6, 4
 for _ = 1, groups do
   local view, key, limit, nops = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   a = a + 4
@@ -81,5 +86,7 @@ for _ = 1, groups do
     emitted = emitted + 1
   end
 end
-redis.call('HSET', batches, pipeline, batch)
+if final then
+  redis.call('HSET', batches, pipeline, batch)
+end
 return emitted

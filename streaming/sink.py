@@ -1,11 +1,13 @@
 """The one sink of every view: each micro-batch's row changes become state and deltas.
 
 ``ChangeTopicSink`` is the ``foreachBatch`` function of the pipeline query; it runs on the
-driver. For each shard of the change topic one Lua call (``sink.lua``) applies the batch's row
-changes, appends one delta per changed (view, key) and records the batch id, all atomically;
-the frontier is advanced the same way (``frontier.lua``). On a single server the whole batch is
-one MULTI/EXEC transaction. A batch replayed after a crash finds its id recorded and changes
-nothing, so the change topic holds every delta exactly once.
+driver. Lua calls (``sink.lua``) apply the batch's row changes shard by shard, each call
+atomically for every (view, key) it holds: new rows, one delta per changed key, its position.
+A large batch takes several bounded calls, so the store keeps serving readers in between; the
+last call of a shard records the batch id, and the frontier (``frontier.lua``) advances only
+after every shard has the batch, so a reader that sees the frontier sees all its changes.
+A batch replayed after a crash changes nothing it had already changed: its shards find the
+batch id recorded, or re-apply values already stored, which appends no delta.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from streaming.changes import (
 from streaming.errors import ConfigurationError
 
 log = logging.getLogger("liveviews.sink")
+
+CALL_OPS = 5000
+"""Row changes per Lua call, about 50-100 ms of store time; a key's changes are never split."""
 
 Group = tuple[str, str]  # (view, key)
 Op = tuple[str, str, str, float]  # (kind, row, value, score)
@@ -82,24 +87,30 @@ class ChangeTopicSink:
         by_shard: dict[int, list[tuple[Group, list[Op]]]] = defaultdict(list)
         for group, ops in groups.items():
             by_shard[shard_for(group[0], group[1], self.shards)].append((group, ops))
-        with self.client.pipeline(transaction=True) as pipe:
+        with self.client.pipeline(transaction=False) as pipe:
             for shard in sorted(by_shard):
-                self._queue_shard(pipe, shard, by_shard[shard], batch_id)
-            frontier_args: list[Any] = [self.name, batch_id]
-            for partition in sorted(read_to):
-                frontier_args += [partition, read_to[partition]]
-            self.advance(
-                keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM],
-                args=frontier_args,
-                client=pipe,
-            )
+                for calls, chunk in enumerate(_chunks(by_shard[shard])):
+                    if calls and len(pipe) >= 8:
+                        pipe.execute()  # let replies flow back while later calls are built
+                    self._queue_call(pipe, shard, chunk, batch_id, final=False)
+                self._queue_call(pipe, shard, [], batch_id, final=True)
             pipe.execute()
+        frontier_args: list[Any] = [self.name, batch_id]
+        for partition in sorted(read_to):
+            frontier_args += [partition, read_to[partition]]
+        self.advance(keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM], args=frontier_args)
 
-    def _queue_shard(
-        self, pipe: Any, shard: int, groups: list[tuple[Group, list[Op]]], batch_id: int
+    def _queue_call(
+        self,
+        pipe: Any,
+        shard: int,
+        groups: list[tuple[Group, list[Op]]],
+        batch_id: int,
+        *,
+        final: bool,
     ) -> None:
         keys: list[str] = [changes_stream(shard), batches_key(shard), positions_key(shard)]
-        args: list[Any] = [self.name, batch_id, self.retention, len(groups)]
+        args: list[Any] = [self.name, batch_id, self.retention, int(final), len(groups)]
         for (view, key), ops in groups:
             keys += [rows_key(shard, view, key), candidates_key(shard, view, key),
                      rank_key(shard, view, key)]  # fmt: skip
@@ -107,3 +118,16 @@ class ChangeTopicSink:
             for kind, row, value, score in ops:
                 args += [kind, row, value, repr(score)]
         self.apply_shard(keys=keys, args=args, client=pipe)
+
+
+def _chunks(groups: list[tuple[Group, list[Op]]]) -> list[list[tuple[Group, list[Op]]]]:
+    """Consecutive runs of whole groups with about CALL_OPS row changes each."""
+    out: list[list[tuple[Group, list[Op]]]] = [[]]
+    size = 0
+    for group in groups:
+        if size and size + len(group[1]) > CALL_OPS:
+            out.append([])
+            size = 0
+        out[-1].append(group)
+        size += len(group[1])
+    return out if out[0] else []

@@ -119,7 +119,8 @@ def _spark_jvm(pid: int, timeout: float = 60) -> int:
                 cmd = Path(f"/proc/{child}/cmdline").read_bytes()
             except OSError:
                 continue
-            if cmd.split(b"\0")[0].endswith(b"java"):
+            # spark-submit first runs a short-lived launcher JVM; the driver runs SparkSubmit.
+            if cmd.split(b"\0")[0].endswith(b"java") and b"SparkSubmit" in cmd:
                 return child
         time.sleep(0.2)
     raise AssertionError("the pipeline's Spark JVM did not start")
@@ -148,11 +149,10 @@ def test_sigkill_spark_jvm_and_restart(store, settings):
     writer = Writer(log, Activity(users=15, seed=23))
     job = _start_job(settings)
     try:
-        jvm = _spark_jvm(job.pid)
         writer.start()
         probe = RunningPipelineProbe(settings)
         probe.wait_for_progress(store)  # killed while batches are flowing
-        os.kill(jvm, signal.SIGKILL)
+        os.kill(_spark_jvm(job.pid), signal.SIGKILL)
         job.wait(60)
         job = _start_job(settings)
         time.sleep(2)

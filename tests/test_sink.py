@@ -108,3 +108,18 @@ def test_retention_trims_the_change_topic(store):
     for b in range(300):
         sink.write([row("plain", f"k{b}", "r", str(b))], b)
     assert store.xlen("lv:{c0}:changes") < 300
+
+
+def test_a_batch_cut_short_between_calls_emits_nothing_twice(store, monkeypatch):
+    """Crash after a shard's change calls but before its final call recorded the batch id."""
+    monkeypatch.setattr("streaming.sink.CALL_OPS", 2)
+    sink = ChangeTopicSink(store, make_app(), "q", 1, retention=1000)
+    batch = [row("plain", f"k{i}", "r", str(i)) for i in range(7)]
+    batch += [row("top", "t", f"r{i}", str(i), float(i)) for i in range(5)]
+    sink.write(batch, 0)
+    first = read_deltas(store, 0)
+    assert len(first) == 8
+    store.hdel("lv:{c0}:batches", "q")  # as if the final call never ran
+    sink.write(batch, 0)
+    assert read_deltas(store, 0) == first
+    assert store.hget("lv:{c0}:batches", "q") == b"0"
