@@ -190,7 +190,8 @@ export class WsTransport {
     // Some WebSocket implementations never report a handshake cut short: time it out.
     this._watch(gen, this.client.options.connectTimeout);
     socket.onopen = () => {
-      if (gen === this._gen) socket.send(encode.auth(token));
+      // Without a token the gateway signs the socket in from the lv_token cookie, if any.
+      if (gen === this._gen && token !== null) socket.send(encode.auth(token));
     };
     socket.onmessage = (event) => {
       if (gen === this._gen) this._message(event.data, gen);
