@@ -13,8 +13,9 @@
 import { Emitter } from './emitter.js';
 import { ConnectionError, RequestError, StateError, errorFromResponse, isTokenError } from './errors.js';
 import { decodeOffsets } from './frames.js';
+import { EventSourceStream } from './eventsource.js';
 import { LogTail } from './log.js';
-import { SseTransport } from './sse.js';
+import { EventStream, SseTransport } from './sse.js';
 import { Subscription } from './subscription.js';
 import { WsTransport } from './ws.js';
 
@@ -47,6 +48,8 @@ export class Client extends Emitter {
    * @param {number} [options.connectTimeout] ms before a connection attempt counts as failed
    * @param {typeof fetch} [options.fetch]
    * @param {typeof WebSocket} [options.WebSocket]
+   * @param {typeof EventSource} [options.EventSource] read SSE with it instead of fetch (the
+   *   token then goes in the query)
    * @param {boolean} [options.watchOnline] follow the browser's online/offline events
    */
   constructor(options = {}) {
@@ -71,6 +74,8 @@ export class Client extends Emitter {
     this._fetch = options.fetch ?? globalThis.fetch?.bind(globalThis);
     if (typeof this._fetch !== 'function') throw new TypeError('no fetch here: pass options.fetch');
     this._WebSocket = options.WebSocket ?? globalThis.WebSocket ?? null;
+    this._EventSource = options.EventSource ?? null;
+    this._Stream = this._EventSource === null ? EventStream : EventSourceStream;
     if (transport === 'ws' && this._WebSocket === null) {
       throw new TypeError("transport 'ws' needs a WebSocket: pass options.WebSocket (Node 20: run with --experimental-websocket)");
     }
@@ -89,7 +94,7 @@ export class Client extends Emitter {
     this.transport = ws ? 'ws' : 'sse';
     this._transport = ws
       ? new WsTransport(this, { onUnavailable: transport === 'auto' ? (error) => this._fallBack(error) : null })
-      : new SseTransport(this);
+      : new SseTransport(this, { Stream: this._Stream });
     this._unwatch = this._watchOnline();
   }
 
@@ -129,7 +134,7 @@ export class Client extends Emitter {
   tailLog(options = {}, handlers = {}) {
     this._requireOpen('tailLog');
     const tail = new LogTail(this, options, handlers);
-    this._logTransport ??= new SseTransport(this, { reportState: false });
+    this._logTransport ??= new SseTransport(this, { reportState: false, Stream: this._Stream });
     if (this.state === ClientState.DISCONNECTED && (this._manualDisconnect || this._offline)) this._logTransport.paused = true;
     this._logTransport.attach(tail);
     return tail;
@@ -236,7 +241,7 @@ export class Client extends Emitter {
   /** `auto`: the first WebSocket never opened, so follow the subscriptions over SSE. */
   _fallBack(error) {
     this.transport = 'sse';
-    this._transport = new SseTransport(this);
+    this._transport = new SseTransport(this, { Stream: this._Stream });
     this._emit('error', new ConnectionError('no WebSocket could be opened; using Server-Sent Events', { cause: error }));
     for (const sub of this.subscriptions) this._transport.attach(sub);
   }

@@ -1,6 +1,7 @@
 /**
  * The SSE transport: one `GET .../live` stream per subscription, read with `fetch` so that it
- * can send the `Authorization` and `Last-Event-ID` headers (EventSource can set neither).
+ * can send the `Authorization` and `Last-Event-ID` headers (EventSource can set neither; an
+ * application may still give one, see eventsource.js).
  *
  * Each `EventStream` reconnects by itself with full-jitter backoff and resumes from its
  * consumer's last event id. Every await and timer carries the generation it was started in;
@@ -157,9 +158,7 @@ export class EventStream {
     } catch (cause) {
       if (gen !== this._gen) return;
       if (cause instanceof ProtocolError) {
-        this._teardown();
-        this._setState(T.CLOSED);
-        this.consumer._fail(cause);
+        this._fail(cause);
         return;
       }
       this._retry(new ConnectionError('the event stream broke', { cause }));
@@ -173,9 +172,7 @@ export class EventStream {
     const reason = { code: data.code, message: data.message };
     if (data.code === 'token_expired') {
       if (!this.client._canRefresh) {
-        this._teardown();
-        this._setState(T.CLOSED);
-        this.consumer._fail(this.client._tokenExpired(data.message));
+        this._fail(this.client._tokenExpired(data.message));
         return;
       }
       this._refreshToken = true;
@@ -191,12 +188,17 @@ export class EventStream {
       this._refreshToken = true;
       this._retry(error, 0);
     } else if (fatal(error) || isTokenError(error)) {
-      this._teardown();
-      this._setState(T.CLOSED);
-      this.consumer._fail(error);
+      this._fail(error);
     } else {
       this._retry(error);
     }
+  }
+
+  /** Give up for good: the consumer fails with `error`. */
+  _fail(error) {
+    this._teardown();
+    this._setState(T.CLOSED);
+    this.consumer._fail(error);
   }
 
   _retry(reason, delay = this._backoff.next()) {
@@ -219,15 +221,17 @@ export class EventStream {
 
 /** Every SSE stream of a client; reports the client's connection state from theirs. */
 export class SseTransport {
-  constructor(client, { reportState = true } = {}) {
+  /** `Stream`: EventStream (fetch), or EventSourceStream where the app gave an EventSource. */
+  constructor(client, { reportState = true, Stream = EventStream } = {}) {
     this.client = client;
     this.reportState = reportState;
+    this.Stream = Stream;
     this.streams = new Map();
     this.paused = false;
   }
 
   attach(consumer) {
-    const stream = new EventStream(this.client, consumer, () => this._update());
+    const stream = new this.Stream(this.client, consumer, () => this._update());
     this.streams.set(consumer, stream);
     if (!this.paused) stream.start();
     this._update();

@@ -64,6 +64,8 @@ export interface ClientOptions {
   connectTimeout?: number;
   fetch?: typeof fetch;
   WebSocket?: unknown;
+  /** Read SSE with this EventSource instead of fetch; the token then goes in the query. */
+  EventSource?: unknown;
   /** Follow the browser's online/offline events (default true). */
   watchOnline?: boolean;
 }

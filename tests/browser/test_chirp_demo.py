@@ -134,6 +134,44 @@ def test_b_renames_and_the_name_changes_on_as_timeline(tabs: tuple[Tab, Tab]) ->
     )
 
 
+EVENTSOURCE_CLIENT = """async () => {
+    const { createClient } = await import('/client-js/index.js');
+    const answer = await fetch('/v1/dev/token', {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"user": "ada"}',
+    });
+    const { token } = await answer.json();
+    const opened = [];
+    class Counted extends EventSource {
+        constructor(url, init) { super(url, init); opened.push(url); }
+    }
+    const client = createClient({ transport: 'sse', EventSource: Counted, token });
+    const sub = client.subscribe('profiles', 'ben');
+    await sub.ready();
+    const names = [sub.rows.get('profile').name];
+    sub.on('change', ({ rows }) => names.push(rows.get('profile').name));
+    const refused = client.subscribe('timeline', 'ben');
+    const error = await new Promise((resolve) => refused.on('error', resolve));
+    window.viaEventSource = { client, names, opened, refused: error.code };
+}"""
+
+
+def test_the_client_also_reads_with_the_browsers_own_eventsource(tabs: tuple[Tab, Tab]) -> None:
+    a, b = tabs
+    a.page.evaluate(EVENTSOURCE_CLIENT)
+    assert a.page.evaluate("() => window.viaEventSource.refused") == "forbidden"
+    b.id("rename-input").fill("Ben Franklin")
+    b.id("rename-submit").click()
+    a.page.wait_for_function("() => window.viaEventSource.names.includes('Ben Franklin')")
+    assert a.page.evaluate("() => window.viaEventSource.names") == [
+        "Benjamin Franklin",
+        "Ben Franklin",
+    ]
+    opened = a.page.evaluate("() => window.viaEventSource.opened")
+    assert opened and all("access_token=" in url for url in opened)
+    a.page.evaluate("() => window.viaEventSource.client.close()")
+    expect(a.timeline_post(FIRST).get_by_test_id("tweet-author")).to_have_text("Ben Franklin")
+
+
 def test_offline_a_gets_both_posts_once_and_in_order_when_back(tabs: tuple[Tab, Tab]) -> None:
     a, b = tabs
     before = a.timeline_ids()
