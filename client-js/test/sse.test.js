@@ -40,6 +40,9 @@ test('a subscription gets the snapshot, then each delta in order', live, async (
   await waitFor(() => log.filter((e) => e.event === 'change').length === 5, 'five deltas');
   assert.deepEqual(names(log), ['A1', 'A2', 'A3', 'A3', 'A3']);
   assert.deepEqual(Object.fromEntries(sub.rows), (await control('rows', { view: 'profiles', key })).rows);
+  const once = await client.get('profiles', key); // the same rows, read without following them
+  assert.deepEqual(once.rows, sub.rows);
+  assert.match(once.position, /^[\w-]+\.\d+-\d+$/);
   assert.deepEqual(log.filter((e) => e.event === 'state').map((e) => e.newState), ['live']);
   sub.unsubscribe();
   assert.equal(sub.state, 'closed');
