@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming.errors import ConfigurationError
-from streaming.settings import Settings
+from streaming.settings import Settings, env_int
 
 DEV_JWT_SECRET = "liveviews-dev-secret-never-use-in-production"
 """The signing secret in dev mode when ``LV_JWT_SECRET`` is unset; public, so never safe."""
@@ -24,19 +24,6 @@ DEFAULT_CLIENT_JS_DIR = REPO / "client-js" / "src"
 
 MIN_SECRET_BYTES = 32
 ENVIRONMENTS = ("dev", "production")
-
-
-def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a whole number, not {raw!r}.") from None
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be at least {minimum}, not {value}.")
-    return value
 
 
 def _float(env: dict[str, str], name: str, default: float) -> float:
@@ -132,23 +119,23 @@ class GatewaySettings:
         return cls(
             store=Settings.from_env(env),
             host=env.get("LV_HOST") or "127.0.0.1",
-            port=_int(env, "LV_PORT", 8000, minimum=0),
+            port=env_int(env, "LV_PORT", 8000, minimum=0),
             environment=environment,
             jwt_secret=secret,
             jwt_audience=env.get("LV_JWT_AUDIENCE") or "liveviews",
             dev_tokens=_bool(env, "LV_DEV_TOKENS", dev),
-            dev_token_ttl=_int(env, "LV_DEV_TOKEN_TTL", 3600),
+            dev_token_ttl=env_int(env, "LV_DEV_TOKEN_TTL", 3600),
             cors_origins=origins,
-            max_body_bytes=_int(env, "LV_MAX_BODY_BYTES", 1_048_576),
-            max_batch_events=_int(env, "LV_MAX_BATCH_EVENTS", 1000),
-            max_connections=_int(env, "LV_MAX_CONNECTIONS", 10_000),
-            max_subscriptions_per_socket=_int(env, "LV_MAX_SUBSCRIPTIONS_PER_SOCKET", 100),
-            subscriber_buffer=_int(env, "LV_SUBSCRIBER_BUFFER", 256),
+            max_body_bytes=env_int(env, "LV_MAX_BODY_BYTES", 1_048_576),
+            max_batch_events=env_int(env, "LV_MAX_BATCH_EVENTS", 1000),
+            max_connections=env_int(env, "LV_MAX_CONNECTIONS", 10_000),
+            max_subscriptions_per_socket=env_int(env, "LV_MAX_SUBSCRIPTIONS_PER_SOCKET", 100),
+            subscriber_buffer=env_int(env, "LV_SUBSCRIBER_BUFFER", 256),
             heartbeat_seconds=_float(env, "LV_HEARTBEAT_SECONDS", 15.0),
             send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
             ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),
             frontier_name=env.get("LV_FRONTIER_NAME") or "liveviews",
-            feed_block_ms=_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),
+            feed_block_ms=env_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),
             log_feed=_bool(env, "LV_LOG_FEED", dev),
             static_dir=_dir(env, "LV_STATIC_DIR", DEFAULT_STATIC_DIR),
             client_js_dir=_dir(env, "LV_CLIENT_JS_DIR", DEFAULT_CLIENT_JS_DIR),

@@ -15,7 +15,8 @@ from streaming.errors import ConfigurationError
 DEFAULT_EMBEDDED_PORT = 6390
 
 
-def _int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+def env_int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+    """A whole-number setting, with a message naming the variable when it is not one."""
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -69,17 +70,17 @@ class Settings:
         return cls(
             redis_url=env.get("REDIS_URL") or None,
             data_dir=data_dir,
-            embedded_port=_int(env, "LV_EMBEDDED_PORT", DEFAULT_EMBEDDED_PORT),
-            log_partitions=_int(env, "LV_LOG_PARTITIONS", 4),
-            change_shards=_int(env, "LV_CHANGE_SHARDS", 16),
-            change_retention=_int(env, "LV_CHANGE_RETENTION", 10_000, minimum=10),
+            embedded_port=env_int(env, "LV_EMBEDDED_PORT", DEFAULT_EMBEDDED_PORT),
+            log_partitions=env_int(env, "LV_LOG_PARTITIONS", 4),
+            change_shards=env_int(env, "LV_CHANGE_SHARDS", 16),
+            change_retention=env_int(env, "LV_CHANGE_RETENTION", 10_000, minimum=10),
             app=env.get("LV_APP") or "demo.chirp:app",
             spark_master=env.get("SPARK_MASTER") or "local[2]",
             checkpoint_dir=Path(env.get("LV_CHECKPOINT_DIR") or data_dir / "checkpoints"),
             trigger_interval=env.get("LV_TRIGGER_INTERVAL") or "0 seconds",
-            shuffle_partitions=_int(env, "LV_SHUFFLE_PARTITIONS", 2),
-            max_events_per_batch=_int(env, "LV_MAX_EVENTS_PER_BATCH", 100_000),
-            wait_for_store=_int(env, "LV_WAIT_FOR_STORE", 0, minimum=0),
-            read_tasks=_int(env, "LV_READ_TASKS", 1),
+            shuffle_partitions=env_int(env, "LV_SHUFFLE_PARTITIONS", 2),
+            max_events_per_batch=env_int(env, "LV_MAX_EVENTS_PER_BATCH", 100_000),
+            wait_for_store=env_int(env, "LV_WAIT_FOR_STORE", 0, minimum=0),
+            read_tasks=env_int(env, "LV_READ_TASKS", 1),
             spark_conf=spark_conf,
         )
