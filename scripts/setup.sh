@@ -17,6 +17,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ]; then
+  echo "The JavaScript client's tests need Node 20 or newer; this machine has $(node --version 2>/dev/null || echo none)." >&2
+  echo "Install it (https://nodejs.org or your distribution's nodejs 20 package) and run again." >&2
+  exit 1
+fi
+
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
