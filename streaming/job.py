@@ -33,6 +33,7 @@ SINK_TIMEOUT_S = 600
 def spark_conf(settings: Settings) -> dict[str, str]:
     conf = {
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.driver.memory": settings.driver_memory,
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),

@@ -47,6 +47,7 @@ class Settings:
     max_events_per_batch: int
     wait_for_store: int
     read_tasks: int
+    driver_memory: str
     spark_conf: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -82,5 +83,6 @@ class Settings:
             max_events_per_batch=env_int(env, "LV_MAX_EVENTS_PER_BATCH", 100_000),
             wait_for_store=env_int(env, "LV_WAIT_FOR_STORE", 0, minimum=0),
             read_tasks=env_int(env, "LV_READ_TASKS", 1),
+            driver_memory=env.get("LV_DRIVER_MEMORY") or "4g",
             spark_conf=spark_conf,
         )

@@ -71,23 +71,27 @@ class Activity:
             time_ms -= rng.randint(31_000, 120_000)  # arrives late
         user = rng.choice(self.users)
         roll = rng.random()
-        if roll < 0.08 or not self.tweets:
+        if roll < 0.10 or not self.tweets:
             self.serial += 1
             tweet = f"{user}:{self.prefix}{self.serial}"
             self.tweets.append(tweet)
             text = f"post {self.serial}"
             return _ev("tweet_posted", {"user": user, "tweet": tweet, "text": text}, time_ms)
-        if roll < 0.45:
-            return _ev("like", {"user": user, "tweet": rng.choice(self.tweets[-200:])}, time_ms)
         if roll < 0.60:
+            return _ev("like", {"user": user, "tweet": rng.choice(self.tweets[-200:])}, time_ms)
+        if roll < 0.75:
             return _ev("unlike", {"user": user, "tweet": rng.choice(self.tweets[-200:])}, time_ms)
-        if roll < 0.80:
-            other = rng.choice([u for u in self.users if u != user])
-            return _ev("follow", {"user": user, "followee": other}, time_ms)
-        if roll < 0.90:
-            other = rng.choice([u for u in self.users if u != user])
-            return _ev("unfollow", {"user": user, "followee": other}, time_ms)
+        if roll < 0.95:
+            return _ev("follow", {"user": user, "followee": self._other(user)}, time_ms)
+        if roll < 0.98:
+            return _ev("unfollow", {"user": user, "followee": self._other(user)}, time_ms)
         return _ev("profile_set", {"user": user, "name": f"{user} #{rng.randint(1, 99)}"}, time_ms)
+
+    def _other(self, user: str) -> str:
+        while True:
+            other = self.rng.choice(self.users)
+            if other != user:
+                return other
 
     def take(self, n: int) -> list[dict[str, Any]]:
         return [next(self) for _ in range(n)]
