@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -75,6 +75,11 @@ class EmbeddedStore:
     def start(self, timeout: float = 15.0) -> str:
         if self.process is not None:
             raise RuntimeError("Cannot start the embedded store twice.")
+        if reachable(self.url, 0.2):
+            raise ConfigurationError(
+                f"port {self.port} already has a Redis-compatible server. Stop it, set "
+                "REDIS_URL to use it, or set LV_EMBEDDED_PORT to a free port."
+            )
         store_dir = self.data_dir / "store"
         store_dir.mkdir(parents=True, exist_ok=True)
         args = [
@@ -98,11 +103,23 @@ class EmbeddedStore:
                     f"see {store_dir / 'server.log'}. Is port {self.port} taken? "
                     "Set LV_EMBEDDED_PORT to a free port."
                 )
-            if reachable(self.url, 0.2):
+            if self._answers_as(self.process.pid):
                 return self.url
             time.sleep(0.05)
         self.stop()
         raise ConfigurationError(f"the embedded store did not answer within {timeout:.0f} s.")
+
+    def _answers_as(self, pid: int) -> bool:
+        """Is the server at our port this very process (not one that was there before)?"""
+        try:
+            client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2, socket_timeout=0.2)
+            try:
+                info: Any = client.info("server")
+                return int(info["process_id"]) == pid
+            finally:
+                client.close()
+        except redis.RedisError:
+            return False
 
     def stop(self) -> None:
         proc, self.process = self.process, None
@@ -162,7 +179,11 @@ def main() -> int:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
     store = EmbeddedStore(settings.data_dir, settings.embedded_port)
-    url = store.start()
+    try:
+        url = store.start()
+    except ConfigurationError as exc:
+        print(f"liveviews: {exc.message}", file=sys.stderr)
+        return 2
     print(f"embedded store ready at {url} (data in {store.data_dir / 'store'})", flush=True)
     stop = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
