@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from streaming.settings import Settings
 
 APPENDFSYNC = "everysec"
+LINGER_S = 10.0
+"""On stop, how long the store waits for the processes using it to finish first."""
 
 
 def server_binary() -> str:
@@ -121,6 +123,19 @@ class EmbeddedStore:
         except redis.RedisError:
             return False
 
+    def wait_for_clients_to_leave(self, timeout: float) -> None:
+        """Stopped together with its clients, the store lets them write their last batch."""
+        deadline = time.monotonic() + timeout
+        try:
+            client = redis.Redis.from_url(self.url, socket_timeout=1)
+            while time.monotonic() < deadline:
+                info: Any = client.info("clients")
+                if int(info["connected_clients"]) <= 1:
+                    return
+                time.sleep(0.1)
+        except redis.RedisError:
+            return
+
     def stop(self) -> None:
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
@@ -189,6 +204,7 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:
         signal.sigwait(stop)
+        store.wait_for_clients_to_leave(LINGER_S)
     finally:
         store.stop()
     return 0
