@@ -14,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 
 from server.errors import BadRequest
+from streaming.events import entry_id_tuple
 
 EVENT_ID_RE = re.compile(r"([A-Za-z0-9_-]{1,64})\.(\d{1,20})-(\d{1,20})")
 MAX_EVENT_ID_LENGTH = 128
@@ -23,10 +24,8 @@ def new_epoch() -> str:
     return secrets.token_hex(6)
 
 
-def position_tuple(position: str) -> tuple[int, int]:
-    """``"<ms>-<seq>"`` as a comparable pair; ``"0-0"`` sorts before every entry."""
-    ms, _, seq = position.partition("-")
-    return int(ms), int(seq or 0)
+position_tuple = entry_id_tuple
+"""``"<ms>-<seq>"`` as a comparable pair; ``"0-0"`` sorts before every entry."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from streaming.events import entry_id_tuple
+
 EVENT_SCHEMA = StructType(
     [
         StructField("partition", IntegerType(), False),
@@ -53,9 +55,8 @@ def encode_value(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def log_order(offset: str) -> tuple[int, int]:
-    ms, _, seq = offset.partition("-")
-    return int(ms), int(seq)
+log_order = entry_id_tuple
+"""Sort key of an event's ``offset`` within its partition: the log's order."""
 
 
 @dataclass
