@@ -33,6 +33,14 @@ READ_COUNT = 1000
 RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0)
 
 
+async def back_off(failures: int, what: str, exc: BaseException) -> int:
+    """Wait before a store reader's next try; returns the new count of failures in a row."""
+    delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
+    log.warning("%s read failed (%s); retrying in %.1f s", what, exc, delay)
+    await asyncio.sleep(delay)
+    return failures + 1
+
+
 class ChangeFeed:
     """Reads the change topic and feeds the hub; ``started`` is set once it has positions."""
 
@@ -77,10 +85,7 @@ class ChangeFeed:
             except (RedisError, OSError, StoreMismatch) as exc:
                 self.healthy = False
                 self.metrics.feed_errors += 1
-                delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
-                failures += 1
-                log.warning("change feed read failed (%s); retrying in %.1f s", exc, delay)
-                await asyncio.sleep(delay)
+                failures = await back_off(failures, "change feed", exc)
 
     async def _start(self) -> None:
         """Begin at the streams' current heads: subscribers read a snapshot after this."""

@@ -22,6 +22,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from server import frames
+from server.changefeed import back_off
 from server.errors import Unavailable
 from server.eventid import position_tuple
 from server.store import Client
@@ -33,7 +34,6 @@ log = logging.getLogger("liveviews.gateway.log")
 RECENT = 100
 READ_COUNT = 500
 START_TIMEOUT = 5.0
-RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0)
 
 
 Entry = tuple[str, bytes, dict[bytes, bytes]]
@@ -124,10 +124,7 @@ class LogFeed:
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
-                delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
-                failures += 1
-                log.warning("log feed read failed (%s); retrying in %.1f s", exc, delay)
-                await asyncio.sleep(delay)
+                failures = await back_off(failures, "log feed", exc)
 
     async def _start(self) -> None:
         """Load the newest entries of every partition and begin after them."""

@@ -196,6 +196,20 @@ export class Client extends Emitter {
     }
   }
 
+  /**
+   * The token for a transport's connection attempt `gen`: `{ token }`, or null when the attempt
+   * is stale or the token could not be had (then the transport retries with backoff).
+   */
+  async _connectToken(transport, gen) {
+    try {
+      const token = await this._token({ refresh: transport._refreshToken });
+      return gen === transport._gen ? { token } : null;
+    } catch (cause) {
+      if (gen === transport._gen) transport._retry(new ConnectionError('could not get a token', { cause }));
+      return null;
+    }
+  }
+
   _tokenExpired(message) {
     return new RequestError(message, { code: 'token_expired', status: 401 });
   }

@@ -42,14 +42,9 @@ export class EventSourceStream extends EventStream {
     this._teardown();
     const gen = this._gen;
     this._setState(T.CONNECTING);
-    let token;
-    try {
-      token = await this.client._token({ refresh: this._refreshToken });
-    } catch (cause) {
-      if (gen === this._gen) this._retry(new ConnectionError('could not get a token', { cause }));
-      return;
-    }
-    if (gen !== this._gen) return;
+    const got = await this.client._connectToken(this, gen);
+    if (got === null) return;
+    const { token } = got;
     const url = this._url(token);
     const source = new this.client._EventSource(url, { withCredentials: token === null });
     this._source = source;

@@ -170,14 +170,9 @@ export class WsTransport {
     this._teardown();
     const gen = this._gen;
     this._setState(W.CONNECTING);
-    let token;
-    try {
-      token = await this.client._token({ refresh: this._refreshToken });
-    } catch (cause) {
-      if (gen === this._gen) this._retry(new ConnectionError('could not get a token', { cause }));
-      return;
-    }
-    if (gen !== this._gen) return;
+    const got = await this.client._connectToken(this, gen);
+    if (got === null) return;
+    const { token } = got;
     const WebSocketImpl = this.client._WebSocket;
     let socket;
     try {
