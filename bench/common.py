@@ -8,6 +8,7 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,36 @@ def save(name: str, figures: dict[str, Any]) -> Path:
     print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
     print(f"written to {path}")
     return path
+
+
+@dataclass
+class Row:
+    """One line of the summary table: a figure, its target, what was measured, the baseline."""
+
+    figure: str
+    measured: str
+    target: str = ""
+    baseline: str = ""
+
+
+@dataclass
+class Report:
+    """What one benchmark of the harness returns to ``python -m bench``.
+
+    ``figures`` is what :func:`save` writes to ``bench/results/<name>.json``; ``rows`` go into
+    ``bench/results/SUMMARY.md``; ``plots`` are PNG files the benchmark drew.
+    """
+
+    name: str
+    title: str
+    command: str
+    figures: dict[str, Any]
+    rows: list[Row] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def plot_path(name: str) -> Path:
+    """Where a benchmark's PNG goes: ``bench/results/<name>.png``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    return RESULTS / f"{name}.png"
