@@ -138,7 +138,15 @@ class Connection:
                 token = msg.get("token")
                 if not isinstance(token, str):
                     raise BadRequest("'token' must be a string.", code="invalid_message")
-                await self._authenticate(token)
+                try:
+                    await self._authenticate(token)
+                except Unauthorized as exc:
+                    if self.principal is not None:
+                        raise  # a refused refresh: the socket keeps its current token
+                    # Never signed in: refuse the socket now rather than at the auth deadline,
+                    # so nothing already sent after the auth message is even looked at.
+                    await self._close_unauthorized(exc)
+                    raise WebSocketDisconnect(CLOSE_UNAUTHORIZED, exc.code) from None
                 return
             if self.principal is None:
                 raise Unauthorized("send an auth message with a token first.", code="token_missing")

@@ -1,0 +1,589 @@
+"""Attacks on the gateway, each refused with its documented status and code (docs/PROTOCOL.md).
+
+Bad tokens on every way in, reading another user's timeline by every path (resume included),
+publishing as someone else, cross-origin requests, and static paths that try to leave the
+served directories. Every test runs against a real uvicorn over the real store and checks not
+only the refusal but that nothing leaked out (no row, no frame, no file) and nothing was
+written to the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import jwt
+import orjson
+import pytest
+import redis
+from lvclient import ServedGateway, Writer, run
+from tests_server_settings import PARTITIONS
+
+from streaming.events import log_stream
+
+# --- tokens -----------------------------------------------------------------------------------
+
+WRONG_SECRET = "another-secret-of-the-right-length-for-hs256"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _claims(gw: ServedGateway, **over: Any) -> dict[str, Any]:
+    claims = {"sub": "alice", "scope": "read publish", "aud": gw.settings.jwt_audience,
+              "exp": int(time.time()) + 600}  # fmt: skip
+    claims.update(over)
+    return {k: v for k, v in claims.items() if v is not None}
+
+
+def _hand_signed(header: dict[str, Any], claims: dict[str, Any], key: bytes | None) -> str:
+    signing_input = f"{_b64(orjson.dumps(header))}.{_b64(orjson.dumps(claims))}"
+    if key is None:
+        return signing_input + "."
+    mac = hmac.new(key, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64(mac)}"
+
+
+def _truncated(gw: ServedGateway) -> str:
+    token = gw.token("alice")
+    return token[: token.rindex(".") + 5]
+
+
+BAD_TOKENS: dict[str, tuple[Callable[[ServedGateway], str], str]] = {
+    # Right claims, signed with a secret that is not the gateway's.
+    "forged": (lambda gw: jwt.encode(_claims(gw), WRONG_SECRET, algorithm="HS256"),
+               "token_invalid"),
+    "expired": (lambda gw: gw.token("alice", ttl=-30), "token_expired"),
+    "wrong_audience": (lambda gw: gw.token("alice", aud="another-gateway"), "token_invalid"),
+    # Unsigned: header alg none, empty signature.
+    "alg_none": (lambda gw: _hand_signed({"alg": "none", "typ": "JWT"}, _claims(gw), None),
+                 "token_invalid"),
+    # Right secret, another HMAC algorithm.
+    "alg_hs512": (lambda gw: jwt.encode(_claims(gw), gw.settings.jwt_secret, algorithm="HS512"),
+                  "token_invalid"),
+    # Algorithm confusion: an RS256 header over an HMAC-SHA256 signature made with the secret.
+    "alg_rs256_header": (lambda gw: _hand_signed({"alg": "RS256", "typ": "JWT"}, _claims(gw),
+                                                 gw.settings.jwt_secret.encode()),
+                         "token_invalid"),
+    "malformed": (lambda gw: "this-is-not.a-jwt", "token_invalid"),
+    "truncated_signature": (_truncated, "token_invalid"),
+    "no_sub": (lambda gw: jwt.encode(_claims(gw, sub=None), gw.settings.jwt_secret,
+                                     algorithm="HS256"), "token_invalid"),
+    "empty_sub": (lambda gw: gw.token(""), "token_invalid"),
+    "no_exp": (lambda gw: jwt.encode(_claims(gw, exp=None), gw.settings.jwt_secret,
+                                     algorithm="HS256"), "token_invalid"),
+    "not_yet_valid": (lambda gw: gw.token("alice", nbf=int(time.time()) + 600), "token_invalid"),
+}  # fmt: skip
+TOKEN_KINDS = sorted(BAD_TOKENS)
+
+PROFILE = {"type": "profile_set", "payload": {"user": "alice", "name": "Alice"}}
+BOBS_PROFILE = {"type": "profile_set", "payload": {"user": "bob", "name": "Not Bob"}}
+SECRET_ROW_TEXT = "bob's private timeline row 7f3c"
+
+
+def log_length(store: redis.Redis) -> int:
+    return sum(store.xlen(log_stream(p)) for p in range(PARTITIONS))
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def error_of(resp: aiohttp.ClientResponse) -> tuple[int, str]:
+    body = await resp.json(content_type=None)
+    assert set(body) >= {"code", "message"} and body["message"], body
+    return resp.status, body["code"]
+
+
+class Socket:
+    """A WebSocket client that records every message it received."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.seen: list[dict[str, Any]] = []
+
+    async def send(self, **msg: Any) -> None:
+        await self.ws.send_str(json.dumps(msg))
+
+    async def next(self, timeout: float = 10) -> dict[str, Any]:
+        """The next message that is not a heartbeat, or ``{"type": "closed", "code"}``."""
+        async with asyncio.timeout(timeout):
+            while True:
+                m = await self.ws.receive()
+                if m.type != aiohttp.WSMsgType.TEXT:
+                    return {"type": "closed", "code": self.ws.close_code}
+                msg: dict[str, Any] = json.loads(m.data)
+                self.seen.append(msg)
+                if msg["type"] != "heartbeat":
+                    return msg
+
+    async def quiet_for(self, seconds: float) -> None:
+        """Reads for ``seconds``; fails if anything but a heartbeat or progress arrives."""
+        with pytest.raises(TimeoutError):
+            while True:
+                msg = await self.next(timeout=seconds)
+                assert msg["type"] in ("progress",), msg
+
+
+async def ws_connect(s: aiohttp.ClientSession, gw: ServedGateway, token: str | None) -> Socket:
+    params = {"access_token": token} if token is not None else None
+    return Socket(await s.ws_connect(gw.ws_url, params=params))
+
+
+# --- 1. tokens, on each way in ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", TOKEN_KINDS)
+def test_bad_token_is_refused_on_snapshot_get(
+    gateway: ServedGateway, store: redis.Redis, kind: str
+) -> None:
+    make, code = BAD_TOKENS[kind]
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.get(gateway.url + "/v1/views/profiles/alice",
+                               headers=bearer(make(gateway)))  # fmt: skip
+            assert await error_of(resp) == (401, code)
+            assert resp.headers["WWW-Authenticate"] == "Bearer"
+
+    run(go())
+
+
+@pytest.mark.parametrize("kind", TOKEN_KINDS)
+def test_bad_token_is_refused_on_sse_live(
+    gateway: ServedGateway, store: redis.Redis, kind: str
+) -> None:
+    make, code = BAD_TOKENS[kind]
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            url = gateway.url + "/v1/views/profiles/alice/live"
+            by_header = await s.get(url, headers=bearer(make(gateway)))
+            assert await error_of(by_header) == (401, code)
+            by_query = await s.get(url, params={"access_token": make(gateway)})
+            assert await error_of(by_query) == (401, code)
+        async with aiohttp.ClientSession(cookies={"lv_token": make(gateway)}) as s:
+            by_cookie = await s.get(url)
+            assert await error_of(by_cookie) == (401, code)
+
+    run(go())
+
+
+@pytest.mark.parametrize("kind", TOKEN_KINDS)
+def test_bad_token_is_refused_on_ws_connect(
+    gateway: ServedGateway, store: redis.Redis, kind: str
+) -> None:
+    make, code = BAD_TOKENS[kind]
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            sock = await ws_connect(s, gateway, make(gateway))
+            refusal = await sock.next()
+            assert (refusal["type"], refusal["code"]) == ("error", code)
+            assert await sock.next() == {"type": "closed", "code": 4401}
+
+    run(go())
+
+
+@pytest.mark.parametrize("kind", TOKEN_KINDS)
+def test_bad_token_is_refused_in_ws_auth_message(
+    gateway: ServedGateway, store: redis.Redis, kind: str
+) -> None:
+    """The auth message is refused and the socket closed at once; what follows is not served."""
+    make, code = BAD_TOKENS[kind]
+
+    async def go() -> None:
+        before = log_length(store)
+        async with aiohttp.ClientSession() as s:
+            sock = await ws_connect(s, gateway, None)
+            # Sent back to back, so the subscribe and the publish are already on the wire.
+            await sock.send(type="auth", token=make(gateway))
+            await sock.send(type="subscribe", sub="a", view="profiles", key="alice")
+            await sock.send(type="publish", req="r", events=[PROFILE])
+            refusal = await sock.next()
+            assert (refusal["type"], refusal["code"]) == ("error", code)
+            assert await sock.next() == {"type": "closed", "code": 4401}
+            assert not [m for m in sock.seen if m["type"] in ("snapshot", "published")]
+        assert log_length(store) == before
+
+    run(go())
+
+
+@pytest.mark.parametrize("kind", TOKEN_KINDS)
+def test_bad_token_is_refused_on_publish(
+    gateway: ServedGateway, store: redis.Redis, kind: str
+) -> None:
+    make, code = BAD_TOKENS[kind]
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.post(gateway.url + "/v1/events", json=PROFILE,
+                                headers=bearer(make(gateway)))  # fmt: skip
+            assert await error_of(resp) == (401, code)
+        assert log_length(store) == 0
+
+    run(go())
+
+
+def test_a_bad_refresh_does_not_sign_an_open_socket_in_as_anyone_else(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    """A refresh naming another subject is refused; the socket stays alice's."""
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            sock = await ws_connect(s, gateway, gateway.token("alice"))
+            assert (await sock.next())["subject"] == "alice"
+            await sock.send(type="auth", token=gateway.token("bob"))
+            refused = await sock.next()
+            assert (refused["type"], refused["code"]) == ("error", "subject_changed")
+            await sock.send(type="subscribe", sub="t", view="timeline", key="bob")
+            denied = await sock.next()
+            assert (denied["type"], denied["sub"], denied["code"]) == ("error", "t", "forbidden")
+
+    run(go())
+
+
+# --- 2. another user's timeline, by every path --------------------------------------------------
+
+
+@pytest.fixture()
+def bobs_timeline(gateway: ServedGateway, store: redis.Redis, writer: Writer) -> str:
+    """Bob's timeline holds a row; returns an event id of it, as Bob received it."""
+    writer.write([("timeline", "bob", "bob:1", {"text": SECRET_ROW_TEXT, "score": 1})])
+
+    async def go() -> str:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.get(gateway.url + "/v1/views/timeline/bob",
+                               headers=gateway.headers("bob"))  # fmt: skip
+            body = await resp.json()
+            assert resp.status == 200 and SECRET_ROW_TEXT in json.dumps(body["rows"])
+            position: str = body["position"]
+            return position
+
+    return str(run(go()))
+
+
+def _from_the_start(event_id: str) -> str:
+    """The same epoch at position 0-0: a resume that would replay the key's whole history."""
+    return event_id.split(".", 1)[0] + ".0-0"
+
+
+def test_snapshot_of_another_users_timeline_is_forbidden(
+    gateway: ServedGateway, bobs_timeline: str
+) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.get(gateway.url + "/v1/views/timeline/bob", headers=gateway.headers())
+            assert SECRET_ROW_TEXT not in await resp.text()
+            assert await error_of(resp) == (403, "forbidden")
+            assert "ETag" not in resp.headers
+
+    run(go())
+
+
+def test_sse_of_another_users_timeline_is_forbidden(
+    gateway: ServedGateway, bobs_timeline: str
+) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.get(gateway.url + "/v1/views/timeline/bob/live",
+                               headers=gateway.headers())  # fmt: skip
+            assert SECRET_ROW_TEXT not in await resp.text()
+            assert await error_of(resp) == (403, "forbidden")
+
+    run(go())
+
+
+@pytest.mark.parametrize("crafted", ["as_received", "from_the_start"])
+def test_sse_resume_by_last_event_id_header_on_another_users_timeline_is_forbidden(
+    gateway: ServedGateway, bobs_timeline: str, crafted: str
+) -> None:
+    event_id = bobs_timeline if crafted == "as_received" else _from_the_start(bobs_timeline)
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.get(
+                gateway.url + "/v1/views/timeline/bob/live",
+                headers={**gateway.headers(), "Last-Event-ID": event_id},
+            )
+            assert SECRET_ROW_TEXT not in await resp.text()
+            assert await error_of(resp) == (403, "forbidden")
+
+    run(go())
+
+
+@pytest.mark.parametrize("crafted", ["as_received", "from_the_start"])
+def test_sse_resume_by_query_parameter_on_another_users_timeline_is_forbidden(
+    gateway: ServedGateway, bobs_timeline: str, crafted: str
+) -> None:
+    event_id = bobs_timeline if crafted == "as_received" else _from_the_start(bobs_timeline)
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.get(
+                gateway.url + "/v1/views/timeline/bob/live",
+                params={"last_event_id": event_id},
+                headers=gateway.headers(),
+            )
+            assert SECRET_ROW_TEXT not in await resp.text()
+            assert await error_of(resp) == (403, "forbidden")
+
+    run(go())
+
+
+@pytest.mark.parametrize("crafted", [None, "as_received", "from_the_start"])
+def test_ws_subscribe_to_another_users_timeline_is_forbidden(
+    gateway: ServedGateway, writer: Writer, bobs_timeline: str, crafted: str | None
+) -> None:
+    """Refused with the sub's error frame; a later change of Bob's timeline never reaches Alice."""
+    resume = {None: None, "as_received": bobs_timeline,
+              "from_the_start": _from_the_start(bobs_timeline)}[crafted]  # fmt: skip
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            sock = await ws_connect(s, gateway, gateway.token("alice"))
+            assert (await sock.next())["type"] == "authenticated"
+            await sock.send(type="subscribe", sub="t", view="timeline", key="bob",
+                            **({"last_event_id": resume} if resume else {}))  # fmt: skip
+            denied = await sock.next()
+            assert (denied["type"], denied["sub"], denied["code"]) == ("error", "t", "forbidden")
+            writer.write([("timeline", "bob", "bob:2", {"text": SECRET_ROW_TEXT, "score": 2})])
+            await sock.quiet_for(1.5)
+            assert SECRET_ROW_TEXT not in json.dumps(sock.seen)
+            assert not [m for m in sock.seen if m["type"] in ("snapshot", "delta", "reset")]
+            # The socket itself is still good for what Alice may read.
+            await sock.send(type="subscribe", sub="t", view="timeline", key="alice")
+            assert (await sock.next())["type"] == "snapshot"
+
+    run(go())
+
+
+def test_the_log_feed_that_shows_every_event_does_not_exist_in_production(
+    tight_gateway: ServedGateway,
+) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.get(tight_gateway.url + "/v1/log/live",
+                               headers=tight_gateway.headers())  # fmt: skip
+            assert await error_of(resp) == (404, "not_found")
+
+    run(go())
+
+
+# --- 3. publishing as someone else --------------------------------------------------------------
+
+AS_BOB = [
+    ("profile", [BOBS_PROFILE]),
+    ("follow_as_bob", [{"type": "follow", "payload": {"user": "bob", "followee": "alice"}}]),
+    ("tweet_as_bob", [{"type": "tweet_posted",
+                       "payload": {"user": "bob", "tweet": "bob:9", "text": "hi"}}]),
+    ("own_then_bobs", [PROFILE, BOBS_PROFILE]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "events"), AS_BOB, ids=[a[0] for a in AS_BOB])
+def test_http_publish_as_someone_else_is_refused_and_writes_nothing(
+    gateway: ServedGateway, store: redis.Redis, name: str, events: list[dict[str, Any]]
+) -> None:
+    async def go() -> None:
+        before = log_length(store)
+        async with aiohttp.ClientSession() as s:
+            resp = await s.post(gateway.url + "/v1/events", json=events,
+                                headers=gateway.headers("alice"))  # fmt: skip
+            body = await resp.json()
+            assert await error_of(resp) == (403, "not_author")
+            assert body["index"] == len(events) - 1
+        assert log_length(store) == before
+
+    run(go())
+
+
+@pytest.mark.parametrize(("name", "events"), AS_BOB, ids=[a[0] for a in AS_BOB])
+def test_ws_publish_as_someone_else_is_refused_and_writes_nothing(
+    gateway: ServedGateway, store: redis.Redis, name: str, events: list[dict[str, Any]]
+) -> None:
+    async def go() -> None:
+        before = log_length(store)
+        async with aiohttp.ClientSession() as s:
+            sock = await ws_connect(s, gateway, gateway.token("alice"))
+            assert (await sock.next())["type"] == "authenticated"
+            await sock.send(type="publish", req="r1", events=events)
+            refused = await sock.next()
+            assert (refused["type"], refused["req"], refused["code"]) == (
+                "error",
+                "r1",
+                "not_author",
+            )
+            assert refused["index"] == len(events) - 1
+        assert log_length(store) == before
+
+    run(go())
+
+
+def test_publish_without_the_publish_scope_is_refused_and_writes_nothing(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            resp = await s.post(gateway.url + "/v1/events", json=PROFILE,
+                                headers=gateway.headers("alice", scope="read"))  # fmt: skip
+            assert await error_of(resp) == (403, "insufficient_scope")
+            sock = await ws_connect(s, gateway, gateway.token("alice", scope="read"))
+            assert (await sock.next())["type"] == "authenticated"
+            await sock.send(type="publish", req="r1", events=[PROFILE])
+            refused = await sock.next()
+            assert (refused["req"], refused["code"]) == ("r1", "insufficient_scope")
+        assert log_length(store) == 0
+
+    run(go())
+
+
+# --- 4. cross-origin requests -------------------------------------------------------------------
+
+ALLOWED_ORIGIN = "http://chirp.example"
+DISALLOWED_ORIGINS = [
+    "http://evil.example",
+    "null",
+    "http://chirp.example.evil.example",
+    "https://chirp.example",
+    "http://chirp.example:8080",
+]
+
+
+async def preflight(gw: ServedGateway, origin: str) -> aiohttp.ClientResponse:
+    async with aiohttp.ClientSession() as s:
+        resp = await s.options(gw.url + "/v1/events", headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})  # fmt: skip
+        await resp.read()
+        return resp
+
+
+@pytest.mark.parametrize("origin", DISALLOWED_ORIGINS)
+def test_cors_preflight_from_a_disallowed_origin_is_not_allowed(
+    tight_gateway: ServedGateway, origin: str
+) -> None:
+    resp = run(preflight(tight_gateway, origin))
+    # Without Access-Control-Allow-Origin a browser refuses the response whatever else it says.
+    assert "Access-Control-Allow-Origin" not in resp.headers
+    assert resp.status == 400
+
+
+def test_cors_preflight_from_the_allowed_origin_is_allowed(tight_gateway: ServedGateway) -> None:
+    resp = run(preflight(tight_gateway, ALLOWED_ORIGIN))
+    assert resp.status == 200
+    assert resp.headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
+    assert resp.headers["Access-Control-Allow-Credentials"] == "true"
+    assert "POST" in resp.headers["Access-Control-Allow-Methods"]
+
+
+@pytest.mark.parametrize("origin", DISALLOWED_ORIGINS)
+def test_cors_simple_get_from_a_disallowed_origin_carries_no_allow_origin(
+    tight_gateway: ServedGateway, store: redis.Redis, origin: str
+) -> None:
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            for path in ("/healthz", "/v1/views/profiles/alice"):
+                resp = await s.get(
+                    tight_gateway.url + path, headers={**tight_gateway.headers(), "Origin": origin}
+                )
+                await resp.read()
+                assert "Access-Control-Allow-Origin" not in resp.headers, path
+            allowed = await s.get(tight_gateway.url + "/healthz",
+                                  headers={"Origin": ALLOWED_ORIGIN})  # fmt: skip
+            assert allowed.headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
+
+    run(go())
+
+
+# --- 5. static paths that try to leave the served directories -----------------------------------
+
+# What each target file holds, to recognise it in a body.
+MARKERS = [b"root:x:0:0", b"[project]", b"[core]", b"DEV_JWT_SECRET", b"liveviews-dev-secret"]
+
+TRAVERSALS = [
+    "/../../pyproject.toml",
+    "/../../../../../../../../etc/passwd",
+    "/%2e%2e/%2e%2e/pyproject.toml",
+    "/%2e%2e%2f%2e%2e%2fpyproject.toml",
+    "/.%2e/.%2e/pyproject.toml",
+    "/%252e%252e/%252e%252e/pyproject.toml",
+    "/%252e%252e%252f%252e%252e%252fpyproject.toml",
+    "/..\\..\\pyproject.toml",
+    "/..%5c..%5cpyproject.toml",
+    "/%2e%2e%5c%2e%2e%5cserver%5csettings.py",
+    "//etc/passwd",
+    "/%2fetc%2fpasswd",
+    "/%2F%2Fetc%2Fpasswd",
+    "/etc/passwd",
+    "/....//....//pyproject.toml",
+    "/%c0%ae%c0%ae/%c0%ae%c0%ae/pyproject.toml",
+    "/..%00/..%00/pyproject.toml",
+    "/index.html%00/../../../pyproject.toml",
+    "/%00",
+    "/../../.git/config",
+    "/%2e%2e/%2e%2e/.git/config",
+    "/../../server/settings.py",
+    "/client-js/../../../etc/passwd",
+    "/client-js/../../pyproject.toml",
+    "/client-js/%2e%2e/%2e%2e/pyproject.toml",
+    "/client-js/%2e%2e%2f%2e%2e%2f.git/config",
+    "/client-js/..%2f..%2fserver%2fsettings.py",
+    "/client-js/%252e%252e/%252e%252e/pyproject.toml",
+    "/client-js/..\\..\\server\\settings.py",
+    "/client-js//etc/passwd",
+    "/client-js/%2fetc%2fpasswd",
+    "/client-js/%00../../pyproject.toml",
+    "http://127.0.0.1/../../pyproject.toml",
+    "/v1/../../pyproject.toml",
+    "/v1/%2e%2e/%2e%2e/pyproject.toml",
+]
+
+
+async def raw_request(port: int, target: bytes, method: bytes = b"GET") -> tuple[int, bytes]:
+    """A request whose target is sent byte for byte, as no HTTP client library would send it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(method + b" " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    raw = await reader.read()
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def assert_refused(status: int, body: bytes) -> None:
+    for marker in MARKERS:
+        assert marker not in body, marker
+    assert status in (400, 404), (status, body[:200])
+
+
+@pytest.mark.parametrize("path", TRAVERSALS)
+def test_static_path_traversal_is_refused(gateway: ServedGateway, path: str) -> None:
+    for method in (b"GET", b"HEAD"):
+        status, body = run(raw_request(gateway.settings.port, path.encode(), method))
+        assert_refused(status, body)
+        if status == 404 and method == b"GET":
+            assert orjson.loads(body)["code"] == "not_found"
+
+
+@pytest.mark.parametrize("path", ["/\x00../../pyproject.toml", "/client-js/\x00/../../etc/passwd"])
+def test_static_path_with_a_raw_nul_byte_is_refused(gateway: ServedGateway, path: str) -> None:
+    status, body = run(raw_request(gateway.settings.port, path.encode()))
+    assert_refused(status, body)
+
+
+def test_static_files_are_still_served(gateway: ServedGateway) -> None:
+    """The refusals above are not because nothing is served at all."""
+    status, body = run(raw_request(gateway.settings.port, b"/client-js/index.js"))
+    assert status == 200 and b"export" in body
+    status, body = run(raw_request(gateway.settings.port, b"/"))
+    assert status == 200 and b"<html" in body.lower()
