@@ -1,14 +1,20 @@
-"""Pipeline figures: cold start to first delta, backlog drain rate, batch durations under load.
+"""Pipeline figures: cold start to the first delta served, backlog drain rate, batch durations
+in steady state.
 
-    .venv/bin/python -m bench.pipeline [--backlog 1000000] [--rate 100] [--seconds 60]
+    .venv/bin/python -m bench.pipeline [--quick] [--backlog 1000000] [--rate 1000] [--seconds 60]
 
-Runs against a fresh embedded store in a temporary directory; Spark in local mode.
+Cold start runs ``scripts/run.sh`` (what ``make run`` runs, with everything installed) in a
+fresh data directory, and times it until an SSE subscriber receives the first delta of the
+demo's seed. The drain and the steady state run the pipeline's queries on one local
+SparkSession against a fresh embedded store.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,19 +22,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import redis
 
-from bench.common import percentile, save
+from bench.common import Report, Row, percentile, plot_path, save
+from bench.system import free_port, token
 from demo.chirp import app
 from demo.chirp.generate import Activity
-from streaming.changes import changes_stream, read_frontier
+from streaming.changes import read_frontier
 from streaming.embedded import EmbeddedStore
 from streaming.events import log_stream
 from streaming.log import EventLog
 from streaming.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-PORT = 6431
 
 
 def settings_for(url: str, data: Path) -> Settings:
@@ -49,24 +56,45 @@ def caught_up(client: redis.Redis, partitions: int) -> bool:
     return all(frontier.get(p) == h for p, h in log_heads(client, partitions).items())
 
 
-def cold_start(url: str, data: Path, client: redis.Redis) -> float:
-    """Seconds from launching ``python -m streaming`` to the first delta in the change topic."""
-    EventLog(client, app, 4).append(
-        {"type": "profile_set", "payload": {"user": "cold", "name": "C"}}
-    )
-    env = {**os.environ, "REDIS_URL": url, "LV_DATA_DIR": str(data / "cold")}
+async def _first_delta(base: str, deadline: float) -> None:
+    headers = {"Authorization": f"Bearer {token('alice')}"}
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                url = f"{base}/v1/views/profiles/alice/live"
+                async with session.get(url, headers=headers) as r:
+                    event = b""
+                    async for line in r.content:
+                        if line.startswith(b"event:"):
+                            event = line[6:].strip()
+                        elif line.startswith(b"data:") and (
+                            event == b"delta" or (event == b"snapshot" and b'"rows":{}' not in line)
+                        ):
+                            return
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.05)
+    raise RuntimeError("no delta was served")
+
+
+def cold_start(data: Path) -> float:
+    """Seconds from ``scripts/run.sh`` to the first delta an SSE subscriber receives."""
+    port = free_port()
+    env = {**os.environ, "LV_DATA_DIR": str(data / "cold"), "LV_PORT": str(port),
+           "LV_EMBEDDED_PORT": str(free_port())}  # fmt: skip
+    env.pop("REDIS_URL", None)
     t0 = time.monotonic()
-    job = subprocess.Popen([sys.executable, "-m", "streaming"], cwd=ROOT, env=env,
+    run = subprocess.Popen(["bash", "scripts/run.sh"], cwd=ROOT, env=env, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        while not any(client.exists(changes_stream(s)) for s in range(16)):
-            if time.monotonic() - t0 > 120 or job.poll() is not None:
-                raise RuntimeError("the pipeline produced no delta")
-            time.sleep(0.02)
+        asyncio.run(_first_delta(f"http://127.0.0.1:{port}", t0 + 120))
         return time.monotonic() - t0
     finally:
-        job.terminate()
-        job.wait(60)
+        os.killpg(run.pid, signal.SIGINT)
+        try:
+            run.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
 
 
 def write_backlog(client: redis.Redis, n: int) -> float:
@@ -82,21 +110,30 @@ def drain(spark: Any, settings: Settings, client: redis.Redis, n: int) -> dict[s
     from streaming.job import start
 
     t0 = time.monotonic()
-    query = start(spark, app, settings)
+    queries = start(spark, app, settings)
     while not caught_up(client, settings.log_partitions):
-        if query.exception():
-            raise RuntimeError(query.exception())
+        for query in queries:
+            if query.exception():
+                raise RuntimeError(query.exception())
         time.sleep(0.2)
     elapsed = time.monotonic() - t0
-    batches = [p for p in query.recentProgress if p["numInputRows"]]
-    query.stop()
-    processing = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
+    per_query = {}
+    for query in queries:
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        per_query[query.name] = {
+            "batches": len(batches),
+            "seconds_in_batches": round(
+                sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000, 1
+            ),
+            "seconds_in_sink": round(sum(p["durationMs"].get("addBatch", 0) for p in batches)
+                                     / 1000, 1),  # fmt: skip
+        }
+        query.stop()
     return {
         "events": n,
         "seconds_wall": round(elapsed, 1),
         "events_per_s_wall": round(n / elapsed),
-        "events_per_s_in_batches": round(n / processing) if processing else None,
-        "batches": len(batches),
+        "queries": per_query,
     }
 
 
@@ -105,9 +142,9 @@ def steady(
 ) -> dict[str, Any]:
     from streaming.job import start
 
-    query = start(spark, app, settings)
+    queries = start(spark, app, settings)
     log = EventLog(client, app, 4)
-    activity = Activity(users=200, seed=9)
+    activity = Activity(users=2000, seed=9)
     while not caught_up(client, settings.log_partitions):
         time.sleep(0.1)
     start_t = time.monotonic()
@@ -119,47 +156,89 @@ def steady(
             sent = due
         time.sleep(0.005)
     time.sleep(3)
-    durations = [p["durationMs"]["triggerExecution"] for p in query.recentProgress
-                 if p["numInputRows"] and p["timestamp"]]  # fmt: skip
-    query.stop()
-    return {
-        "rate_events_per_s": rate,
-        "seconds": seconds,
-        "batches": len(durations),
-        "batch_ms_p50": percentile(durations, 50),
-        "batch_ms_p99": percentile(durations, 99),
-        "batch_ms_max": max(durations) if durations else None,
-    }
+    out: dict[str, Any] = {"rate_events_per_s": rate, "seconds": seconds}
+    for query in queries:
+        durations = [p["durationMs"]["triggerExecution"] for p in query.recentProgress
+                     if p["numInputRows"]]  # fmt: skip
+        query.stop()
+        out[query.name] = {
+            "batches": len(durations),
+            "batch_ms_p50": percentile(durations, 50),
+            "batch_ms_p99": percentile(durations, 99),
+            "batch_ms_max": max(durations) if durations else None,
+        }
+    return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--backlog", type=int, default=1_000_000)
-    parser.add_argument("--rate", type=int, default=100)
-    parser.add_argument("--seconds", type=int, default=60)
-    parser.add_argument("--name", default="pipeline")
-    args = parser.parse_args()
+def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds: int = 60,
+        name: str = "pipeline") -> Report:  # fmt: skip
+    if quick:
+        backlog, rate, seconds = 20_000, 100, 5
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp:
         data = Path(tmp)
-        with EmbeddedStore(data / "store", PORT) as url:
+        figures["cold_start_to_first_delta_served_s"] = round(cold_start(data), 2)
+        with EmbeddedStore(data / "store", free_port()) as url:
             client = redis.Redis.from_url(url, socket_timeout=60)
-            figures["cold_start_to_first_delta_s"] = round(cold_start(url, data, client), 2)
-            client.flushdb()
             from streaming.job import build_session
 
             spark = build_session(settings_for(url, data))
             spark.sparkContext.setLogLevel("ERROR")
-            figures["append_events_per_s"] = round(write_backlog(client, args.backlog))
-            figures["backlog"] = drain(
-                spark, settings_for(url, data / "drain"), client, args.backlog
-            )
+            figures["append_events_per_s"] = round(write_backlog(client, backlog))
+            figures["backlog"] = drain(spark, settings_for(url, data / "drain"), client, backlog)
             client.flushdb()
             figures["steady"] = steady(spark, settings_for(url, data / "steady"), client,
-                                       args.rate, args.seconds)  # fmt: skip
+                                       rate, seconds)  # fmt: skip
             spark.stop()
-    save(args.name, figures)
+    save(name, figures)
+    back, steady_q = figures["backlog"], figures["steady"]
+    rows = [
+        Row("cold start: scripts/run.sh to the first delta served",
+            f"{figures['cold_start_to_first_delta_served_s']} s", "<= 15 s"),
+        Row(f"backlog drain, {back['events']:,} Chirp events through every view",
+            f"{back['events_per_s_wall']:,} events/s ({back['seconds_wall']} s)",
+            ">= 100,000 events/s"),
+        Row("appending validated events to the log", f"{figures['append_events_per_s']:,}/s"),
+    ]  # fmt: skip
+    for query, q in steady_q.items():
+        if isinstance(q, dict):
+            rows.append(Row(f"{query}: micro-batch at {rate} events/s, p50 / p99 / max",
+                            f"{q['batch_ms_p50']} / {q['batch_ms_p99']} / {q['batch_ms_max']} ms"))
+    return Report("pipeline", "Pipeline throughput and cold start", "python -m bench.pipeline",
+                  figures, rows, [plot_drain(figures)])  # fmt: skip
+
+
+def plot_drain(figures: dict[str, Any]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    queries = figures["backlog"]["queries"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    names = list(queries)
+    sink = [queries[q]["seconds_in_sink"] for q in names]
+    other = [queries[q]["seconds_in_batches"] - queries[q]["seconds_in_sink"] for q in names]
+    ax.barh(names, sink, label="operators and sink (addBatch)")
+    ax.barh(names, other, left=sink, label="planning, offsets, commit")
+    ax.set_xlabel(f"seconds to drain {figures['backlog']['events']:,} events")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = plot_path("pipeline_drain")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--backlog", type=int, default=1_000_000)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, default=60)
+    args = parser.parse_args()
+    run(args.quick, args.backlog, args.rate, args.seconds)
 
 
 if __name__ == "__main__":

@@ -49,19 +49,27 @@ def run(settings: Settings) -> None:
         from streaming.job import build_session, start
 
         spark = build_session(settings)
-        query = start(spark, app, settings)
-        log.info("pipeline %r running; checkpoint in %s", app.name, settings.checkpoint_dir)
+        queries = start(spark, app, settings)
+        log.info("application %r running %d queries; checkpoints in %s",
+                 app.name, len(queries), settings.checkpoint_dir)  # fmt: skip
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        while not stop.is_set() and query.isActive:
+        while not stop.is_set() and all(q.isActive for q in queries):
             stop.wait(0.5)
-        failure = query.exception()
-        if failure is not None:
-            raise LiveviewsError(f"the pipeline query failed: {failure}", code="pipeline_failed")
-        log.info("stopping; the next start resumes from the checkpoint")
+        for query in queries:
+            failure = query.exception()
+            if failure is not None:
+                with contextlib.suppress(Exception):
+                    for q in queries:
+                        q.stop()
+                raise LiveviewsError(
+                    f"the pipeline query {query.name} failed: {failure}", code="pipeline_failed"
+                )
+        log.info("stopping; the next start resumes from the checkpoints")
         with contextlib.suppress(Exception):  # Ctrl-C may have reached the JVM first
-            query.stop()
+            for query in queries:
+                query.stop()
             spark.stop()
 
 

@@ -11,8 +11,9 @@ shares a hash tag, so on a Redis Cluster it lives on one node and is written ato
 ``lv:{c<s>}:rank:<view>/<key>``  sorted set of candidate scores (views with a limit)
 ``lv:{c<s>}:batches``           hash pipeline -> last micro-batch applied to this shard
 
-Per pipeline, ``lv:frontier`` holds the log offsets its views reflect, and every advance is
-also appended to the ``lv:progress`` stream. A delta's ``ops`` is a JSON array of
+Per pipeline, ``lv:frontier`` holds the log offsets its views reflect; its field ``liveviews``
+holds, per log partition, the oldest of them, which every view reflects. Every advance of that
+field is also appended to the ``lv:progress`` stream. A delta's ``ops`` is a JSON array of
 ``{"op": "upsert", "row": id, "value": v}`` and ``{"op": "delete", "row": id}``.
 
 This module does not import Spark: the gateway reads the change topic through it.
@@ -30,6 +31,8 @@ import redis
 FRONTIER_KEY = "lv:frontier"
 FRONTIER_BATCHES_KEY = "lv:frontier:batches"
 PROGRESS_STREAM = "lv:progress"
+VIEWS_FRONTIER = "liveviews"
+"""The field of ``lv:frontier`` that every view reflects: per partition, the oldest pipeline's."""
 NO_POSITION = "0-0"
 
 

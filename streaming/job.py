@@ -1,33 +1,36 @@
-"""The Spark job: one streaming query reads the log and runs every pipeline of the application.
+"""The Spark job: one streaming query per pipeline of the application, all in one driver.
 
-Every pipeline's output and the source's read markers are unioned into one DataFrame and
-written by one ``ChangeTopicSink``; so each micro-batch reads the log once and is committed
-to the change topic in one transaction.
+Each query reads the log, runs its pipeline, and writes the pipeline's changes and the
+source's read markers through a ``ChangeTopicSink``, which commits each micro-batch to the
+change topic exactly once and advances the pipeline's frontier.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from functools import reduce
+from pathlib import Path
+from typing import Any
 
+import orjson
 import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from streaming.app import App
+from streaming.app import App, Pipeline
 from streaming.errors import ConfigurationError
 from streaming.log import check_layout
 from streaming.settings import Settings
 from streaming.sink import ChangeTopicSink
-from streaming.source import SOURCE_NAME, LogDataSource
+from streaming.source import SOURCE_NAME, LogDataSource, store_retry
 from streaming.views import CHANGE_SCHEMA
 
 QUERY_NAME = "liveviews"
 SINK_TIMEOUT_S = 600
+PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
+PIPELINE_PROGRESS_RETENTION = 10_000
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
@@ -71,38 +74,87 @@ def read_log(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
-def changes(app: App, raw: DataFrame) -> DataFrame:
-    """Every pipeline's changes, plus the source's read markers (``view`` null)."""
-    if not app.pipelines:
-        raise ConfigurationError(f"application {app.name!r} declares no pipeline.")
+def changes(pipeline: Pipeline, raw: DataFrame) -> DataFrame:
+    """A pipeline's changes, plus the source's read markers (``view`` null)."""
     events = raw.where(F.col("type").isNotNull())
     columns = [f.name for f in CHANGE_SCHEMA.fields]
-    outputs = [p.build(events).select(*columns) for p in app.pipelines.values()]
+    out = pipeline.build(events).select(*columns)
     markers = raw.where(F.col("type").isNull()).select("partition", "offset")
-    out = reduce(lambda a, b: a.unionByName(b), outputs)
     return out.unionByName(markers, allowMissingColumns=True)
 
 
-def start(spark: SparkSession, app: App, settings: Settings) -> StreamingQuery:
-    # A backlog batch is one transaction of up to LV_MAX_EVENTS_PER_BATCH events' changes, which
-    # can take longer than redis-py's default 5 s socket timeout.
+def checkpoint_of(settings: Settings, pipeline: str) -> Path:
+    return settings.checkpoint_dir / pipeline
+
+
+class ProgressRecorder(StreamingQueryListener):
+    """Appends each micro-batch's figures to ``lv:pipeline:progress``, for operators and
+    benchmarks: which query, how many events, and where its time went (``durationMs``)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        with contextlib.suppress(redis.RedisError):
+            self.client.xadd(
+                PIPELINE_PROGRESS_STREAM,
+                {"query": p.name, "batch": p.batchId, "events": p.numInputRows,
+                 "duration_ms": orjson.dumps(p.durationMs)},
+                maxlen=PIPELINE_PROGRESS_RETENTION,
+                approximate=True,
+            )  # fmt: skip
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQuery]:
+    """One query per pipeline, each with its own checkpoint, source and frontier.
+
+    A pipeline's micro-batches then wait only for its own operators: a small batch of the
+    Chirp entities no longer waits for the activity windows, and the reverse.
+    """
+    if not app.pipelines:
+        raise ConfigurationError(f"application {app.name!r} declares no pipeline.")
+    older = settings.checkpoint_dir / QUERY_NAME
+    if older.exists() and not any(checkpoint_of(settings, p).exists() for p in app.pipelines):
+        raise ConfigurationError(
+            f"{older} holds a checkpoint of an earlier layout (one query for every pipeline)."
+            " Remove the data directory (make clean-data) and start again:"
+            " the views are recomputed from the log."
+        )
+    # A backlog batch writes up to LV_MAX_EVENTS_PER_BATCH events' changes, in calls that can
+    # take longer than redis-py's default 5 s socket timeout.
     # Retrying a whole batch is safe: the sink skips what a lost reply had already applied.
     client = redis.Redis.from_url(
         settings.store_url,
         socket_timeout=SINK_TIMEOUT_S,
-        retry=Retry(ExponentialBackoff(cap=10), 5),
+        retry=store_retry(),  # a restarting store pauses the batch instead of failing it
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
     check_layout(client, settings.log_partitions, settings.change_shards)
-    sink = ChangeTopicSink(
-        client, app, QUERY_NAME, settings.change_shards, settings.change_retention
-    )
-    return (
-        changes(app, read_log(spark, settings))
-        .writeStream.queryName(QUERY_NAME)
-        .outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(settings.checkpoint_dir / QUERY_NAME))
-        .trigger(processingTime=settings.trigger_interval)
-        .start()
-    )
+    names = list(app.pipelines)
+    spark.streams.addListener(ProgressRecorder(client))
+    queries = []
+    for name, pipeline in app.pipelines.items():
+        sink = ChangeTopicSink(
+            client, app, name, settings.change_shards, settings.change_retention, names
+        )
+        query = (
+            changes(pipeline, read_log(spark, settings))
+            .writeStream.queryName(f"{QUERY_NAME}.{name}")
+            .outputMode("update")
+            .foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint_of(settings, name)))
+            .trigger(processingTime=settings.trigger_interval)
+            .start()
+        )
+        queries.append(query)
+    return queries

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -26,6 +27,7 @@ from streaming.changes import (
     FRONTIER_BATCHES_KEY,
     FRONTIER_KEY,
     PROGRESS_STREAM,
+    VIEWS_FRONTIER,
     batches_key,
     candidates_key,
     changes_stream,
@@ -53,10 +55,18 @@ class ChangeTopicSink:
     """``foreachBatch(sink)``: idempotent by (pipeline name, batch id)."""
 
     def __init__(
-        self, client: redis.Redis, app: App, name: str, shards: int, retention: int
+        self,
+        client: redis.Redis,
+        app: App,
+        name: str,
+        shards: int,
+        retention: int,
+        pipelines: Sequence[str] = (),
     ) -> None:
         self.client = client
         self.name = name
+        # The views' frontier is the oldest of these pipelines' frontiers (just ours by default).
+        self.pipelines = list(pipelines) or [name]
         self.shards = shards
         self.retention = retention
         self.limits = {v.name: v.limit or 0 for v in app.views.values()}
@@ -95,7 +105,8 @@ class ChangeTopicSink:
                     self._queue_call(pipe, shard, chunk, batch_id, final=False)
                 self._queue_call(pipe, shard, [], batch_id, final=True)
             pipe.execute()
-        frontier_args: list[Any] = [self.name, batch_id]
+        frontier_args: list[Any] = [self.name, batch_id, VIEWS_FRONTIER, len(self.pipelines)]
+        frontier_args += self.pipelines
         for partition in sorted(read_to):
             frontier_args += [partition, read_to[partition]]
         self.advance(keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM], args=frontier_args)

@@ -90,7 +90,7 @@ class RunningPipeline:
         from streaming.job import start
 
         self.settings = settings
-        self.query = start(spark, app, settings)
+        self.queries = start(spark, app, settings)
 
     def wait_until_caught_up(self, client: redis.Redis, timeout: float = 60.0) -> None:
         """Block until the views reflect every event in the log."""
@@ -99,8 +99,9 @@ class RunningPipeline:
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.query.exception() is not None:
-                raise AssertionError(f"pipeline failed: {self.query.exception()}")
+            for query in self.queries:
+                if query.exception() is not None:
+                    raise AssertionError(f"pipeline {query.name} failed: {query.exception()}")
             frontier = read_frontier(client, "liveviews")
             heads = {}
             for p in range(self.settings.log_partitions):
@@ -113,7 +114,8 @@ class RunningPipeline:
         raise AssertionError(f"pipeline did not catch up within {timeout} s")
 
     def stop(self) -> None:
-        self.query.stop()
+        for query in self.queries:
+            query.stop()
 
 
 @pytest.fixture()

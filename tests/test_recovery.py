@@ -69,23 +69,30 @@ def test_replayed_batch_changes_nothing(store, settings, spark):
     running = RunningPipeline(spark, settings)
     log.append_batch(activity.take(300))
     running.wait_until_caught_up(store)
-    commits = settings.checkpoint_dir / "liveviews" / "commits"
-    offsets = settings.checkpoint_dir / "liveviews" / "offsets"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # let the last planned batch commit
-        last = max(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
-        if (commits / str(last)).exists():
-            break
-        time.sleep(0.05)
+    # As if the driver died between each query's sink and its commit.
+    last: dict[str, int] = {}
+    for name in app.pipelines:
+        commits = settings.checkpoint_dir / name / "commits"
+        offsets = settings.checkpoint_dir / name / "offsets"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # let the last planned batch commit
+            last[name] = max(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
+            if (commits / str(last[name])).exists():
+                break
+            time.sleep(0.05)
     running.stop()
-    (commits / str(last)).unlink()  # as if the driver died between the sink and the commit
-    (commits / f".{last}.crc").unlink(missing_ok=True)
+    for name, batch in last.items():
+        commits = settings.checkpoint_dir / name / "commits"
+        (commits / str(batch)).unlink()
+        (commits / f".{batch}.crc").unlink(missing_ok=True)
     deltas_before = assert_views_consistent(store, settings.log_partitions, settings.change_shards)
     replay = RunningPipeline(spark, settings)
-    deadline = time.monotonic() + 60
-    while not (commits / str(last)).exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert (commits / str(last)).exists(), "the uncommitted batch was not replayed"
+    for name, batch in last.items():
+        commit = settings.checkpoint_dir / name / "commits" / str(batch)
+        deadline = time.monotonic() + 60
+        while not commit.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert commit.exists(), f"the uncommitted batch of {name} was not replayed"
     log.append_batch(activity.take(50))
     replay.wait_until_caught_up(store)
     replay.stop()
@@ -173,7 +180,7 @@ class RunningPipelineProbe(RunningPipeline):
 
     def __init__(self, settings) -> None:  # noqa: D107 - no query of our own
         self.settings = settings
-        self.query = _NoQuery()
+        self.queries = [_NoQuery()]
 
     def wait_for_progress(self, client, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from streaming.app import App
-from streaming.changes import read_deltas, read_frontier, read_snapshot, shard_for
+from streaming.changes import (
+    VIEWS_FRONTIER,
+    read_deltas,
+    read_frontier,
+    read_snapshot,
+    shard_for,
+)
 from streaming.errors import ConfigurationError
 from streaming.sink import ChangeTopicSink
 
@@ -94,7 +100,30 @@ def test_frontier_advances_per_partition_and_never_back(store, sink):
     sink.write([marker(1, "12-0")], 2)
     sink.write([marker(1, "99-0")], 2)  # replay of batch 2 with other content: ignored
     assert read_frontier(store, "q") == {0: "10-0", 1: "12-0"}
-    assert store.xlen("lv:progress") == 3
+    assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "12-0"}
+    # Progress records advances of the views' frontier only: batch 1 moved nothing.
+    assert store.xlen("lv:progress") == 2
+
+
+def test_views_frontier_is_the_oldest_pipelines(store):
+    """Each pipeline advances its own frontier; views reflect the oldest, per partition."""
+    names = ["fast", "slow"]
+    app = make_app()
+    fast = ChangeTopicSink(store, app, "fast", SHARDS, 100, names)
+    slow = ChangeTopicSink(store, app, "slow", SHARDS, 100, names)
+    fast.write([marker(0, "10-0"), marker(1, "4-0")], 0)
+    assert read_frontier(store, VIEWS_FRONTIER) == {}  # "slow" has read nothing yet
+    assert store.xlen("lv:progress") == 0
+    slow.write([marker(0, "7-0")], 0)
+    assert read_frontier(store, VIEWS_FRONTIER) == {0: "7-0"}
+    slow.write([marker(0, "12-0"), marker(1, "5-0")], 1)
+    assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "4-0"}
+    fast.write([marker(1, "6-0")], 1)
+    assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "5-0"}
+    assert read_frontier(store, "fast") == {0: "10-0", 1: "6-0"}
+    fast.write([marker(0, "1-0")], 1)  # a replayed batch: ignored
+    entries = store.xrange("lv:progress")
+    assert [e[1][b"pipeline"] for e in entries] == [VIEWS_FRONTIER.encode()] * 3
 
 
 def test_a_pipeline_writing_an_undeclared_view_fails_loudly(store, sink):

@@ -1,0 +1,320 @@
+"""End-to-end latency: ``POST /v1/events`` until the delta reaches an SSE subscriber.
+
+The whole system runs as ``make run`` runs it (store, Spark pipeline, gateway, each its own
+process). Chirp users change their display name through the gateway, at a fixed total rate;
+an observer holds an SSE subscription to every user's ``profiles`` view. A change's latency is
+the time from just before its POST to the arrival of the delta that carries it, on one clock.
+Every change yields a delta (a timeline, by contrast, keeps only its newest 50 tweets).
+
+In the same run, on the same system and load, a second client polls each user's profile
+snapshot once a second, as a request/response application would (baseline "polling"). Then the
+same rates run again against a pipeline with Spark's defaults instead of Liveviews' tuning
+(baseline "untuned").
+
+    .venv/bin/python -m bench.latency [--quick] [--seconds 60] [--rates 10,100,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench.common import Report, Row, percentile, plot_path, save
+from bench.system import UNTUNED, System, running_store, token
+from demo.chirp import app
+from streaming.job import PIPELINE_PROGRESS_STREAM
+from streaming.log import EventLog
+
+USERS = 40
+POLL_INTERVAL_S = 1.0
+TICK_S = 0.02
+
+
+@dataclass
+class Phase:
+    """The samples of one rate on one pipeline configuration."""
+
+    rate: int
+    sent: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    """name -> (user, sequence number, send time)"""
+    pending: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    """per user, the (sequence, send time) of renames the subscriber has not seen reflected"""
+    poll_pending: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
+    pushed: list[float] = field(default_factory=list)
+    polled: list[float] = field(default_factory=list)
+    errors: int = 0
+    batches_ms: list[float] = field(default_factory=list)
+
+    def posted(self, user: int, seq: int, name: str, now: float) -> None:
+        self.sent[name] = (user, seq, now)
+        self.pending.setdefault(user, deque()).append((seq, now))
+        self.poll_pending.setdefault(user, deque()).append((seq, now))
+
+    def reflected(self, name: str | None, now: float, *, polled: bool = False) -> None:
+        """The view now shows ``name``: it reflects that rename and every earlier one of the
+        same user (a micro-batch with several renames of a user yields one delta)."""
+        sent = self.sent.get(name) if name else None
+        if sent is None:
+            return
+        user, seq, _ = sent
+        queue = (self.poll_pending if polled else self.pending)[user]
+        samples = self.polled if polled else self.pushed
+        while queue and queue[0][0] <= seq:
+            samples.append((now - queue.popleft()[1]) * 1000)
+
+    def summary(self) -> dict[str, Any]:
+        def stats(values: list[float]) -> dict[str, float]:
+            return {
+                "n": len(values),
+                "p50_ms": round(percentile(values, 50), 1),
+                "p95_ms": round(percentile(values, 95), 1),
+                "p99_ms": round(percentile(values, 99), 1),
+                "max_ms": round(max(values), 1) if values else float("nan"),
+            }
+
+        expected = len(self.sent)
+        return {
+            "rate": self.rate,
+            "changes_posted": len(self.sent),
+            "push": {**stats(self.pushed), "reflected_fraction": _frac(self.pushed, expected)},
+            "polling": {**stats(self.polled), "reflected_fraction": _frac(self.polled, expected)},
+            "publish_errors": self.errors,
+        }
+
+
+def _frac(seen: Iterable[Any], expected: int) -> float:
+    return round(len(list(seen)) / expected, 4) if expected else 0.0
+
+
+def seed(system: System) -> None:
+    """The users, each with a few followers and tweets, so a rename also updates tweets."""
+    events: list[dict[str, Any]] = []
+    for u in range(USERS):
+        events.append({"type": "profile_set", "payload": {"user": f"u{u}", "name": "start"}})
+        for i in range(3):
+            tweet = {"user": f"u{u}", "tweet": f"u{u}:seed{i}", "text": "hello"}
+            events.append({"type": "tweet_posted", "payload": tweet})
+            follow = {"user": f"u{(u + i + 1) % USERS}", "followee": f"u{u}"}
+            events.append({"type": "follow", "payload": follow})
+    EventLog(system.client, app, 4).append_batch(events)
+
+
+def _headers(user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(user)}"}
+
+
+async def observe(session: aiohttp.ClientSession, base: str, user: str, phase: Phase,
+                  ready: asyncio.Event) -> None:  # fmt: skip
+    """An SSE subscription to ``profiles/<user>``: record the arrival of each posted name."""
+    url = f"{base}/v1/views/profiles/{user}/live"
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with session.get(url, headers=_headers("observer"), timeout=timeout) as r:
+        r.raise_for_status()
+        event = b""
+        async for line in r.content:
+            if line.startswith(b"event:"):
+                event = line[6:].strip()
+                if event == b"snapshot":
+                    ready.set()
+            elif line.startswith(b"data:") and event == b"delta":
+                now = time.monotonic()
+                for op in orjson.loads(line[5:])["ops"]:
+                    if op["op"] == "upsert":
+                        phase.reflected(op["value"]["name"], now)
+
+
+async def poll(session: aiohttp.ClientSession, base: str, user: str, phase: Phase) -> None:
+    """Baseline: read the profile's snapshot once a second and notice a new name."""
+    url = f"{base}/v1/views/profiles/{user}"
+    while True:
+        started = time.monotonic()
+        async with session.get(url, headers=_headers("observer")) as r:
+            rows = (await r.json())["rows"] if r.status == 200 else {}
+        now = time.monotonic()
+        phase.reflected(rows.get("profile", {}).get("name"), now, polled=True)
+        await asyncio.sleep(max(0.0, POLL_INTERVAL_S - (now - started)))
+
+
+async def publish(session: aiohttp.ClientSession, base: str, phase: Phase, seconds: float,
+                  label: str) -> None:  # fmt: skip
+    """Renames at ``phase.rate`` per second: each tick, one POST by the next user whose turn
+    it is, carrying the renames due (a user's renames in one batch all reach the view)."""
+    tokens = [token(f"u{u}") for u in range(USERS)]
+    n, user = 0, 0
+    start = time.monotonic()
+    posts: set[asyncio.Task[None]] = set()
+
+    async def post(u: int, names: list[str]) -> None:
+        body = [{"type": "profile_set", "payload": {"user": f"u{u}", "name": name}}
+                for name in names]  # fmt: skip
+        now = time.monotonic()
+        for name in names:
+            phase.posted(u, int(name.rpartition("x")[2]), name, now)
+        headers = {"Authorization": f"Bearer {tokens[u]}"}
+        async with session.post(f"{base}/v1/events", json=body, headers=headers) as r:
+            if r.status != 202:
+                phase.errors += 1
+
+    while (elapsed := time.monotonic() - start) < seconds:
+        due = elapsed * phase.rate
+        names: list[str] = []
+        while n < due:
+            names.append(f"{label}{n}")
+            n += 1
+        if names:
+            task = asyncio.create_task(post(user, names))
+            posts.add(task)
+            task.add_done_callback(posts.discard)
+            user = (user + 1) % USERS
+        await asyncio.sleep(TICK_S)
+    if posts:
+        await asyncio.gather(*posts)
+
+
+async def run_phase(base: str, rate: int, seconds: float, label: str) -> Phase:
+    phase = Phase(rate)
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        readies = [asyncio.Event() for _ in range(USERS)]
+        watchers = [asyncio.create_task(observe(session, base, f"u{u}", phase, readies[u]))
+                    for u in range(USERS)]  # fmt: skip
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 60)
+        pollers = [asyncio.create_task(poll(session, base, f"u{u}", phase))
+                   for u in range(USERS)]  # fmt: skip
+        await publish(session, base, phase, seconds, label)
+        await asyncio.sleep(5)  # the last tweets' deltas
+        for task in watchers + pollers:
+            task.cancel()
+        await asyncio.gather(*watchers, *pollers, return_exceptions=True)
+    return phase
+
+
+def batch_figures(system: System, since: str) -> dict[str, Any]:
+    """Per query: micro-batch durations and where their time went, from the pipeline's own
+    ``StreamingQueryProgress`` records (``lv:pipeline:progress``)."""
+    per_query: dict[str, list[dict[str, Any]]] = {}
+    entries: Any = system.client.xrange(PIPELINE_PROGRESS_STREAM, min=since)
+    for _, f in entries:
+        if int(f[b"events"]) > 0:
+            per_query.setdefault(f[b"query"].decode(), []).append(orjson.loads(f[b"duration_ms"]))
+    out = {}
+    for query, batches in per_query.items():
+        phases = sorted({k for b in batches for k in b})
+        out[query] = {
+            "batches": len(batches),
+            "p50_ms": {k: percentile([b.get(k, 0) for b in batches], 50) for k in phases},
+            "p99_ms": {k: percentile([b.get(k, 0) for b in batches], 99) for k in phases},
+        }
+    return out
+
+
+def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds: float
+                      ) -> list[dict[str, Any]]:  # fmt: skip
+    with running_store() as system:
+        seed(system)
+        system.start_gateway()
+        system.start_pipeline(env)
+        system.wait_until_caught_up(timeout=300)
+        out = []
+        for rate in rates:
+            since = f"{int(time.time() * 1000)}-0"
+            phase = asyncio.run(run_phase(system.base, rate, seconds, f"{name[0]}{rate}x"))
+            summary = phase.summary()
+            summary["batches"] = batch_figures(system, since)
+            summary["pushed_ms"] = phase.pushed
+            summary["polled_ms"] = phase.polled
+            out.append(summary)
+            print(f"{name} {rate}/s: push p50 {summary['push']['p50_ms']} ms,"
+                  f" p99 {summary['push']['p99_ms']} ms; polling p50"
+                  f" {summary['polling']['p50_ms']} ms", flush=True)  # fmt: skip
+        return out
+
+
+def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = [r["rate"] for r in results["tuned"]]
+    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
+    for ax, i in zip(axes[0], range(len(rates)), strict=True):
+        lines = [("Liveviews (push)", results["tuned"][i]["pushed_ms"]),
+                 ("polling every 1 s", results["tuned"][i]["polled_ms"])]  # fmt: skip
+        if "untuned" in results:
+            lines.append(("Spark defaults (push)", results["untuned"][i]["pushed_ms"]))
+        for label, values in lines:
+            if values:
+                ordered = sorted(values)
+                ys = [(k + 1) / len(ordered) for k in range(len(ordered))]
+                ax.plot(ordered, ys, label=label)
+        ax.set_xscale("log")
+        ax.set_title(f"{rates[i]} events/s")
+        ax.set_xlabel("POST to delta at the subscriber (ms)")
+        ax.set_ylabel("fraction of deliveries")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path = plot_path("latency_cdf")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None,
+        baseline: bool = True) -> Report:  # fmt: skip
+    if quick:
+        seconds, rates, baseline = 4, [10], False
+    rates = rates or [10, 100, 1000]
+    results = {"tuned": run_configuration("tuned", {}, rates, seconds)}
+    if baseline:
+        results["untuned"] = run_configuration("untuned", UNTUNED, rates, seconds)
+    plots = plot(results)
+    figures = {
+        "seconds_per_rate": seconds,
+        "users": USERS,
+        "untuned_settings": UNTUNED,
+        **{name: [{k: v for k, v in r.items() if not k.endswith("_ms")} for r in runs]
+           for name, runs in results.items()},  # fmt: skip
+    }
+    save("latency", figures)
+    rows = []
+    for i, r in enumerate(results["tuned"]):
+        push, polled = r["push"], r["polling"]
+        base = f"polling 1 s: p50 {polled['p50_ms']:.0f} / p99 {polled['p99_ms']:.0f}"
+        if "untuned" in results:
+            u = results["untuned"][i]["push"]
+            base += f"; Spark defaults: p50 {u['p50_ms']:.0f} / p99 {u['p99_ms']:.0f}"
+        rows.append(Row(
+            figure=f"POST to SSE delta at {r['rate']} events/s, p50 / p95 / p99 / max (ms)",
+            measured=f"{push['p50_ms']:.0f} / {push['p95_ms']:.0f} / {push['p99_ms']:.0f}"
+                     f" / {push['max_ms']:.0f}",
+            target="p50 <= 200, p99 <= 500" if r["rate"] == 100 else "",
+            baseline=base,
+        ))  # fmt: skip
+    return Report("latency", "End-to-end latency", "python -m bench.latency", figures, rows,
+                  plots)  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--rates", default="10,100,1000")
+    parser.add_argument("--no-baseline", action="store_true")
+    args = parser.parse_args()
+    rates = [int(r) for r in args.rates.split(",")]
+    run(args.quick, args.seconds, rates, not args.no_baseline)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""The whole system for a benchmark: an embedded store, the Spark pipeline and the gateway,
+each in its own process as ``make run`` starts them, in a temporary data directory."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+import redis
+
+from server.settings import DEV_JWT_SECRET
+from streaming.changes import read_frontier
+from streaming.embedded import EmbeddedStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+UNTUNED = {
+    # What a user gets from Spark without Liveviews' tuning: 200 shuffle partitions, full
+    # RocksDB snapshots at every commit, one read task per log partition.
+    "LV_SHUFFLE_PARTITIONS": "200",
+    "LV_READ_TASKS": "4",
+    "LV_SPARK_CONF_SPARK__SQL__STREAMING__STATESTORE__ROCKSDB__CHANGELOGCHECKPOINTING__ENABLED": (
+        "false"
+    ),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def token(user: str, ttl: int = 7200) -> str:
+    claims = {"sub": user, "scope": "read publish", "aud": "liveviews",
+              "exp": int(time.time()) + ttl}  # fmt: skip
+    return jwt.encode(claims, DEV_JWT_SECRET, algorithm="HS256")
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"nothing listens on port {port}") from None
+            time.sleep(0.05)
+
+
+@dataclass
+class System:
+    store_url: str
+    client: redis.Redis
+    data: Path
+    base: str = ""
+    gateway: subprocess.Popen[bytes] | None = None
+    pipeline: subprocess.Popen[bytes] | None = None
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {**os.environ, "REDIS_URL": self.store_url, "LV_DATA_DIR": str(self.data),
+                "PYTHONPATH": str(ROOT), **(extra or {})}  # fmt: skip
+
+    def start_pipeline(self, extra: dict[str, str] | None = None, name: str = "pipeline") -> None:
+        log = open(self.data / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.pipeline = subprocess.Popen(
+            [sys.executable, "-m", "streaming"], cwd=ROOT, env=self.env(extra),
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def stop_pipeline(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.terminate()
+            try:
+                self.pipeline.wait(60)
+            except subprocess.TimeoutExpired:
+                self.pipeline.kill()
+                self.pipeline.wait()
+            self.pipeline = None
+
+    def start_gateway(self, extra: dict[str, str] | None = None) -> None:
+        port = free_port()
+        env = self.env({"LV_PORT": str(port), "LV_MAX_CONNECTIONS": "20000",
+                        "LV_SUBSCRIBER_BUFFER": "4096", **(extra or {})})  # fmt: skip
+        log = open(self.data / "gateway.log", "ab")  # noqa: SIM115 - the child owns it
+        self.gateway = subprocess.Popen(
+            [sys.executable, "-m", "server"], cwd=ROOT, env=env, stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait_for_port(port, self.gateway)
+        self.base = f"http://127.0.0.1:{port}"
+
+    def wait_until_caught_up(self, timeout: float = 300) -> None:
+        """Until the views reflect every event in the log."""
+        from streaming.events import log_stream
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            frontier = read_frontier(self.client, "liveviews")
+            heads = {}
+            for p in range(4):
+                last: Any = self.client.xrevrange(log_stream(p), count=1)
+                if last:
+                    heads[p] = last[0][0].decode()
+            if heads and all(frontier.get(p) == h for p, h in heads.items()):
+                return
+            if self.pipeline is not None and self.pipeline.poll() is not None:
+                raise RuntimeError(f"the pipeline exited; see {self.data / 'pipeline.log'}")
+            time.sleep(0.1)
+        raise RuntimeError(f"the pipeline did not catch up within {timeout} s")
+
+
+@contextmanager
+def running_store() -> Iterator[System]:
+    """An embedded store in a fresh temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp:
+        data = Path(tmp)
+        port = free_port()
+        store = EmbeddedStore(data / "store", port)
+        store.start()
+        client = redis.Redis.from_url(store.url, socket_timeout=60)
+        system = System(store.url, client, data)
+        try:
+            yield system
+        finally:
+            system.stop_pipeline()
+            if system.gateway is not None:
+                system.gateway.terminate()
+                system.gateway.wait(20)
+            client.close()
+            store.stop()
