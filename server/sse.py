@@ -113,7 +113,7 @@ DEFAULT_RECENT = 20
 
 def _recent(request: Request) -> int:
     raw = request.query_params.get("recent")
-    if raw is None or raw == "":
+    if raw is None:
         return DEFAULT_RECENT
     if not raw.isdigit() or int(raw) > RECENT:
         raise BadRequest(
