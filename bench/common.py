@@ -18,6 +18,13 @@ import orjson
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def results_dir() -> Path:
+    """``bench/results``, or ``$LV_BENCH_RESULTS`` (quick runs write elsewhere)."""
+    path = Path(os.environ.get("LV_BENCH_RESULTS") or RESULTS)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def machine() -> dict[str, Any]:
     mem_kib = 0
     with open("/proc/meminfo") as f:
@@ -59,8 +66,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def save(name: str, figures: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = results_dir() / f"{name}.json"
     payload = {"benchmark": name, "machine": machine(), "figures": figures}
     path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
@@ -97,5 +103,4 @@ class Report:
 
 def plot_path(name: str) -> Path:
     """Where a benchmark's PNG goes: ``bench/results/<name>.png``."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    return RESULTS / f"{name}.png"
+    return results_dir() / f"{name}.png"

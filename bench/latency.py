@@ -20,7 +20,7 @@ import argparse
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,7 @@ class Phase:
     pushed: list[float] = field(default_factory=list)
     polled: list[float] = field(default_factory=list)
     errors: int = 0
-    batches_ms: list[float] = field(default_factory=list)
+    clock: Callable[[], float] = time.monotonic
 
     def posted(self, user: int, seq: int, name: str, now: float) -> None:
         self.sent[name] = (user, seq, now)
@@ -70,15 +70,19 @@ class Phase:
         while queue and queue[0][0] <= seq:
             samples.append((now - queue.popleft()[1]) * 1000)
 
+    def replay(self, arrivals: list[tuple[str, float]]) -> list[float]:
+        """Latencies of ``arrivals`` (name, arrival time on this phase's clock) measured
+        elsewhere, such as in a browser, against this phase's posts."""
+        other = Phase(self.rate, clock=self.clock)
+        for name, (user, seq, sent) in sorted(self.sent.items(), key=lambda i: i[1][1]):
+            other.posted(user, seq, name, sent)
+        for name, at in arrivals:
+            other.reflected(name, at)
+        return other.pushed
+
     def summary(self) -> dict[str, Any]:
         def stats(values: list[float]) -> dict[str, float]:
-            return {
-                "n": len(values),
-                "p50_ms": round(percentile(values, 50), 1),
-                "p95_ms": round(percentile(values, 95), 1),
-                "p99_ms": round(percentile(values, 99), 1),
-                "max_ms": round(max(values), 1) if values else float("nan"),
-            }
+            return latency_stats(values)
 
         expected = len(self.sent)
         return {
@@ -88,6 +92,16 @@ class Phase:
             "polling": {**stats(self.polled), "reflected_fraction": _frac(self.polled, expected)},
             "publish_errors": self.errors,
         }
+
+
+def latency_stats(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50_ms": round(percentile(values, 50), 1),
+        "p95_ms": round(percentile(values, 95), 1),
+        "p99_ms": round(percentile(values, 99), 1),
+        "max_ms": round(max(values), 1) if values else float("nan"),
+    }
 
 
 def _frac(seen: Iterable[Any], expected: int) -> float:
@@ -155,7 +169,7 @@ async def publish(session: aiohttp.ClientSession, base: str, phase: Phase, secon
     async def post(u: int, names: list[str]) -> None:
         body = [{"type": "profile_set", "payload": {"user": f"u{u}", "name": name}}
                 for name in names]  # fmt: skip
-        now = time.monotonic()
+        now = phase.clock()
         for name in names:
             phase.posted(u, int(name.rpartition("x")[2]), name, now)
         headers = {"Authorization": f"Bearer {tokens[u]}"}

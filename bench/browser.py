@@ -1,0 +1,107 @@
+"""End-to-end latency in a real browser: ``POST /v1/events`` until the JS client in Chromium
+applies the delta.
+
+The system and the load are those of ``bench.latency`` (renames at a fixed rate, every user's
+``profiles`` view subscribed), with two Chromium pages instead of the Python subscriber: one
+whose client reads over SSE, one over WebSocket. Each page notes ``Date.now()`` when its
+subscription's ``change`` event fires; the publisher notes the wall clock before each POST.
+
+    .venv/bin/python -m bench.browser [--quick] [--rate 100] [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from bench.common import Report, Row, save
+from bench.latency import USERS, Phase, latency_stats, publish, seed
+from bench.system import running_store, token
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+
+SUBSCRIBE = """
+async ({token, users, transport}) => {
+  const {createClient} = await import('/client-js/index.js');
+  window.__arrivals = [];
+  const client = createClient({url: location.origin, token, transport});
+  const subs = users.map((u) => client.subscribe('profiles', u, {
+    change: (e) => {
+      const at = Date.now();
+      for (const op of e.ops) if (op.op === 'upsert') window.__arrivals.push([op.value.name, at]);
+    },
+  }));
+  await Promise.all(subs.map((s) => s.ready()));
+  return client.transport;
+}
+"""
+
+
+async def measure(base: str, rate: int, seconds: float) -> dict[str, Any]:
+    from playwright.async_api import async_playwright
+
+    users = [f"u{u}" for u in range(USERS)]
+    phase = Phase(rate, clock=time.time)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pages = {}
+        for transport in ("sse", "ws"):
+            page = await (await browser.new_context()).new_page()
+            await page.goto(f"{base}/client-js/index.js")
+            args = {"token": token("observer"), "users": users, "transport": transport}
+            used = await page.evaluate(SUBSCRIBE, args)
+            assert used == transport, f"the client chose {used}, not {transport}"
+            pages[transport] = page
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            await publish(session, base, phase, seconds, f"b{rate}x")
+        await asyncio.sleep(5)
+        out = {}
+        for transport, page in pages.items():
+            arrivals = await page.evaluate("() => window.__arrivals")
+            latencies = phase.replay([(name, at / 1000) for name, at in arrivals])
+            reflected = round(len(latencies) / len(phase.sent), 4)
+            out[transport] = {**latency_stats(latencies), "reflected_fraction": reflected}
+        await browser.close()
+    return {"rate": rate, "seconds": seconds, "changes_posted": len(phase.sent), **out}
+
+
+def run(quick: bool = False, rate: int = 100, seconds: float = 60) -> Report:
+    if quick:
+        rate, seconds = 10, 4
+    with running_store() as system:
+        seed(system)
+        system.start_gateway()
+        system.start_pipeline()
+        system.wait_until_caught_up(timeout=300)
+        figures = asyncio.run(measure(system.base, rate, seconds))
+    save("browser", figures)
+    rows = [
+        Row(f"POST to change event in Chromium ({t.upper()}), {rate} events/s, "
+            "p50 / p95 / p99 / max (ms)",
+            f"{figures[t]['p50_ms']:.0f} / {figures[t]['p95_ms']:.0f} / {figures[t]['p99_ms']:.0f}"
+            f" / {figures[t]['max_ms']:.0f}",
+            "p50 <= 200, p99 <= 500" if rate == 100 else "")
+        for t in ("sse", "ws")
+    ]  # fmt: skip
+    return Report("browser", "End-to-end latency in Chromium", "python -m bench.browser",
+                  figures, rows)  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rate", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=60)
+    args = parser.parse_args()
+    run(args.quick, args.rate, args.seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
