@@ -41,6 +41,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not
+        # hold back the small batches of another.
+        "spark.scheduler.mode": "FAIR",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -147,6 +150,7 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
         sink = ChangeTopicSink(
             client, app, name, settings.change_shards, settings.change_retention, names
         )
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
         query = (
             changes(pipeline, read_log(spark, settings))
             .writeStream.queryName(f"{QUERY_NAME}.{name}")
@@ -157,4 +161,5 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
             .start()
         )
         queries.append(query)
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
     return queries
