@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from server.errors import BadRequest
 from streaming.events import entry_id_tuple
 
-EVENT_ID_RE = re.compile(r"([A-Za-z0-9_-]{1,64})\.(\d{1,20})-(\d{1,20})")
+# ASCII digits only: ``\d`` would take any script's digits, which ``int`` reads too.
+EVENT_ID_RE = re.compile(r"([A-Za-z0-9_-]{1,64})\.([0-9]{1,20})-([0-9]{1,20})")
 MAX_EVENT_ID_LENGTH = 128
+MAX_PART = 2**64 - 1
+"""A stream entry id is two unsigned 64-bit numbers; the store refuses anything larger."""
 
 
 def new_epoch() -> str:
@@ -40,11 +43,12 @@ class EventId:
     def parse(cls, raw: str) -> EventId:
         """Raises ``BadRequest`` (``invalid_last_event_id``) for anything not of this form."""
         match = EVENT_ID_RE.fullmatch(raw) if len(raw) <= MAX_EVENT_ID_LENGTH else None
-        if match is None:
+        ms, seq = (int(match[2]), int(match[3])) if match else (0, 0)
+        # The last possible entry id has no position after it for the store to read from.
+        if match is None or ms > MAX_PART or seq > MAX_PART or (ms, seq) == (MAX_PART, MAX_PART):
             raise BadRequest(
                 f"last event id {raw[:MAX_EVENT_ID_LENGTH]!r} is not of the form "
                 "'<epoch>.<ms>-<seq>'; send an id exactly as the gateway sent it, or none.",
                 code="invalid_last_event_id",
             )
-        epoch, ms, seq = match.groups()
-        return cls(epoch, f"{int(ms)}-{int(seq)}")
+        return cls(match[1], f"{ms}-{seq}")

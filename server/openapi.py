@@ -45,6 +45,12 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 
 ETAG = {"required": True, "schema": {"type": "string"}}
+EVENT_ID = {
+    "type": "string",
+    "pattern": r"^$|^[A-Za-z0-9_-]{1,64}\.[0-9]{1,20}-[0-9]{1,20}$",
+    "description": "An event id as the gateway sent it (docs/PROTOCOL.md, section 3); "
+    "empty means none.",
+}
 
 
 def _view_params(views: list[str] | None) -> list[dict[str, Any]]:
@@ -240,8 +246,8 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                 "security": BEARER,
                 "parameters": [
                     *_view_params(views),
-                    {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
-                    {"name": "last_event_id", "in": "query", "schema": {"type": "string"}},
+                    {"name": "Last-Event-ID", "in": "header", "schema": EVENT_ID},
+                    {"name": "last_event_id", "in": "query", "schema": EVENT_ID},
                 ],
                 "responses": {
                     "200": {"description": "An event stream of frames (docs/PROTOCOL.md).",

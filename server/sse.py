@@ -28,9 +28,13 @@ from server.subscription import Subscription
 
 
 def resume_id(request: Request) -> EventId | None:
-    """The ``Last-Event-ID`` header wins over the ``last_event_id`` query parameter."""
-    raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    return EventId.parse(raw) if raw else None
+    """The ``Last-Event-ID`` header wins over the ``last_event_id`` query parameter.
+
+    Both are checked: a malformed id is the client's mistake even where the other one wins.
+    """
+    header, query = request.headers.get("last-event-id"), request.query_params.get("last_event_id")
+    ids = [EventId.parse(raw) if raw else None for raw in (header, query)]
+    return ids[0] or ids[1]
 
 
 def _chunk(out: list[frames.Frame], metrics: Metrics) -> bytes:

@@ -247,3 +247,28 @@ def test_the_document_describes_the_views_and_each_event_type(gateway: ServedGat
     event = {"type": "profile_set", "payload": {"user": SUBJECT, "name": "A"}, "time": None}
     resp = requests.post(gateway.url + "/v1/events", json=event, headers=gateway.headers(SUBJECT))
     assert resp.status_code == 202, resp.text
+
+
+@pytest.mark.parametrize(
+    "event_id",
+    ["e.18446744073709551616-0", "e.0-99999999999999999999", "e.18446744073709551615-18446744073709551615",
+     "e.\u0661-0"],
+)  # fmt: skip
+def test_a_last_event_id_outside_the_stores_ids_is_refused(
+    gateway: ServedGateway, store: redis.Redis, event_id: str
+) -> None:
+    """Such an id reached the store, whose refusal answered 503 store_unavailable (or, for
+    another script's digits, was read as an ASCII number); now it answers 400."""
+    url = gateway.url + "/v1/views/profiles/alice/live"
+    params = {"last_event_id": event_id}
+    with requests.get(url, params=params, headers=gateway.headers(), stream=True, timeout=5) as r:
+        assert (r.status_code, r.json()["code"]) == (400, "invalid_last_event_id")
+
+
+def test_a_malformed_query_id_is_refused_even_where_the_header_wins(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    url = gateway.url + "/v1/views/profiles/alice/live?last_event_id=nil"
+    headers = {**gateway.headers(), "Last-Event-ID": "e.1-0"}
+    with requests.get(url, headers=headers, stream=True, timeout=5) as r:
+        assert (r.status_code, r.json()["code"]) == (400, "invalid_last_event_id")
