@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean-data
+.PHONY: run test lint bench clean-data faults
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -14,6 +14,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/test.sh
+
+# The fault suite at any size: make faults KILLS=50 [WRITE_SECONDS=600] [SEED=7]
+faults: $(STAMP)
+	KILLS=$(KILLS) WRITE_SECONDS=$(WRITE_SECONDS) SEED=$(SEED) bash scripts/faults.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check server streaming demo tests

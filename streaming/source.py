@@ -16,6 +16,8 @@ import redis
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from streaming.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE, log_stream
 from streaming.views import EVENT_SCHEMA
@@ -33,14 +35,31 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 READ_CHUNK = 5000
+STORE_OUTAGE_S = 60
+"""How long a read waits for an unreachable (restarting, still loading) store before it fails."""
 _clients: dict[str, redis.Redis] = {}
+
+
+def store_retry() -> Retry:
+    """Retries of a store command for about ``STORE_OUTAGE_S``: 50 ms doubling up to 2 s.
+
+    Only for commands whose repetition changes nothing: the source's reads, and the sink's
+    writes, which are idempotent by batch id. A restarted store (SIGKILL, upgrade) is then a
+    pause of the pipeline, not a failed query that needs someone to restart it.
+    """
+    backoff = ExponentialBackoff(cap=2.0, base=0.05)
+    delays, retries = 0.0, 0
+    while delays < STORE_OUTAGE_S:
+        retries += 1
+        delays += min(2.0, 0.05 * 2**retries)
+    return Retry(backoff, retries, supported_errors=(redis.ConnectionError, redis.TimeoutError))
 
 
 def _client(url: str) -> redis.Redis:
     """One client per URL per Python worker; workers are reused across tasks."""
     client = _clients.get(url)
     if client is None:
-        client = _clients[url] = redis.Redis.from_url(url)
+        client = _clients[url] = redis.Redis.from_url(url, retry=store_retry())
     return client
 
 

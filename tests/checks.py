@@ -8,7 +8,15 @@ from typing import Any
 import orjson
 import redis
 
-from streaming.changes import changes_stream, read_deltas, rows_key, shard_for
+from streaming.changes import (
+    Delta,
+    changes_stream,
+    positions_key,
+    read_deltas,
+    rows_key,
+    shard_for,
+    view_key,
+)
 from tests.reference import Views, recompute
 
 
@@ -32,6 +40,7 @@ def replayed_views(client: redis.Redis, shards: int) -> tuple[Views, int]:
     count = 0
     for shard in range(shards):
         last = "-"
+        newest: dict[tuple[str, str], Delta] = {}
         while True:
             deltas = read_deltas(client, shard, after=last)
             if not deltas:
@@ -41,12 +50,30 @@ def replayed_views(client: redis.Redis, shards: int) -> tuple[Views, int]:
                 ident = (d.pipeline, d.batch, d.view, d.key)
                 assert ident not in seen, f"duplicate delta for batch {d.batch}: {d}"
                 assert d.ops, f"empty delta: {d}"
+                before = newest.get((d.view, d.key))
+                if before is not None and before.pipeline == d.pipeline:
+                    assert d.batch > before.batch, f"delta of an older batch after {before}: {d}"
                 seen.add(ident)
+                newest[(d.view, d.key)] = d
                 d.apply(state[(d.view, d.key)])
                 count += 1
             last = deltas[-1].id
         assert client.xlen(changes_stream(shard)) >= 0
+        _assert_positions(client, shard, newest)
     return {k: v for k, v in state.items() if v}, count
+
+
+def _assert_positions(
+    client: redis.Redis, shard: int, newest: dict[tuple[str, str], Delta]
+) -> None:
+    """Each key's recorded position is its newest delta: a snapshot read at that position
+    is followed by exactly the deltas after it, none missing (no gap) and none already in it."""
+    recorded = {k.decode(): v.decode() for k, v in client.hgetall(positions_key(shard)).items()}
+    for (view, key), d in newest.items():
+        name = view_key(view, key)
+        assert recorded.get(name) == d.id, (
+            f"{name}: position {recorded.get(name)} is not its newest delta {d.id}"
+        )
 
 
 def assert_views_consistent(client: redis.Redis, partitions: int, shards: int) -> int:

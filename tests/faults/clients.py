@@ -1,0 +1,202 @@
+"""Subscribers that outlive their gateway: SSE and WebSocket readers that reconnect and resume,
+and a page that runs the JavaScript client in Chromium.
+
+Each Python subscriber keeps the rows it built, every delta id it received (a duplicate or an
+id not after the previous one fails it at once: ``lvclient.State``), how many times it
+reconnected, and the resets the gateway sent. They run on one event loop in a thread of their
+own, so the test's main thread is free to kill and restart processes and to drive Playwright.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jwt
+import orjson
+
+from server.settings import DEV_JWT_SECRET
+from tests.server.lvclient import SSE, Event, State, position
+
+RETRY_S = 0.1
+
+
+def dev_token(user: str, ttl: float = 3600) -> str:
+    """A token as the dev gateway signs them (``LV_ENV=dev``, no ``LV_JWT_SECRET``)."""
+    body = {"sub": user, "scope": "read publish", "aud": "liveviews", "exp": int(time.time() + ttl)}
+    return jwt.encode(body, DEV_JWT_SECRET, algorithm="HS256")
+
+
+@dataclass
+class Resumer:
+    """One subscription's record across reconnects."""
+
+    name: str
+    view: str
+    key: str
+    state: State = field(default_factory=State)
+    connects: int = 0
+    failure: BaseException | None = None
+    closed_at: list[float] = field(default_factory=list)
+    """When each stream was seen to end (monotonic), to measure how promptly it ended."""
+
+    def apply(self, ev: Event) -> None:
+        try:
+            self.state.apply(ev)
+        except AssertionError as exc:
+            self.failure = self.failure or exc
+            raise
+
+
+class ClientLoop:
+    """An asyncio loop in a daemon thread, running the subscribers until ``stop()``."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.halt = asyncio.Event()
+        self.tasks: list[Any] = []
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.halt.set)
+        for task in self.tasks:
+            with contextlib.suppress(Exception):  # a subscriber's failure is in its record
+                task.result(15)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+async def sse_subscriber(base: str, token: str, sub: Resumer, halt: asyncio.Event) -> None:
+    """Reads ``/v1/views/{view}/{key}/live``; on any end, reconnects with ``Last-Event-ID``."""
+    url = f"{base}/v1/views/{sub.view}/{sub.key}/live"
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=5, sock_connect=2)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        while not halt.is_set() and sub.failure is None:
+            headers = {"Authorization": f"Bearer {token}"}
+            if sub.state.last_id is not None:
+                headers["Last-Event-ID"] = sub.state.last_id
+            try:
+                resp = await session.get(url, headers=headers)
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                await asyncio.sleep(RETRY_S)
+                continue
+            if resp.status != 200:
+                resp.close()
+                await asyncio.sleep(RETRY_S)
+                continue
+            sub.connects += 1
+            stream = SSE(resp)
+            try:
+                while not halt.is_set():
+                    try:
+                        ev = await stream.next(timeout=0.5)
+                    except TimeoutError:
+                        continue
+                    sub.apply(ev)
+            except (EOFError, aiohttp.ClientError, OSError):
+                sub.closed_at.append(time.monotonic())
+            except AssertionError:
+                return
+            finally:
+                resp.close()
+
+
+async def ws_subscriber(base: str, token: str, subs: list[Resumer], halt: asyncio.Event) -> None:
+    """One socket for several subscriptions; on close, a new socket resumes each of them."""
+    url = base.replace("http://", "ws://") + "/v1/ws"
+    by_id = {s.name: s for s in subs}
+    async with aiohttp.ClientSession() as session:
+        while not halt.is_set() and all(s.failure is None for s in subs):
+            try:
+                ws = await session.ws_connect(
+                    url, heartbeat=None, timeout=aiohttp.ClientWSTimeout(ws_close=2)
+                )
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                await asyncio.sleep(RETRY_S)
+                continue
+            try:
+                await ws.send_str(orjson.dumps({"type": "auth", "token": token}).decode())
+                for s in subs:
+                    msg: dict[str, Any] = {
+                        "type": "subscribe",
+                        "sub": s.name,
+                        "view": s.view,
+                        "key": s.key,
+                    }
+                    if s.state.last_id is not None:
+                        msg["last_event_id"] = s.state.last_id
+                    await ws.send_str(orjson.dumps(msg).decode())
+                    s.connects += 1
+                while not halt.is_set():
+                    try:
+                        message = await ws.receive(timeout=0.5)
+                    except TimeoutError:
+                        continue
+                    if message.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    body = orjson.loads(message.data)
+                    s = by_id.get(body.get("sub", ""))
+                    if s is None or body["type"] == "error":
+                        continue
+                    s.apply(Event(body["type"], body.get("id"), body.get("data") or {}))
+            except (aiohttp.ClientError, OSError):
+                pass
+            except AssertionError:
+                return
+            finally:
+                now = time.monotonic()
+                for s in subs:
+                    s.closed_at.append(now)
+                await ws.close()
+            await asyncio.sleep(RETRY_S)
+
+
+PAGE = """<!doctype html>
+<meta charset="utf-8">
+<title>fault subscriber</title>
+<script type="module">
+import { createClient, compareEntryIds } from '/client-js/index.js';
+const params = new URLSearchParams(location.search);
+const subs = JSON.parse(params.get('subs'));
+const lv = window.lv = { records: {}, states: [], errors: [] };
+const client = createClient({
+  url: location.origin, token: params.get('token'), transport: params.get('transport'),
+  backoff: { minDelay: 100, maxDelay: 1000 },
+});
+client.on('state', (e) => lv.states.push(e.newState));
+client.on('error', (e) => lv.errors.push(String(e)));
+for (const [view, key] of subs) {
+  const rec = lv.records[`${view}/${key}`] = { rows: {}, deltas: [], snapshots: 0, recovering: 0 };
+  client.subscribe(view, key, {
+    snapshot: (e) => { rec.snapshots++; if (e.wasRecovering) rec.recovering++; rec.rows = Object.fromEntries(e.rows); },
+    change: (e) => { rec.deltas.push(e.eventId); rec.rows = Object.fromEntries(e.rows); },
+    error: (e) => lv.errors.push(String(e)),
+  });
+}
+lv.ready = true;
+</script>
+"""
+
+
+def write_page(static_dir: Path) -> None:
+    static_dir.mkdir(parents=True, exist_ok=True)
+    (static_dir / "faults.html").write_text(PAGE)
+
+
+def check_delta_ids(ids: list[str]) -> None:
+    """Strictly increasing positions: no delta twice, none out of order."""
+    positions = [position(i) for i in ids]
+    for a, b in zip(positions, positions[1:], strict=False):
+        assert b > a, f"delta ids not strictly increasing: {a} then {b}"

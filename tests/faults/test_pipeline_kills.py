@@ -1,0 +1,79 @@
+"""Crash the stream processor: SIGKILL the Spark driver JVM at random moments, restart, repeat.
+
+``python -m streaming`` runs as a child process over the run's store with its own checkpoint;
+Chirp activity is appended to the log all along. Each cycle waits until the restarted
+pipeline has written its first batch, then waits a random (seeded) delay and kills the driver
+JVM: the moment falls during a batch's Spark work, during the sink's writes, or between
+batches. At the end the writes stop, the views catch up with the log, and every view must
+equal the offline recomputation and the replay of the change topic, with no delta duplicated,
+none missing, and each key's recorded position its newest delta.
+
+``LV_FAULT_KILLS`` (default 3), ``LV_FAULT_SECONDS`` (least seconds of writes, default 0),
+``LV_FAULT_SEED`` (default 1). The long run: ``make faults KILLS=50``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.checks import assert_views_consistent
+from tests.faults.harness import (
+    PARTITIONS,
+    SHARDS,
+    Figures,
+    Knobs,
+    LogWriter,
+    Pipeline,
+    batch_spread,
+    wait_caught_up,
+    wait_for_progress,
+)
+
+KNOBS = Knobs.from_env(kills=3)
+MAX_DELAY_S = 4.0
+"""Kill within this many seconds of the run's first batch: a few batches' time on 2 cores."""
+
+
+@pytest.mark.timeout(300 + 120 * KNOBS.kills + int(KNOBS.seconds))
+def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
+    rng = KNOBS.rng()
+    figures = Figures("pipeline_kills", {"seed": KNOBS.seed})
+    pipeline = Pipeline(store_url, tmp_path)
+    writer = LogWriter(store, seed=KNOBS.seed)
+    t0 = time.monotonic()
+    kills, mid_sink, restart_s = 0, 0, []
+    try:
+        writer.start()
+        pipeline.start()
+        for _ in range(KNOBS.kills):
+            started = time.monotonic()
+            wait_for_progress(store, store.xlen("lv:progress"), pipeline)
+            restart_s.append(time.monotonic() - started)
+            time.sleep(rng.uniform(0, MAX_DELAY_S))
+            pipeline.kill_jvm()
+            kills += 1
+            mid_sink += batch_spread(store)
+            pipeline.start()
+        while time.monotonic() - t0 < KNOBS.seconds:
+            time.sleep(0.5)
+        wait_for_progress(store, store.xlen("lv:progress"), pipeline)
+        events = writer.stop()
+        catch_up = wait_caught_up(store, pipeline)
+    finally:
+        writer.halt.set()
+        pipeline.stop()
+    deltas = assert_views_consistent(store, PARTITIONS, SHARDS)
+    figures.values.update(
+        kills_survived=kills,
+        kills_mid_sink=mid_sink,
+        events_written=events,
+        deltas_checked=deltas,
+        restart_to_first_batch_s=round(sum(restart_s) / len(restart_s), 1) if restart_s else 0,
+        catch_up_s=round(catch_up, 1),
+        wall_s=round(time.monotonic() - t0, 1),
+    )
+    figures.print()
+    assert kills == KNOBS.kills
+    assert events > 0 and deltas > 0
