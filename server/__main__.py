@@ -8,6 +8,7 @@ import sys
 import uvicorn
 
 from server.app import create_app
+from server.edge import http_protocol
 from server.settings import GatewaySettings
 from streaming.errors import LiveviewsError
 
@@ -30,8 +31,13 @@ def main() -> int:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
+        http=http_protocol(settings.header_timeout_seconds, settings.send_timeout_seconds),
         ws="websockets-sansio",
         ws_max_size=settings.max_body_bytes,
+        # A socket that does not answer a ping within the send timeout is closed: a peer that
+        # vanished without FIN or RST would otherwise hold it until its token expires.
+        ws_ping_interval=settings.heartbeat_seconds,
+        ws_ping_timeout=settings.send_timeout_seconds,
         lifespan="on",
         timeout_graceful_shutdown=5,
     )

@@ -83,6 +83,7 @@ class GatewaySettings:
     subscriber_buffer: int = 256
     heartbeat_seconds: float = 15.0
     send_timeout_seconds: float = 10.0
+    header_timeout_seconds: float = 10.0
     ws_auth_timeout_seconds: float = 10.0
     frontier_name: str = "liveviews"
     feed_block_ms: int = 1000
@@ -133,6 +134,7 @@ class GatewaySettings:
             subscriber_buffer=env_int(env, "LV_SUBSCRIBER_BUFFER", 256),
             heartbeat_seconds=_float(env, "LV_HEARTBEAT_SECONDS", 15.0),
             send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
+            header_timeout_seconds=_float(env, "LV_HEADER_TIMEOUT_SECONDS", 10.0),
             ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),
             frontier_name=env.get("LV_FRONTIER_NAME") or "liveviews",
             feed_block_ms=env_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from server import frames
 from server.auth import PUBLISH, READ, Principal, token_from
@@ -58,6 +58,9 @@ class Connection:
 
     async def send(self, message: bytes) -> None:
         async with self.send_lock:
+            if self.ws.application_state is WebSocketState.DISCONNECTED:
+                # Closed on a send timeout while the peer has not taken the close yet.
+                raise WebSocketDisconnect(1008, "send timeout")
             try:
                 async with asyncio.timeout(self.gw.settings.send_timeout_seconds):
                     # Text messages: every frame is JSON, and browsers hand text over as strings.
