@@ -32,9 +32,17 @@ def resume_id(request: Request) -> EventId | None:
 
     Both are checked: a malformed id is the client's mistake even where the other one wins.
     """
-    header, query = request.headers.get("last-event-id"), request.query_params.get("last_event_id")
-    ids = [EventId.parse(raw) if raw else None for raw in (header, query)]
+    raws = (request.headers.get("last-event-id"), _single(request, "last_event_id"))
+    ids = [EventId.parse(raw) if raw else None for raw in raws]
     return ids[0] or ids[1]
+
+
+def _single(request: Request, name: str) -> str | None:
+    """A query parameter given at most once: which of several to take is anyone's guess."""
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise BadRequest(f"send {name!r} once, not {len(values)} times.", code="invalid_parameter")
+    return values[0] if values else None
 
 
 def _chunk(out: list[frames.Frame], metrics: Metrics) -> bytes:
@@ -116,7 +124,7 @@ DEFAULT_RECENT = 20
 
 
 def _recent(request: Request) -> int:
-    raw = request.query_params.get("recent")
+    raw = _single(request, "recent")
     if raw is None:
         return DEFAULT_RECENT
     if not raw.isdigit() or int(raw) > RECENT:

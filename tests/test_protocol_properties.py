@@ -95,10 +95,12 @@ def parse_sse(stream: str) -> list[Dispatched]:
 
 # --- frames ------------------------------------------------------------------------------------
 
-# Keys and values with control characters, line breaks, U+2028/9, NUL and astral characters.
+# Keys and values with control characters, line breaks, U+2028/9, NUL and astral characters;
+# no lone surrogates, which neither JSON from the store nor a WebSocket text message can carry.
+CHARS = st.characters(exclude_categories=("Cs",))
 TEXT = st.text(
     st.one_of(
-        st.characters(),
+        CHARS,
         st.sampled_from(["\n", "\r", "\x00", "\u2028", "\u2029", "\x85", ":", " "]),
     ),
     max_size=20,
@@ -248,7 +250,7 @@ ID_LIKE = st.builds(
 
 
 @PROPERTY
-@given(raw=st.text() | ID_LIKE)
+@given(raw=st.text(CHARS) | ID_LIKE)
 def test_anything_else_is_refused_with_the_documented_error_only(raw: str) -> None:
     try:
         parsed = EventId.parse(raw)
@@ -327,7 +329,7 @@ VIEWS = st.sampled_from(["profiles", "likes", "tweets", "timeline", "activity", 
 FIELD_VALUES = JSON | EVENT_ID | VIEWS | st.just("alice")
 MESSAGE = st.one_of(
     st.binary(max_size=64).map(lambda b: b.decode("utf-8", "replace")),  # as the endpoint reads
-    st.text(max_size=64),
+    st.text(CHARS, max_size=64),
     JSON.map(lambda v: orjson.dumps(v).decode()),
     st.fixed_dictionaries(
         {"type": st.sampled_from(["auth", "subscribe", "unsubscribe", "publish", "nope"]) | JSON},

@@ -272,3 +272,16 @@ def test_a_malformed_query_id_is_refused_even_where_the_header_wins(
     headers = {**gateway.headers(), "Last-Event-ID": "e.1-0"}
     with requests.get(url, headers=headers, stream=True, timeout=5) as r:
         assert (r.status_code, r.json()["code"]) == (400, "invalid_last_event_id")
+
+
+@pytest.mark.parametrize(
+    "query", ["recent=true&recent=0", "recent=0&recent=0", "last_event_id=x&last_event_id=e.1-0"]
+)
+def test_a_repeated_query_parameter_is_refused(
+    gateway: ServedGateway, store: redis.Redis, query: str
+) -> None:
+    """The last of repeated values was taken, so a malformed first one passed unnoticed."""
+    path = "/v1/log/live" if query.startswith("recent") else "/v1/views/profiles/alice/live"
+    url = f"{gateway.url}{path}?{query}"
+    with requests.get(url, headers=gateway.headers(SUBJECT), stream=True, timeout=5) as r:
+        assert (r.status_code, r.json()["code"]) == (400, "invalid_parameter")

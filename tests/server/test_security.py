@@ -28,6 +28,9 @@ from tests_server_settings import PARTITIONS
 
 from streaming.events import log_stream
 
+# The HS512 token is signed with the gateway's 44-byte secret on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")
+
 # --- tokens -----------------------------------------------------------------------------------
 
 WRONG_SECRET = "another-secret-of-the-right-length-for-hs256"
