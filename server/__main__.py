@@ -1,4 +1,10 @@
-"""``python -m server``: serve the gateway with uvicorn and uvloop until stopped."""
+"""``python -m server``: serve the gateway with uvicorn (uvloop, httptools) until stopped.
+
+With ``LV_WORKERS=n`` (n > 1) it starts n gateway processes that share ``LV_PORT`` through
+``SO_REUSEPORT``: the kernel spreads new connections over them, and each reads the change
+topic once with its own change feed. This process only supervises them: it stops them all on
+SIGTERM or Ctrl-C, and stops the rest when one exits.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +14,33 @@ import sys
 import uvicorn
 
 from server.app import create_app
-from server.edge import http_protocol
 from server.settings import GatewaySettings
-from streaming.errors import LiveviewsError
+from server.workers import config, raise_open_files, supervise
+from streaming.errors import ConfigurationError, LiveviewsError
+
+log = logging.getLogger("liveviews.gateway")
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    raise_open_files()
     try:
         settings = GatewaySettings.from_env()
-        app = create_app(settings)
+        if settings.workers > 1 and settings.port == 0:
+            raise ConfigurationError("LV_WORKERS > 1 needs a fixed LV_PORT, not 0.")
+        app = create_app(settings) if settings.workers == 1 else None
     except LiveviewsError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2
     if settings.dev:
-        logging.getLogger("liveviews.gateway").warning(
+        log.warning(
             "dev mode: tokens are signed with the public dev secret%s",
             " and /v1/dev/token hands them out" if settings.dev_tokens else "",
         )
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http=http_protocol(settings.header_timeout_seconds, settings.send_timeout_seconds),
-        ws="websockets-sansio",
-        ws_max_size=settings.max_body_bytes,
-        # A socket that does not answer a ping within the send timeout is closed: a peer that
-        # vanished without FIN or RST would otherwise hold it until its token expires.
-        ws_ping_interval=settings.heartbeat_seconds,
-        ws_ping_timeout=settings.send_timeout_seconds,
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-    )
+    if app is None:
+        log.info("serving with %d processes on port %d", settings.workers, settings.port)
+        return supervise(settings.workers)
+    uvicorn.Server(config(settings, app)).run()
     return 0
 
 

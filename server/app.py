@@ -14,8 +14,9 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.types import Receive, Scope, Send
 
-from server import http, sse, ws
+from server import http, livestream, sse, ws
 from server.errors import INTERNAL_MESSAGE, GatewayError, Unavailable
 from server.gateway import Gateway
 from server.settings import GatewaySettings
@@ -77,6 +78,18 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return http.json_response({"code": "internal_error", "message": INTERNAL_MESSAGE}, 500)
 
 
+class GatewayApp(Starlette):
+    """The Starlette application, which also keeps the server's own ``send`` in the scope.
+
+    SSE streams write straight to the connection under uvicorn (``server.livestream``); every
+    middleware wraps ``send``, so the server's is taken here, before any of them.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[livestream.SERVER_SEND] = send
+        await super().__call__(scope, receive, send)
+
+
 def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
     """The gateway for ``settings``; ``app`` overrides the application ``LV_APP`` names."""
     gateway = Gateway(settings, app)
@@ -101,7 +114,7 @@ def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
                 expose_headers=["ETag"],
             )
         )
-    starlette = Starlette(
+    starlette = GatewayApp(
         routes=[
             *routes(settings.dev_tokens, settings.log_feed),
             *static_routes(settings.static_dir, settings.client_js_dir),

@@ -18,6 +18,7 @@ from server.auth import Authenticator, Principal
 from server.changefeed import ChangeFeed
 from server.errors import Forbidden, NotFound, Unavailable
 from server.hub import Hub
+from server.livestream import Ticker
 from server.logfeed import LogFeed
 from server.metrics import Metrics
 from server.settings import GatewaySettings
@@ -40,7 +41,8 @@ class Gateway:
         self.layout = store.Layout(settings.store.log_partitions, settings.store.change_shards)
         self.client = store.connect(settings.store.store_url)
         self.feed_client = store.connect(settings.store.store_url, blocking=True)
-        self.hub = Hub(self.metrics)
+        self.hub = Hub(self.metrics, settings.progress_interval_ms / 1000)
+        self.ticker = Ticker(settings.heartbeat_seconds, self.metrics)
         self.feed = ChangeFeed(
             self.feed_client,
             self.hub,
@@ -85,6 +87,8 @@ class Gateway:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.ticker.stop()
+        self.hub.close()
         if self.log_feed is not None:
             await self.log_feed.stop()
         await self.client.aclose()

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 from server import frames
-from server.eventid import EventId
+from server.eventid import EventId, position_tuple
 from server.metrics import Metrics
 from streaming.changes import Delta
 
@@ -36,6 +36,19 @@ class FeedDelta:
     def frame(self) -> frames.Frame:
         d = self.delta
         return frames.delta(d.view, d.key, d.ops, str(EventId(self.epoch, d.id)))
+
+    @cached_property
+    def position(self) -> tuple[int, int]:
+        return position_tuple(self.delta.id)
+
+    @cached_property
+    def sse_chunk(self) -> bytes:
+        """The frame as one HTTP/1.1 chunk, for streams written straight to their transport."""
+        return http_chunk(self.frame.sse)
+
+
+def http_chunk(body: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(body), body)
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,19 @@ class Progress:
     entry: str
     frame: frames.Frame
 
+    @cached_property
+    def position(self) -> tuple[int, int]:
+        return position_tuple(self.entry)
+
+    @cached_property
+    def frontier(self) -> str:
+        """The frame's data as a string, to compare with what a subscriber was sent last."""
+        return self.frame.data.decode()
+
+    @cached_property
+    def sse_chunk(self) -> bytes:
+        return http_chunk(self.frame.sse)
+
 
 Item = FeedDelta | EpochChanged
 
@@ -63,45 +89,100 @@ class SubscriberState(enum.Enum):
     CLOSED = "closed"
 
 
-@dataclass(eq=False)
-class Subscriber:
-    """The hub's side of one subscription: a bounded buffer and an event to wake its reader."""
+class Sink(Protocol):
+    """Takes a subscriber's items as they come, instead of its buffer (``Subscriber.sink``)."""
 
-    view: str
-    key: str
-    capacity: int
-    buffer: deque[Item] = field(default_factory=deque)
-    progress: Progress | None = None
-    state: SubscriberState = SubscriberState.ATTACHED
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    def deliver(self, item: Item) -> bool:
+        """Hand ``item`` on; False if the subscriber fell too far behind to take it."""
+        ...
+
+    def deliver_progress(self, progress: Progress) -> None: ...
+
+
+class Subscriber:
+    """The hub's side of one subscription: a bounded buffer, or a sink that takes items at once.
+
+    Its reader waits with ``wait()``; one future is made per wait, not one event per subscriber.
+    """
+
+    __slots__ = ("view", "key", "capacity", "buffer", "progress", "state", "sink", "woken",
+                 "_waiter")  # fmt: skip
+
+    def __init__(self, view: str, key: str, capacity: int) -> None:
+        self.view = view
+        self.key = key
+        self.capacity = capacity
+        self.buffer: list[Item] = []
+        self.progress: Progress | None = None
+        self.state = SubscriberState.ATTACHED
+        self.sink: Sink | None = None
+        self.woken = False
+        self._waiter: asyncio.Future[None] | None = None
 
     def offer(self, item: Item) -> bool:
         if self.state is not SubscriberState.ATTACHED:
             return False
+        if self.sink is not None:
+            if self.sink.deliver(item):
+                return True
+            self.state = SubscriberState.OVERFLOWED
+            self.wake()
+            return False
         if len(self.buffer) >= self.capacity:
             self.state = SubscriberState.OVERFLOWED
             self.buffer.clear()  # it will resume from the store; nothing buffered is needed
-            self.wake.set()
+            self.wake()
             return False
         self.buffer.append(item)
-        self.wake.set()
+        self.wake()
         return True
 
+    def offer_progress(self, progress: Progress) -> None:
+        if self.state is not SubscriberState.ATTACHED:
+            return
+        if self.sink is not None:
+            self.sink.deliver_progress(progress)
+            return
+        self.progress = progress
+        self.wake()
+
+    def wake(self) -> None:
+        self.woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until ``wake()`` was called since the last ``take()`` (or ``clear()``)."""
+        if self.woken:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def clear(self) -> None:
+        self.woken = False
+
     def take(self) -> tuple[list[Item], Progress | None]:
-        items = list(self.buffer)
-        self.buffer.clear()
+        items, self.buffer = self.buffer, []
         progress, self.progress = self.progress, None
-        self.wake.clear()
+        self.woken = False
         return items, progress
 
 
 class Hub:
     """Subscribers by (view, key); the change feed is its only publisher."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, progress_interval: float = 0.0) -> None:
         self.metrics = metrics
         self.by_key: dict[tuple[str, str], set[Subscriber]] = {}
         self.all: set[Subscriber] = set()
+        self.progress_interval = progress_interval
+        self._pending: Progress | None = None
+        self._flush_at: asyncio.TimerHandle | None = None
+        self._flushed = float("-inf")
 
     def attach(self, view: str, key: str, capacity: int) -> Subscriber:
         sub = Subscriber(view, key, capacity)
@@ -140,9 +221,37 @@ class Hub:
         self._drop(overflowed)
 
     def progress(self, progress: Progress) -> None:
+        """Pass the frontier on at most once per ``progress_interval``, always the newest.
+
+        Progress only follows the deltas it covers (they were published before it), so holding
+        it back never breaks read-your-writes; it only coalesces frames nobody needs twice.
+        """
+        self._pending = progress
+        if self._flush_at is not None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = self._flushed + self.progress_interval - loop.time()
+        if delay <= 0:
+            self._flush_progress()
+        else:
+            self._flush_at = loop.call_later(delay, self._flush_progress)
+
+    def close(self) -> None:
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
+
+    def _flush_progress(self) -> None:
+        progress, self._pending, self._flush_at = self._pending, None, None
+        self._flushed = asyncio.get_running_loop().time()
+        if progress is None:
+            return
+        overflowed = []
         for sub in self.all:
-            sub.progress = progress
-            sub.wake.set()
+            sub.offer_progress(progress)
+            if sub.state is SubscriberState.OVERFLOWED:
+                overflowed.append(sub)
+        self._drop(overflowed)
 
     def epoch_changed(self, epoch: str) -> None:
         notice = EpochChanged(epoch)

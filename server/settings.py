@@ -82,6 +82,8 @@ class GatewaySettings:
     max_subscriptions_per_socket: int = 100
     subscriber_buffer: int = 256
     heartbeat_seconds: float = 15.0
+    progress_interval_ms: int = 250
+    workers: int = 1
     send_timeout_seconds: float = 10.0
     header_timeout_seconds: float = 10.0
     ws_auth_timeout_seconds: float = 10.0
@@ -133,6 +135,8 @@ class GatewaySettings:
             max_subscriptions_per_socket=env_int(env, "LV_MAX_SUBSCRIPTIONS_PER_SOCKET", 100),
             subscriber_buffer=env_int(env, "LV_SUBSCRIBER_BUFFER", 256),
             heartbeat_seconds=_float(env, "LV_HEARTBEAT_SECONDS", 15.0),
+            progress_interval_ms=env_int(env, "LV_PROGRESS_INTERVAL_MS", 250, minimum=0),
+            workers=env_int(env, "LV_WORKERS", 1, minimum=1),
             send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
             header_timeout_seconds=_float(env, "LV_HEADER_TIMEOUT_SECONDS", 10.0),
             ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),

@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server import frames
+from server import frames, livestream
 from server.auth import READ, Principal, authenticate
-from server.errors import BadRequest, SlowConsumer
+from server.errors import BadRequest
 from server.eventid import EventId
 from server.gateway import Gateway
 from server.logfeed import RECENT, LogListener
@@ -53,35 +53,28 @@ def _chunk(out: list[frames.Frame], metrics: Metrics) -> bytes:
     return body
 
 
-async def _stream(
-    sub: Subscription, first: list[frames.Frame], principal: Principal, gw: Gateway
-) -> AsyncIterator[bytes]:
-    metrics, heartbeat = gw.metrics, gw.settings.heartbeat_seconds
-    yield _chunk(first, metrics)
-    while True:
-        remaining = principal.expires_at - time.time()
-        if remaining <= 0:
-            yield _chunk(
-                [frames.end("token_expired", "the token expired; resume with a new one.",
-                            sub.last_event_id)],
-                metrics,
+class SubscriptionResponse(Response):
+    """A started subscription's stream (``server.livestream``); always detaches and frees its
+    connection slot."""
+
+    def __init__(self, sub: Subscription, first: list[frames.Frame], principal: Principal,
+                 gw: Gateway) -> None:  # fmt: skip
+        self.sub = sub
+        self.first: list[frames.Frame] | None = first
+        self.expires_at = principal.expires_at
+        self.gateway = gw
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gw, first, self.first = self.gateway, self.first or [], None
+        try:
+            await livestream.serve(
+                self.sub, first, self.expires_at, gw.ticker, gw.metrics,
+                gw.settings.send_timeout_seconds, scope, receive, send,
             )  # fmt: skip
-            return
-        try:
-            async with asyncio.timeout(min(heartbeat, remaining)):
-                await sub.wait()
-        except TimeoutError:
-            if remaining > heartbeat:
-                metrics.bytes_out += len(frames.SSE_HEARTBEAT)
-                yield frames.SSE_HEARTBEAT
-            continue
-        try:
-            out = await sub.next_frames()
-        except SlowConsumer as exc:
-            yield _chunk([frames.end(exc.code, exc.message, sub.last_event_id)], metrics)
-            return
-        if out:
-            yield _chunk(out, metrics)
+        finally:
+            self.sub.close()
+            gw.release("sse")
 
 
 class LiveResponse(EventSourceResponse):
@@ -117,7 +110,7 @@ async def live(request: Request) -> Response:
     except BaseException:
         gw.release("sse")
         raise
-    return LiveResponse(_stream(sub, first, principal, gw), sub.close, gw)
+    return SubscriptionResponse(sub, first, principal, gw)
 
 
 DEFAULT_RECENT = 20

@@ -15,7 +15,7 @@ from server import frames
 from server.changefeed import ChangeFeed
 from server.errors import SlowConsumer, Unavailable
 from server.eventid import EventId, position_tuple
-from server.hub import EpochChanged, FeedDelta, Hub, Subscriber, SubscriberState
+from server.hub import EpochChanged, FeedDelta, Hub, Progress, Subscriber, SubscriberState
 from server.metrics import Metrics
 from server.store import Client, HistoryGone, Layout, read_history, read_snapshot
 
@@ -45,8 +45,11 @@ class Subscription:
         self.resume = resume
         self.subscriber: Subscriber | None = None
         self.epoch = ""
-        self.position = "0-0"
-        self.progress_entry = "0-0"
+        self.position = (0, 0)
+        self.progress_position = (0, 0)
+        # The last frontier sent, as progress data: never send the same twice. A string, not
+        # the encoder's bytes, which keep a buffer of a few KiB each per subscription.
+        self.frontier = ""
         self.last_event_id: str | None = str(resume) if resume else None
 
     async def start(self) -> list[frames.Frame]:
@@ -75,7 +78,10 @@ class Subscription:
     async def _snapshot(self) -> frames.Frame:
         s = self.source
         snap = await read_snapshot(s.client, s.layout, self.view, self.key, s.frontier_name)
-        self.epoch, self.position, self.progress_entry = snap.epoch, snap.position, snap.progress
+        self.epoch = snap.epoch
+        self.position = position_tuple(snap.position)
+        self.progress_position = position_tuple(snap.progress)
+        self.frontier = frames.progress(snap.frontier).data.decode()
         event_id = str(EventId(snap.epoch, snap.position))
         self.last_event_id = event_id
         return frames.snapshot(self.view, self.key, snap.rows, snap.frontier, event_id)
@@ -99,7 +105,8 @@ class Subscription:
             after = page.read_to
             if page.complete:
                 break
-        self.epoch, self.position, self.progress_entry = resume.epoch, after, page.progress
+        self.epoch, self.position = resume.epoch, position_tuple(after)
+        self.progress_position = position_tuple(page.progress)
         if out:
             self.last_event_id = out[-1].id
         return out
@@ -107,7 +114,27 @@ class Subscription:
     async def wait(self) -> None:
         """Until there may be frames to take."""
         assert self.subscriber is not None
-        await self.subscriber.wake.wait()
+        await self.subscriber.wait()
+
+    def is_next(self, item: FeedDelta) -> bool:
+        """Is ``item`` a delta to send: in this epoch, after the last position sent?"""
+        return item.epoch == self.epoch and item.position > self.position
+
+    def sent(self, item: FeedDelta) -> None:
+        self.position = item.position
+        self.last_event_id = item.frame.id
+
+    def accept_progress(self, progress: Progress) -> bool:
+        """Does ``progress`` move this subscription's frontier? Then note it."""
+        if (
+            progress.epoch != self.epoch
+            or progress.position <= self.progress_position
+            or progress.frontier == self.frontier
+        ):
+            return False
+        self.progress_position = progress.position
+        self.frontier = progress.frontier
+        return True
 
     async def next_frames(self) -> list[frames.Frame]:
         """The frames ready now, possibly none. Raises ``SlowConsumer`` if the buffer overflowed."""
@@ -125,18 +152,11 @@ class Subscription:
             if isinstance(item, EpochChanged):
                 if item.epoch != self.epoch:
                     out.extend(await self._reset("epoch_changed", "the store was replaced."))
-            elif item.epoch == self.epoch and position_tuple(item.delta.id) > position_tuple(
-                self.position
-            ):
+            elif self.is_next(item):
+                self.sent(item)
                 out.append(item.frame)
-                self.position = item.delta.id
-        if (
-            progress is not None
-            and progress.epoch == self.epoch
-            and position_tuple(progress.entry) > position_tuple(self.progress_entry)
-        ):
+        if progress is not None and self.accept_progress(progress):
             out.append(progress.frame)
-            self.progress_entry = progress.entry
         for f in out:
             if f.id is not None:
                 self.last_event_id = f.id

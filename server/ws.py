@@ -197,16 +197,12 @@ class Connection:
         self.subscriptions[sub_id] = task
 
     async def _serve(self, sub_id: str, sub: Subscription) -> None:
-        metrics = self.gw.metrics
         try:
             try:
                 out = await sub.start()
                 while True:
-                    for f in out:
-                        await self.send(f.ws(sub_id))
-                        metrics.frames_out += 1
-                        if f.event == frames.DELTA:
-                            metrics.deltas_out += 1
+                    await self._send_frames(sub_id, out)
+                    out.clear()  # a snapshot can be large: do not keep it while waiting
                     await sub.wait()
                     out = await sub.next_frames()
             except SlowConsumer as exc:
@@ -228,6 +224,14 @@ class Connection:
             sub.close()
             if self.subscriptions.get(sub_id) is asyncio.current_task():
                 del self.subscriptions[sub_id]
+
+    async def _send_frames(self, sub_id: str, out: list[frames.Frame]) -> None:
+        metrics = self.gw.metrics
+        for f in out:
+            await self.send(f.ws(sub_id))
+            metrics.frames_out += 1
+            if f.event == frames.DELTA:
+                metrics.deltas_out += 1
 
     async def _unsubscribe(self, sub_id: str) -> None:
         task = self.subscriptions.pop(sub_id, None)

@@ -1,0 +1,310 @@
+"""An SSE subscription's response: frames written straight to the connection, one task each.
+
+After the first frames, the hub hands each delta and progress to the stream's ``deliver``
+methods, which write the frame's shared, pre-encoded HTTP chunk to the connection's transport
+at once: no task wakes up per delivery. The response's own task sleeps until something needs
+it (a reset to read, the end of the stream, a closed connection). One ``Ticker`` per process
+writes heartbeats and notices expired tokens for all streams; a small waiter per stream
+notices the client's disconnect.
+
+Writing to the transport needs uvicorn's httptools protocol (chunked encoding, its transport);
+under any other server the stream falls back to sending each batch of frames through ASGI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from server import frames
+from server.errors import SlowConsumer
+from server.hub import EpochChanged, Item, Progress, SubscriberState, http_chunk
+from server.metrics import Metrics
+from server.subscription import Subscription
+
+HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),
+]
+HEARTBEAT_CHUNK = http_chunk(frames.SSE_HEARTBEAT)
+
+
+SERVER_SEND = "liveviews.server_send"
+"""The scope key under which the application keeps the server's own ``send`` (``server.app``)."""
+
+
+def transport_of(scope: Scope) -> Any | None:
+    """The transport under uvicorn's httptools ``send``, once it has chosen chunked encoding."""
+    cycle = getattr(scope.get(SERVER_SEND), "__self__", None)
+    if type(cycle).__module__ != "uvicorn.protocols.http.httptools_impl":
+        return None
+    if not getattr(cycle, "chunked_encoding", False):
+        return None
+    return getattr(cycle, "transport", None)
+
+
+class Ticker:
+    """One task for all SSE streams of a process: heartbeats, token expiry, lost connections."""
+
+    def __init__(self, heartbeat: float, metrics: Metrics) -> None:
+        self.heartbeat = heartbeat
+        self.interval = min(1.0, heartbeat / 2)
+        self.metrics = metrics
+        self.streams: set[LiveStream] = set()
+        self.now = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, stream: LiveStream) -> None:
+        self.streams.add(stream)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="liveviews-sse-ticker")
+
+    def remove(self, stream: LiveStream) -> None:
+        self.streams.discard(stream)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while self.streams:
+            await asyncio.sleep(self.interval)
+            self.tick(time.monotonic(), time.time())
+
+    def tick(self, now: float, wall: float) -> None:
+        self.now = now
+        for stream in list(self.streams):
+            stream.tick(now, wall, self.heartbeat)
+
+
+class LiveStream:
+    """The hub's sink for one SSE subscription whose frames go straight to its transport."""
+
+    __slots__ = ("sub", "transport", "ticker", "metrics", "expires_at", "last_write", "pending",
+                 "_write_raw", "_is_closing", "_buffered")  # fmt: skip
+
+    def __init__(
+        self, sub: Subscription, transport: Any, ticker: Ticker, metrics: Metrics,
+        expires_at: float,
+    ) -> None:  # fmt: skip
+        self.sub = sub
+        self.transport = transport
+        self.ticker = ticker
+        self.metrics = metrics
+        self.expires_at = expires_at
+        self.last_write = ticker.now
+        self.pending = 0  # frames written since the transport's buffer was last seen empty
+        # Bound once: the server may wrap its transport, and these run on every delivery.
+        self._write_raw = transport.write
+        self._is_closing = transport.is_closing
+        self._buffered = transport.get_write_buffer_size
+
+    def _write(self, chunk: bytes) -> bool:
+        if self._is_closing():
+            return False
+        if not self._buffered():
+            self.pending = 0
+        self.pending += 1
+        subscriber = self.sub.subscriber
+        assert subscriber is not None
+        if self.pending > subscriber.capacity:
+            return False  # the client does not read: the slow-consumer policy applies
+        self._write_raw(chunk)
+        self.last_write = self.ticker.now
+        self.metrics.bytes_out += len(chunk)
+        return True
+
+    def deliver(self, item: Item) -> bool:
+        if isinstance(item, EpochChanged):
+            # A reset reads the store: hand the subscriber back to the response's task.
+            subscriber = self.sub.subscriber
+            assert subscriber is not None
+            subscriber.sink = None
+            subscriber.buffer.append(item)
+            subscriber.wake()
+            return True
+        if not self.sub.is_next(item):
+            return True
+        if not self._write(item.sse_chunk):
+            return False
+        self.sub.sent(item)
+        self.metrics.frames_out += 1
+        self.metrics.deltas_out += 1
+        return True
+
+    def deliver_progress(self, progress: Progress) -> None:
+        if self.sub.accept_progress(progress):
+            if self._write(progress.sse_chunk):
+                self.metrics.frames_out += 1
+            else:
+                subscriber = self.sub.subscriber
+                assert subscriber is not None
+                subscriber.state = SubscriberState.OVERFLOWED
+                subscriber.wake()
+
+    def write_frames(self, out: list[frames.Frame], last_event_id: str | None) -> bool:
+        """Write ``out``; if the client cannot take them all, the subscription's last event id
+        is that of the last frame written (``last_event_id`` if none was)."""
+        for f in out:
+            if not self._write(http_chunk(f.sse)):
+                self.sub.last_event_id = last_event_id
+                return False
+            if f.id is not None:
+                last_event_id = f.id
+            self.metrics.frames_out += 1
+            if f.event == frames.DELTA:
+                self.metrics.deltas_out += 1
+        return True
+
+    def tick(self, now: float, wall: float, heartbeat: float) -> None:
+        subscriber = self.sub.subscriber
+        if subscriber is None:
+            return
+        if self.transport.is_closing() or wall >= self.expires_at:
+            subscriber.wake()
+        elif now - self.last_write >= heartbeat and self._write(HEARTBEAT_CHUNK):
+            self.pending = 0
+
+
+async def serve(
+    sub: Subscription, first: list[frames.Frame], expires_at: float, ticker: Ticker,
+    metrics: Metrics, send_timeout: float, scope: Scope, receive: Receive, send: Send,
+) -> None:  # fmt: skip
+    """Send the stream of one started subscription until it ends; the caller closes ``sub``."""
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": _body(first, metrics), "more_body": True})
+    first.clear()  # a snapshot can be large, and this coroutine lives as long as the stream
+    transport = transport_of(scope)
+    if transport is None:
+        await _serve_through_asgi(sub, expires_at, ticker, metrics, receive, send)
+        return
+    stream = LiveStream(sub, transport, ticker, metrics, expires_at)
+    subscriber = sub.subscriber
+    assert subscriber is not None
+    ticker.add(stream)
+    # The client's disconnect wakes the stream at once, so its subscriber is freed at once.
+    watch = asyncio.ensure_future(_disconnected(receive))
+    watch.add_done_callback(lambda _: subscriber.wake())
+    try:
+        end: frames.Frame | None = None
+        while end is None:
+            end = await _take_over(sub, stream)
+            if end is None:
+                await subscriber.wait()
+                subscriber.clear()
+                end = _ending(sub, stream, expires_at)
+        if transport.is_closing():
+            return
+        subscriber.sink = None
+        body = end.sse
+        metrics.frames_out += 1
+        metrics.bytes_out += len(body)
+        try:
+            async with asyncio.timeout(send_timeout):
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+        except TimeoutError:
+            transport.close()
+    finally:
+        watch.cancel()
+        ticker.remove(stream)
+
+
+async def _take_over(sub: Subscription, stream: LiveStream) -> frames.Frame | None:
+    """Send what the subscriber buffered, then let the hub write to the stream directly."""
+    subscriber = sub.subscriber
+    assert subscriber is not None
+    while True:
+        if subscriber.state is not SubscriberState.ATTACHED or stream.transport.is_closing():
+            return _ending(sub, stream, float("inf"))
+        if subscriber.sink is stream:
+            return None
+        if not subscriber.buffer and subscriber.progress is None:
+            subscriber.sink = stream  # nothing awaited since the check: no item slips past
+            return None
+        before = sub.last_event_id
+        try:
+            out = await sub.next_frames()
+        except SlowConsumer:
+            return _ending(sub, stream, float("inf"))
+        if not stream.write_frames(out, before):
+            subscriber.state = SubscriberState.OVERFLOWED
+
+
+def _ending(sub: Subscription, stream: LiveStream, expires_at: float) -> frames.Frame | None:
+    """The ``end`` frame the stream must close with now, or None to go on."""
+    subscriber = sub.subscriber
+    assert subscriber is not None
+    if subscriber.state is SubscriberState.OVERFLOWED:
+        if subscriber in sub.source.hub.all:
+            sub.source.metrics.slow_consumers += 1
+        sub.source.hub.detach(subscriber)
+        return frames.end("slow_consumer",
+                          "this subscriber fell too far behind; resume from last_event_id.",
+                          sub.last_event_id)  # fmt: skip
+    if time.time() >= expires_at:
+        return frames.end("token_expired", "the token expired; resume with a new one.",
+                          sub.last_event_id)  # fmt: skip
+    if stream.transport.is_closing():
+        return frames.end("closed", "", sub.last_event_id)
+    return None
+
+
+def _body(out: list[frames.Frame], metrics: Metrics) -> bytes:
+    body = b"".join(f.sse for f in out)
+    metrics.frames_out += len(out)
+    metrics.deltas_out += sum(1 for f in out if f.event == frames.DELTA)
+    metrics.bytes_out += len(body)
+    return body
+
+
+async def _serve_through_asgi(
+    sub: Subscription, expires_at: float, ticker: Ticker, metrics: Metrics,
+    receive: Receive, send: Send,
+) -> None:  # fmt: skip
+    """Any other server: wait for frames or the client's disconnect, send each batch."""
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        while True:
+            remaining = expires_at - time.time()
+            if remaining <= 0:
+                end = frames.end("token_expired", "the token expired; resume with a new one.",
+                                 sub.last_event_id)  # fmt: skip
+                await send({"type": "http.response.body", "body": _body([end], metrics)})
+                return
+            waiting = asyncio.ensure_future(sub.wait())
+            done, _ = await asyncio.wait(
+                {gone, waiting}, timeout=min(ticker.heartbeat, remaining),
+                return_when=asyncio.FIRST_COMPLETED,
+            )  # fmt: skip
+            waiting.cancel()
+            if gone in done:
+                return
+            if not done:
+                metrics.bytes_out += len(frames.SSE_HEARTBEAT)
+                await send({"type": "http.response.body", "body": frames.SSE_HEARTBEAT,
+                            "more_body": True})  # fmt: skip
+                continue
+            try:
+                out = await sub.next_frames()
+            except SlowConsumer as exc:
+                end = frames.end(exc.code, exc.message, sub.last_event_id)
+                await send({"type": "http.response.body", "body": _body([end], metrics)})
+                return
+            if out:
+                await send({"type": "http.response.body", "body": _body(out, metrics),
+                            "more_body": True})  # fmt: skip
+    finally:
+        gone.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
