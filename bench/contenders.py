@@ -1,0 +1,227 @@
+"""The servers a fan-out benchmark compares, each started fresh, and how each is published to.
+
+- ``liveviews``: ``python -m server`` (one process, or ``LV_WORKERS`` processes on one port);
+- ``nchan``: nginx with the nchan module, an SSE pub/sub hub in C, published to by HTTP POST;
+- ``naive``: ``bench/baselines/naive_gateway.py``, one ``XREAD BLOCK`` per subscriber.
+
+The gateways are published to through the real sink (``ChangeTopicSink``), one micro-batch per
+message with a frontier advance, as the pipeline writes; nchan gets the same message body.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jwt
+import orjson
+import psutil
+import redis
+
+from bench.loadclient import marker, raise_open_files
+from demo.chirp import app as chirp
+from server.settings import DEV_JWT_SECRET
+from streaming.sink import ChangeTopicSink
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINES = Path(__file__).resolve().parent / "baselines"
+SHARDS = 16
+VIEW = "likes"
+NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def token() -> str:
+    claims = {"sub": "bench", "scope": "read", "aud": "liveviews", "exp": int(time.time()) + 7200}
+    return jwt.encode(claims, DEV_JWT_SECRET, algorithm="HS256")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += psutil.Process(pid).memory_info().rss
+    return total
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the server on port {port} did not start") from None
+            time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Server:
+    """A started contender: where to connect, what to ask, whose CPU and memory to count."""
+
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    path: str  # the subscriber's request path, with ``{key}``
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def pids(self) -> list[int]:
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        return [self.proc.pid, *(c.pid for c in children)]
+
+    def request(self, key: str) -> bytes:
+        lines = [f"GET {self.path.format(key=key)} HTTP/1.1", f"Host: 127.0.0.1:{self.port}",
+                 "Accept: text/event-stream",
+                 *(f"{k}: {v}" for k, v in self.headers.items())]  # fmt: skip
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+@contextlib.contextmanager
+def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = None
+              ) -> Iterator[Server]:  # fmt: skip
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": store_url, "LV_PORT": str(port),
+           "LV_CHANGE_SHARDS": str(SHARDS), "LV_MAX_CONNECTIONS": "20000",
+           "LV_LOG_FEED": "false", "LV_WORKERS": str(workers), **(extra or {})}  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "server"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_listening(port, proc)
+        name = "liveviews" if workers == 1 else f"liveviews x{workers}"
+        auth = {"Authorization": f"Bearer {token()}"}
+        yield Server(name, port, proc, f"/v1/views/{VIEW}/{{key}}/live", auth)
+    finally:
+        stop(proc)
+
+
+@contextlib.contextmanager
+def naive(store_url: str) -> Iterator[Server]:
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": store_url, "LV_CHANGE_SHARDS": str(SHARDS)}
+    code = ("import resource; s, h = resource.getrlimit(resource.RLIMIT_NOFILE); "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (h, h)); import uvicorn; "
+            f"uvicorn.run('bench.baselines.naive_gateway:app', port={port}, "
+            "log_level='warning', backlog=4096)")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_listening(port, proc)
+        yield Server("naive", port, proc, f"/v1/views/{VIEW}/{{key}}/live")
+    finally:
+        stop(proc)
+
+
+def nchan_installed() -> bool:
+    return NCHAN_MODULE.exists() and shutil.which("nginx") is not None
+
+
+def ensure_nchan() -> bool:
+    """Install nginx and nchan with ``bench/setup.sh`` if missing; True if they are there."""
+    if not nchan_installed():
+        subprocess.run(["bash", str(Path(__file__).parent / "setup.sh")], check=False)
+    return nchan_installed()
+
+
+@contextlib.contextmanager
+def nchan() -> Iterator[Server]:
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="lv-nchan-") as prefix:
+        conf = (BASELINES / "nchan.conf.template").read_text()
+        conf = conf.replace("{module}", str(NCHAN_MODULE)).replace("{port}", str(port))
+        conf = conf.replace("{prefix}", prefix)
+        (Path(prefix) / "nginx.conf").write_text(conf)
+        os.chmod(prefix, 0o755)
+        proc = subprocess.Popen(
+            ["nginx", "-p", prefix, "-c", f"{prefix}/nginx.conf", "-e", f"{prefix}/error.log"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_listening(port, proc)
+            yield Server("nginx+nchan", port, proc, "/sub?id={key}")
+        finally:
+            stop(proc)
+
+
+class SinkPublisher:
+    """Writes each message as one micro-batch through the real sink, with a frontier advance."""
+
+    def __init__(self, store_url: str) -> None:
+        self.client = redis.Redis.from_url(store_url)
+        self.sink = ChangeTopicSink(self.client, chirp, "liveviews", SHARDS, 10_000)
+        self.batch = int(time.time() * 1000)  # batch ids stay new across contenders
+
+    def publish(self, keys: list[str]) -> None:
+        self.batch += 1
+        rows: list[dict[str, Any]] = [
+            {"view": VIEW, "key": k, "row": "m", "score": 0.0, "partition": None, "offset": None,
+             "value": orjson.dumps({"m": marker(time.time())}).decode()}
+            for k in keys
+        ]  # fmt: skip
+        rows.append({"view": None, "key": None, "row": None, "value": None, "score": 0.0,
+                     "partition": 0, "offset": f"{self.batch}-0"})  # fmt: skip
+        self.sink.write(rows, self.batch)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class NchanPublisher:
+    """POSTs each message to nchan's publisher location, one request per channel."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+    def publish(self, keys: list[str]) -> None:
+        for k in keys:
+            body = orjson.dumps({"m": marker(time.time())})
+            self.conn.request("POST", f"/pub?id={k}", body, {"Content-Type": "application/json"})
+            self.conn.getresponse().read()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def store_env() -> None:
+    """The store inherits the harness's limit of open files: raise it before starting one."""
+    raise_open_files()

@@ -1,0 +1,132 @@
+"""Memory per idle subscriber: the gateway's RSS growth over N idle SSE or WebSocket streams.
+
+A fresh gateway process per transport; subscribers are added in steps (each step its own
+load-client processes, spread over 50 keys) and the gateway's RSS is read after each step
+settles. The figure is (RSS at N - RSS at the first step) / (N - first step).
+
+    .venv/bin/python -m bench.memory [--quick]
+
+Writes bench/results/memory.json and bench/results/memory.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import contenders as c
+from bench.common import Report, Row, plot_path, save
+from bench.loadclient import Clients, Request, raise_open_files, ws_text_frame
+from streaming.embedded import EmbeddedStore
+
+KEYS = 50
+TARGET_BYTES = 8 * 1024
+SETTLE_SECONDS = 2.0
+
+
+def _requests(server: c.Server, kind: str, n: int, first: int) -> list[Request]:
+    out: list[Request] = []
+    tok = c.token()
+    for i in range(first, first + n):
+        key = f"idle{i % KEYS}"
+        if kind == "sse":
+            out.append(server.request(key))
+            continue
+        head = (f"GET /v1/ws?access_token={tok} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+                "\r\n")  # fmt: skip
+        sub = orjson.dumps({"type": "subscribe", "sub": "s", "view": c.VIEW, "key": key})
+        out.append((head.encode(), ws_text_frame(sub.decode())))
+    return out
+
+
+def grow(store_url: str, kind: str, steps: list[int]) -> list[tuple[int, int]]:
+    """(subscribers, gateway RSS bytes) after each step."""
+    points: list[tuple[int, int]] = []
+    with c.liveviews(store_url) as server, contextlib.ExitStack() as clients:
+        have = 0
+        for n in steps:
+            if n > have:
+                batch = Clients("127.0.0.1", server.port, _requests(server, kind, n - have, have))
+                clients.enter_context(batch)
+                ok, failed = batch.wait_connected()
+                if failed:
+                    raise RuntimeError(f"{failed} of {n - have} {kind} subscribers were refused")
+                have = n
+            time.sleep(SETTLE_SECONDS)
+            points.append((n, c.rss_bytes(server.pids())))
+            print(f"{kind}: {n} subscribers, gateway RSS {points[-1][1] / 2**20:.1f} MiB",
+                  flush=True)  # fmt: skip
+    return points
+
+
+def run(quick: bool = False) -> Report:
+    raise_open_files()
+    n = 200 if quick else 10_000
+    steps = [20, n // 2, n] if quick else [100, 2500, 5000, 7500, n]
+    figures: dict[str, Any] = {"subscribers": n, "target_bytes_per_subscriber": TARGET_BYTES}
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedStore(Path(tmp), c.free_port()) as url:
+        for kind in ("sse", "ws"):
+            points = grow(url, kind, steps)
+            (n0, rss0), (n1, rss1) = points[0], points[-1]
+            figures[kind] = {
+                "points": [{"subscribers": a, "rss_bytes": b} for a, b in points],
+                "bytes_per_subscriber": round((rss1 - rss0) / (n1 - n0)),
+            }
+    save("memory", figures)
+    rows = [
+        Row(f"memory per idle {kind.upper()} subscriber (RSS growth / N, N = {n})",
+            f"{figures[kind]['bytes_per_subscriber'] / 1024:.1f} KiB", "≤ 8 KiB")  # fmt: skip
+        for kind in ("sse", "ws")
+    ]
+    return Report(
+        name="memory",
+        title="Gateway memory per idle subscriber",
+        command="python -m bench.memory" + (" --quick" if quick else ""),
+        figures=figures,
+        rows=rows,
+        plots=[_plot(figures)],
+    )
+
+
+def _plot(figures: dict[str, Any]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for kind in ("sse", "ws"):
+        pts = figures[kind]["points"]
+        ax.plot([p["subscribers"] for p in pts], [p["rss_bytes"] / 2**20 for p in pts], "o-",
+                label=f"{kind.upper()} ({figures[kind]['bytes_per_subscriber'] / 1024:.1f} "
+                "KiB each)")  # fmt: skip
+    ax.set_xlabel("idle subscribers")
+    ax.set_ylabel("gateway RSS, MiB")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    path = plot_path("memory")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="200 subscribers")
+    run(parser.parse_args().quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
