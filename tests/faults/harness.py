@@ -103,11 +103,30 @@ class Pipeline:
         assert self.process is not None
         return _spark_jvm(self.process.pid)
 
-    def kill_jvm(self) -> None:
-        """SIGKILL the driver JVM: the launcher then exits, as after a real crash."""
+    def kill_jvm(self, timeout: float = 30) -> bool:
+        """SIGKILL the driver JVM: the launcher then exits, as after a real crash.
+
+        Returns False if the launcher outlived its JVM by ``timeout`` s: its Python stacks are
+        then written to ``launcher-hang-<n>.txt`` (py-spy) and it is killed as well.
+        """
         assert self.process is not None
         os.kill(self.jvm(), signal.SIGKILL)
-        self.process.wait(60)
+        try:
+            self.process.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            stacks = subprocess.run(
+                [str(Path(sys.executable).parent / "py-spy"), "dump", "--pid",
+                 str(self.process.pid)],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            report = stacks.stdout + stacks.stderr + "\n" + self.tail(80)
+            (self.workdir / f"launcher-hang-{self.starts}.txt").write_text(report)
+            (ROOT / "test-artifacts").mkdir(exist_ok=True)  # kept after the tmp dir goes
+            (ROOT / "test-artifacts" / f"launcher-hang-{self.starts}.txt").write_text(report)
+            self.process.kill()
+            self.process.wait()
+            return False
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -43,7 +43,7 @@ def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
     pipeline = Pipeline(store_url, tmp_path)
     writer = LogWriter(store, seed=KNOBS.seed)
     t0 = time.monotonic()
-    kills, mid_sink, restart_s = 0, 0, []
+    kills, mid_sink, hangs, restart_s = 0, 0, 0, []
     try:
         writer.start()
         pipeline.start()
@@ -52,7 +52,7 @@ def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
             wait_for_progress(store, store.xlen("lv:progress"), pipeline)
             restart_s.append(time.monotonic() - started)
             time.sleep(rng.uniform(0, MAX_DELAY_S))
-            pipeline.kill_jvm()
+            hangs += not pipeline.kill_jvm()
             kills += 1
             mid_sink += batch_spread(store)
             pipeline.start()
@@ -68,6 +68,7 @@ def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
     figures.values.update(
         kills_survived=kills,
         kills_mid_sink=mid_sink,
+        launcher_outlived_jvm=hangs,
         events_written=events,
         deltas_checked=deltas,
         restart_to_first_batch_s=round(sum(restart_s) / len(restart_s), 1) if restart_s else 0,
@@ -76,4 +77,6 @@ def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
     )
     figures.print()
     assert kills == KNOBS.kills
+    for hang in sorted(tmp_path.glob("launcher-hang-*.txt")):
+        print(f"--- {hang.name}\n{hang.read_text()[-4000:]}")
     assert events > 0 and deltas > 0
