@@ -265,13 +265,14 @@ def plot(samples: list[dict[str, Any]], path: Path, title: str) -> None:
 
     t = [s["t"] / 60 for s in samples]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
-    top.plot(t, [s["rss_bytes"] / 2**20 for s in samples], color="tab:blue", label="RSS (MiB)")
+    rss = [s["rss_bytes"] / 2**20 for s in samples]
+    top.plot(t, rss, color="tab:blue", linewidth=2.5)
     top.set_ylabel("gateway RSS (MiB)", color="tab:blue")
-    top.set_ylim(bottom=0)
+    top.set_ylim(0, max(rss) * 1.3)  # a flat line must not hide under the frame
     fds = top.twinx()
-    fds.plot(t, [s["fds"] for s in samples], color="tab:orange", label="open fds")
+    fds.plot(t, [s["fds"] for s in samples], color="tab:orange", linestyle="--")
     fds.set_ylabel("open file descriptors", color="tab:orange")
-    fds.set_ylim(bottom=0)
+    fds.set_ylim(0, max(s["fds"] for s in samples) * 1.6)
     top.axvline(WARM_UP * t[-1], color="grey", linestyle=":", label="end of warm-up")
     top.set_title(title)
     bottom.plot(t, [s["deliveries_per_second"] for s in samples], color="tab:green")

@@ -256,6 +256,64 @@ def reference_running(url: str) -> Iterator[Reference]:
     assert ref.ended is None, f"the reference subscriber was cut off: {ref.ended}"
 
 
+class Behaved:
+    """Well-behaved clients on their own loop in a thread: SSE streams and WebSocket
+    subscriptions through ``base`` (a proxy), each read continuously (so pings are answered)
+    until the block ends."""
+
+    def __init__(self, port: int, sse_keys: list[str], ws_keys: list[str]) -> None:
+        self.port, self.sse_keys, self.ws_keys = port, sse_keys, ws_keys
+        self.opened = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self.loop.run_until_complete, args=(self._run(),),
+                                        daemon=True)  # fmt: skip
+
+    async def _run(self) -> None:
+        self._stop = asyncio.Event()
+        base = f"http://127.0.0.1:{self.port}"
+        headers = {"Authorization": f"Bearer {token()}"}
+        timeout = aiohttp.ClientTimeout(total=None)
+
+        async def drain_sse(r: aiohttp.ClientResponse) -> None:
+            while await r.content.readany():
+                pass
+
+        async def drain_ws(ws: aiohttp.ClientWebSocketResponse) -> None:
+            while (await ws.receive()).type == aiohttp.WSMsgType.TEXT:
+                pass
+
+        conn = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=conn, timeout=timeout) as s:
+            readers: list[asyncio.Task[None]] = []
+            for key in self.sse_keys:
+                r = await s.get(f"{base}/v1/views/likes/{key}/live", headers=headers)
+                assert r.status == 200
+                readers.append(asyncio.create_task(drain_sse(r)))
+            for i, key in enumerate(self.ws_keys):
+                ws = await s.ws_connect(f"ws://127.0.0.1:{self.port}/v1/ws",
+                                        params={"access_token": token()}, max_msg_size=0)  # fmt: skip
+                await ws.send_str(orjson.dumps({"type": "subscribe", "sub": f"b{i}",
+                                                "view": "likes", "key": key}).decode())  # fmt: skip
+                readers.append(asyncio.create_task(drain_ws(ws)))
+            self.opened.set()
+            await self._stop.wait()
+            for t in readers:
+                t.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            conn._close()  # noqa: SLF001 - the far side is a black hole: do not wait for it
+
+    def __enter__(self) -> Behaved:
+        self._thread.start()
+        assert self.opened.wait(60), "the well-behaved clients did not connect"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
@@ -351,7 +409,13 @@ class BlackHoleProxy:
         self.loop.run_forever()
 
     async def _pair(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-        ur, uw = await asyncio.open_connection("127.0.0.1", self.target_port)
+        # A small window towards the gateway, as a congested path would have, so that what
+        # the gateway sends into the black hole backs up within seconds, not minutes.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", self.target_port))
+        ur, uw = await asyncio.open_connection(sock=sock)
         self.writers += [cw, uw]
         await asyncio.gather(self._pipe(cr, uw), self._pipe(ur, cw))
 
