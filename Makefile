@@ -15,6 +15,10 @@ run: $(STAMP)
 test: $(STAMP)
 	bash scripts/test.sh
 
+bench: $(STAMP)
+	bash bench/setup.sh
+	$(VENV)/bin/python -m bench
+
 # The fault suite at any size: make faults KILLS=50 [WRITE_SECONDS=600] [SEED=7]
 faults: $(STAMP)
 	KILLS=$(KILLS) WRITE_SECONDS=$(WRITE_SECONDS) SEED=$(SEED) bash scripts/faults.sh

@@ -5,6 +5,8 @@ The system and the load are those of ``bench.latency`` (renames at a fixed rate,
 ``profiles`` view subscribed), with two Chromium pages instead of the Python subscriber: one
 whose client reads over SSE, one over WebSocket. Each page notes ``Date.now()`` when its
 subscription's ``change`` event fires; the publisher notes the wall clock before each POST.
+Over SSE each subscription is a stream of its own, and a browser opens at most 6 HTTP/1.1
+connections to one origin, so the SSE page follows 5 users; the WebSocket page follows all.
 
     .venv/bin/python -m bench.browser [--quick] [--rate 100] [--seconds 60]
 """
@@ -21,6 +23,7 @@ from bench.latency import USERS, Phase, latency_stats, publish, seed
 from bench.system import running_store, token
 
 CHROMIUM = "/usr/bin/chromium"
+SSE_USERS = 5
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 
@@ -44,7 +47,7 @@ async ({token, users, transport}) => {
 async def measure(base: str, rate: int, seconds: float) -> dict[str, Any]:
     from playwright.async_api import async_playwright
 
-    users = [f"u{u}" for u in range(USERS)]
+    followed = {"sse": [f"u{u}" for u in range(SSE_USERS)], "ws": [f"u{u}" for u in range(USERS)]}
     phase = Phase(rate, clock=time.time)
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -52,6 +55,7 @@ async def measure(base: str, rate: int, seconds: float) -> dict[str, Any]:
         for transport in ("sse", "ws"):
             page = await (await browser.new_context()).new_page()
             await page.goto(f"{base}/client-js/index.js")
+            users = followed[transport]
             args = {"token": token("observer"), "users": users, "transport": transport}
             used = await page.evaluate(SUBSCRIBE, args)
             assert used == transport, f"the client chose {used}, not {transport}"
@@ -65,7 +69,8 @@ async def measure(base: str, rate: int, seconds: float) -> dict[str, Any]:
         for transport, page in pages.items():
             arrivals = await page.evaluate("() => window.__arrivals")
             latencies = phase.replay([(name, at / 1000) for name, at in arrivals])
-            reflected = round(len(latencies) / len(phase.sent), 4)
+            mine = [s for s in phase.sent.values() if f"u{s[0]}" in followed[transport]]
+            reflected = round(len(latencies) / len(mine), 4) if mine else 0.0
             out[transport] = {**latency_stats(latencies), "reflected_fraction": reflected}
         await browser.close()
     return {"rate": rate, "seconds": seconds, "changes_posted": len(phase.sent), **out}

@@ -1,0 +1,32 @@
+"""The benchmark harness still works: every benchmark runs at a tiny size and reports.
+
+The figures of such a run mean nothing; ``python -m bench`` without ``--quick`` measures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_run_of_every_benchmark(tmp_path: Path) -> None:
+    env = {**os.environ, "LV_BENCH_RESULTS": str(tmp_path)}
+    env.pop("REDIS_URL", None)
+    done = subprocess.run([sys.executable, "-m", "bench", "--quick"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    summary = (tmp_path / "SUMMARY.md").read_text()
+    from bench.__main__ import BENCHMARKS
+
+    for name in BENCHMARKS:
+        result = json.loads((tmp_path / f"{name}.json").read_text())
+        assert result["figures"], name
+        assert result["machine"]["cores"] >= 1
+    assert "| figure | measured | target | same-run baseline |" in summary
+    assert "failed" not in summary
+    assert list(tmp_path.glob("*.png")), "no plot was drawn"
