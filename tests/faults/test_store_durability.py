@@ -99,7 +99,8 @@ def test_source_reads_wait_for_a_restarting_store(tmp_path):
 
 
 def test_fsync_policy_setting():
-    assert fsync_policy({}) == "everysec"
+    assert fsync_policy({}) == "always"
+    assert fsync_policy({"LV_STORE_FSYNC": "everysec"}) == "everysec"
     assert fsync_policy({"LV_STORE_FSYNC": "always"}) == "always"
     with pytest.raises(ConfigurationError, match="LV_STORE_FSYNC must be 'always' or 'everysec'"):
         fsync_policy({"LV_STORE_FSYNC": "no"})

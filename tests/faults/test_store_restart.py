@@ -3,7 +3,7 @@
 A store of this test's own (``EmbeddedStore`` on its data directory) serves a pipeline process
 and a gateway process. A store process that will be SIGKILLed runs with ``LV_STORE_FSYNC=always``,
 the setting under which a crash of the store loses nothing acknowledged; one that will be
-SIGTERMed runs with the default ``everysec``, whose shutdown writes and syncs everything first
+SIGTERMed runs with ``everysec``, whose shutdown writes and syncs everything first
 (``test_store_durability`` shows what ``everysec`` loses to a SIGKILL). Events are published all along
 through the gateway's ``POST /v1/events``; every event answered 202 is recorded with its
 offset. While the store is down a publish must answer 503 ``store_unavailable`` (never a 500).
