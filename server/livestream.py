@@ -4,8 +4,14 @@ After the first frames, the hub hands each delta and progress to the stream's ``
 methods, which write the frame's shared, pre-encoded HTTP chunk to the connection's transport
 at once: no task wakes up per delivery. The response's own task sleeps until something needs
 it (a reset to read, the end of the stream, a closed connection). One ``Ticker`` per process
-writes heartbeats and notices expired tokens for all streams; a small waiter per stream
-notices the client's disconnect.
+writes heartbeats and notices expired tokens for all streams, and watches for the server's
+graceful shutdown; a small waiter per stream notices the client's disconnect.
+
+On shutdown (uvicorn's ``should_exit``, set by SIGTERM or Ctrl-C) every stream is closed at once,
+cleanly and between frames, as sse-starlette closes its own: the client resumes elsewhere with
+the ``Last-Event-ID`` of the last frame it got. uvicorn waits for open responses before it runs
+the lifespan's shutdown, so the lifespan is too late to notice; a stream left open would hold
+the process until ``timeout_graceful_shutdown`` and then be cut off mid-stream.
 
 Writing to the transport needs uvicorn's httptools protocol (chunked encoding, its transport);
 under any other server the stream falls back to sending each batch of frames through ASGI.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 from typing import Any
 
@@ -32,6 +39,8 @@ HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 HEARTBEAT_CHUNK = http_chunk(frames.SSE_HEARTBEAT)
+EXIT_POLL_SECONDS = 0.1
+"""How often the ticker looks at the server's ``should_exit`` (uvicorn's own loop does too)."""
 
 
 SERVER_SEND = "liveviews.server_send"
@@ -48,8 +57,19 @@ def transport_of(scope: Scope) -> Any | None:
     return getattr(cycle, "transport", None)
 
 
+def serving_server() -> Any | None:
+    """The uvicorn server that serves this process, found as sse-starlette finds it.
+
+    uvicorn installs its bound ``handle_exit`` as the SIGTERM handler while it serves (from the
+    main thread only); its ``should_exit`` turns true when a graceful shutdown begins.
+    """
+    server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return server if hasattr(server, "should_exit") else None
+
+
 class Ticker:
-    """One task for all SSE streams of a process: heartbeats, token expiry, lost connections."""
+    """One task for all SSE streams of a process: heartbeats, token expiry, lost connections;
+    and one that ends them all when the server shuts down."""
 
     def __init__(self, heartbeat: float, metrics: Metrics) -> None:
         self.heartbeat = heartbeat
@@ -57,27 +77,50 @@ class Ticker:
         self.metrics = metrics
         self.streams: set[LiveStream] = set()
         self.now = time.monotonic()
+        self.exiting = False
+        """The server is shutting down: every stream ends, those opened later at once."""
         self._task: asyncio.Task[None] | None = None
+        self._exit_watch: asyncio.Task[None] | None = None
 
     def add(self, stream: LiveStream) -> None:
         self.streams.add(stream)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="liveviews-sse-ticker")
+        if not self.exiting and (self._exit_watch is None or self._exit_watch.done()):
+            self._exit_watch = asyncio.create_task(self._watch_exit(), name="liveviews-sse-exit")
 
     def remove(self, stream: LiveStream) -> None:
         self.streams.discard(stream)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        tasks, self._task, self._exit_watch = (self._task, self._exit_watch), None, None
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def shut_down(self) -> None:
+        """End every stream now, and every stream added from now on."""
+        self.exiting = True
+        for stream in list(self.streams):
+            subscriber = stream.sub.subscriber
+            if subscriber is not None:
+                subscriber.wake()
 
     async def _run(self) -> None:
         while self.streams:
             await asyncio.sleep(self.interval)
             self.tick(time.monotonic(), time.time())
+
+    async def _watch_exit(self) -> None:
+        # Looked up on each poll: a process may serve again after a server has stopped.
+        while self.streams:
+            server = serving_server()
+            if server is not None and server.should_exit:
+                self.shut_down()
+                return
+            await asyncio.sleep(EXIT_POLL_SECONDS)
 
     def tick(self, now: float, wall: float) -> None:
         self.now = now
@@ -194,19 +237,19 @@ async def serve(
     watch = asyncio.ensure_future(_disconnected(receive))
     watch.add_done_callback(lambda _: subscriber.wake())
     try:
-        end: frames.Frame | None = None
-        while end is None:
-            end = await _take_over(sub, stream)
-            if end is None:
+        body: bytes | None = None
+        while body is None:
+            body = await _take_over(sub, stream)
+            if body is None:
                 await subscriber.wait()
                 subscriber.clear()
-                end = _ending(sub, stream, expires_at)
+                body = _ending(sub, stream, expires_at)
         if transport.is_closing():
             return
         subscriber.sink = None
-        body = end.sse
-        metrics.frames_out += 1
-        metrics.bytes_out += len(body)
+        if body:
+            metrics.frames_out += 1
+            metrics.bytes_out += len(body)
         try:
             async with asyncio.timeout(send_timeout):
                 await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -217,12 +260,13 @@ async def serve(
         ticker.remove(stream)
 
 
-async def _take_over(sub: Subscription, stream: LiveStream) -> frames.Frame | None:
+async def _take_over(sub: Subscription, stream: LiveStream) -> bytes | None:
     """Send what the subscriber buffered, then let the hub write to the stream directly."""
     subscriber = sub.subscriber
     assert subscriber is not None
     while True:
-        if subscriber.state is not SubscriberState.ATTACHED or stream.transport.is_closing():
+        if (subscriber.state is not SubscriberState.ATTACHED or stream.transport.is_closing()
+                or stream.ticker.exiting):  # fmt: skip
             return _ending(sub, stream, float("inf"))
         if subscriber.sink is stream:
             return None
@@ -238,8 +282,9 @@ async def _take_over(sub: Subscription, stream: LiveStream) -> frames.Frame | No
             subscriber.state = SubscriberState.OVERFLOWED
 
 
-def _ending(sub: Subscription, stream: LiveStream, expires_at: float) -> frames.Frame | None:
-    """The ``end`` frame the stream must close with now, or None to go on."""
+def _ending(sub: Subscription, stream: LiveStream, expires_at: float) -> bytes | None:
+    """The last bytes of the stream if it must end now (an ``end`` frame, or none on shutdown),
+    or None to go on."""
     subscriber = sub.subscriber
     assert subscriber is not None
     if subscriber.state is SubscriberState.OVERFLOWED:
@@ -248,12 +293,14 @@ def _ending(sub: Subscription, stream: LiveStream, expires_at: float) -> frames.
         sub.source.hub.detach(subscriber)
         return frames.end("slow_consumer",
                           "this subscriber fell too far behind; resume from last_event_id.",
-                          sub.last_event_id)  # fmt: skip
+                          sub.last_event_id).sse  # fmt: skip
     if time.time() >= expires_at:
         return frames.end("token_expired", "the token expired; resume with a new one.",
-                          sub.last_event_id)  # fmt: skip
+                          sub.last_event_id).sse  # fmt: skip
     if stream.transport.is_closing():
-        return frames.end("closed", "", sub.last_event_id)
+        return frames.end("closed", "", sub.last_event_id).sse
+    if stream.ticker.exiting:
+        return b""  # the client resumes with the id of the last frame it got
     return None
 
 
