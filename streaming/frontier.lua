@@ -29,6 +29,7 @@ local function decode(raw)
 end
 
 local frontier = decode(redis.call('HGET', frontiers, pipeline))
+local before = decode(redis.call('HGET', frontiers, combined))
 for i = 5 + npipes, #ARGV, 2 do
   local partition, id = ARGV[i], ARGV[i + 1]
   if frontier[partition] == nil or later(id, frontier[partition]) then
@@ -37,12 +38,6 @@ for i = 5 + npipes, #ARGV, 2 do
 end
 local encoded = cjson.encode(frontier)
 redis.call('HSET', batches, pipeline, batch)
-if pipeline == combined then
-  redis.call('HSET', frontiers, pipeline, encoded)
-  redis.call('XADD', progress, 'MAXLEN', '~', 1000, '*',
-    'pipeline', pipeline, 'batch', batch, 'frontier', encoded)
-  return encoded
-end
 redis.call('HSET', frontiers, pipeline, encoded)
 
 -- The views' frontier: per partition, the oldest offset over every pipeline that has one.
@@ -61,7 +56,6 @@ for i = 5, 4 + npipes do
   oldest = next_oldest
   first = false
 end
-local before = decode(redis.call('HGET', frontiers, combined))
 local changed = false
 for partition, id in pairs(oldest) do
   if before[partition] == nil or later(id, before[partition]) then
