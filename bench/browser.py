@@ -18,9 +18,9 @@ import asyncio
 import time
 from typing import Any
 
-from bench.common import Report, Row, save
+from bench.common import Report, Row, save, token
 from bench.latency import USERS, Phase, latency_stats, publish, seed
-from bench.system import running_store, token
+from bench.system import running_store
 
 CHROMIUM = "/usr/bin/chromium"
 SSE_USERS = 5

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import resource
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +15,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import jwt
 import orjson
+
+from server.settings import DEV_JWT_SECRET
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -104,3 +109,36 @@ class Report:
 def plot_path(name: str) -> Path:
     """Where a benchmark's PNG goes: ``bench/results/<name>.png``."""
     return results_dir() / f"{name}.png"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def token(user: str = "bench", scope: str = "read publish", ttl: int = 7200) -> str:
+    """A token signed with the gateway's development secret."""
+    claims = {"sub": user, "scope": scope, "aud": "liveviews", "exp": int(time.time()) + ttl}
+    return jwt.encode(claims, DEV_JWT_SECRET, algorithm="HS256")
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Until something accepts connections on ``port``; fails if ``proc`` exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the server on port {port} did not start") from None
+            time.sleep(0.05)
+
+
+def raise_open_files() -> int:
+    """Each connection is a file: allow as many as the hard limit does; returns that limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard

@@ -14,7 +14,6 @@ import contextlib
 import http.client
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,14 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jwt
 import orjson
 import psutil
 import redis
 
-from bench.loadclient import marker, raise_open_files
+from bench.common import free_port, raise_open_files, token, wait_listening
+from bench.loadclient import marker
 from demo.chirp import app as chirp
-from server.settings import DEV_JWT_SECRET
 from streaming.sink import ChangeTopicSink
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,17 +37,6 @@ BASELINES = Path(__file__).resolve().parent / "baselines"
 SHARDS = 16
 VIEW = "likes"
 NCHAN_MODULE = Path("/usr/lib/nginx/modules/ngx_nchan_module.so")
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def token() -> str:
-    claims = {"sub": "bench", "scope": "read", "aud": "liveviews", "exp": int(time.time()) + 7200}
-    return jwt.encode(claims, DEV_JWT_SECRET, algorithm="HS256")
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -67,18 +54,6 @@ def rss_bytes(pids: list[int]) -> int:
         with contextlib.suppress(psutil.NoSuchProcess):
             total += psutil.Process(pid).memory_info().rss
     return total
-
-
-def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"the server on port {port} did not start") from None
-            time.sleep(0.05)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -129,7 +104,7 @@ def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = N
     try:
         wait_listening(port, proc)
         name = "liveviews" if workers == 1 else f"liveviews x{workers}"
-        auth = {"Authorization": f"Bearer {token()}"}
+        auth = {"Authorization": f"Bearer {token(scope='read')}"}
         yield Server(name, port, proc, f"/v1/views/{VIEW}/{{key}}/live", auth)
     finally:
         stop(proc)

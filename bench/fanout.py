@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench import contenders as c
-from bench.common import Report, Row, percentile, plot_path, save
-from bench.loadclient import Clients, raise_open_files
+from bench.common import Report, Row, percentile, plot_path, raise_open_files, save
+from bench.loadclient import Clients
 from streaming.embedded import EmbeddedStore
 
 RATE = 10  # messages per second

@@ -20,15 +20,15 @@ import argparse
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import orjson
 
-from bench.common import Report, Row, percentile, plot_path, save
-from bench.system import UNTUNED, System, running_store, token
+from bench.common import Report, Row, percentile, plot_path, save, token
+from bench.system import UNTUNED, System, running_store
 from demo.chirp import app
 from streaming.job import PIPELINE_PROGRESS_STREAM
 from streaming.log import EventLog
@@ -82,14 +82,14 @@ class Phase:
 
     def summary(self) -> dict[str, Any]:
         def stats(values: list[float]) -> dict[str, float]:
-            return latency_stats(values)
+            reflected = round(len(values) / len(self.sent), 4) if self.sent else 0.0
+            return {**latency_stats(values), "reflected_fraction": reflected}
 
-        expected = len(self.sent)
         return {
             "rate": self.rate,
             "changes_posted": len(self.sent),
-            "push": {**stats(self.pushed), "reflected_fraction": _frac(self.pushed, expected)},
-            "polling": {**stats(self.polled), "reflected_fraction": _frac(self.polled, expected)},
+            "push": stats(self.pushed),
+            "polling": stats(self.polled),
             "publish_errors": self.errors,
         }
 
@@ -102,10 +102,6 @@ def latency_stats(values: list[float]) -> dict[str, float]:
         "p99_ms": round(percentile(values, 99), 1),
         "max_ms": round(max(values), 1) if values else float("nan"),
     }
-
-
-def _frac(seen: Iterable[Any], expected: int) -> float:
-    return round(len(list(seen)) / expected, 4) if expected else 0.0
 
 
 def seed(system: System) -> None:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from bench.common import raise_open_files
+
 MARK = b"lvb"
 END_MARK = b"~"
 CONNECT_CONCURRENCY = 256
@@ -46,12 +48,6 @@ def ws_text_frame(text: str) -> bytes:
     n = len(payload)
     length = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n)
     return b"\x81" + length + mask + masked
-
-
-def raise_open_files() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 class Counts:

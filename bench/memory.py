@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 
 from bench import contenders as c
-from bench.common import Report, Row, plot_path, save
-from bench.loadclient import Clients, Request, raise_open_files, ws_text_frame
+from bench.common import Report, Row, plot_path, raise_open_files, save
+from bench.loadclient import Clients, Request, ws_text_frame
 from streaming.embedded import EmbeddedStore
 
 KEYS = 50
@@ -35,7 +35,7 @@ SETTLE_SECONDS = 2.0
 
 def _requests(server: c.Server, kind: str, n: int, first: int) -> list[Request]:
     out: list[Request] = []
-    tok = c.token()
+    tok = c.token(scope="read")
     for i in range(first, first + n):
         key = f"idle{i % KEYS}"
         if kind == "sse":

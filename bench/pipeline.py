@@ -25,13 +25,11 @@ from typing import Any
 import aiohttp
 import redis
 
-from bench.common import Report, Row, percentile, plot_path, save
-from bench.system import free_port, token
+from bench.common import Report, Row, free_port, percentile, plot_path, save, token
+from bench.system import caught_up
 from demo.chirp import app
 from demo.chirp.generate import Activity
-from streaming.changes import read_frontier
 from streaming.embedded import EmbeddedStore
-from streaming.events import log_stream
 from streaming.log import EventLog
 from streaming.settings import Settings
 
@@ -40,20 +38,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def settings_for(url: str, data: Path) -> Settings:
     return Settings.from_env({"REDIS_URL": url, "LV_DATA_DIR": str(data)})
-
-
-def log_heads(client: redis.Redis, partitions: int) -> dict[int, str]:
-    heads = {}
-    for p in range(partitions):
-        last: Any = client.xrevrange(log_stream(p), count=1)
-        if last:
-            heads[p] = last[0][0].decode()
-    return heads
-
-
-def caught_up(client: redis.Redis, partitions: int) -> bool:
-    frontier = read_frontier(client, "liveviews")
-    return all(frontier.get(p) == h for p, h in log_heads(client, partitions).items())
 
 
 async def _first_delta(base: str, deadline: float) -> None:

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
-import resource
 import socket
 import subprocess
 import sys
@@ -32,12 +31,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import jwt
 import orjson
 import redis
 
-from bench.common import percentile, results_dir, save
-from server.settings import DEV_JWT_SECRET
+from bench.common import free_port, percentile, raise_open_files, results_dir, save, token
 from streaming.embedded import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,25 +46,6 @@ WORKERS = 2
 CONNECT_CONCURRENCY = 200
 WARM_UP = 0.2
 """The first fifth of the run is warm-up; flatness is judged on the rest."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def raise_open_files() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return hard
-
-
-def token() -> str:
-    claims = {"sub": "soak", "scope": "read", "aud": "liveviews",
-              "exp": int(time.time()) + 24 * 3600}  # fmt: skip
-    return jwt.encode(claims, DEV_JWT_SECRET, algorithm="HS256")
 
 
 # --- the client: one asyncio protocol per SSE stream, counting deltas without parsing -------
@@ -118,7 +96,7 @@ class Stream(asyncio.Protocol):
 async def _client(port: int, paths: list[str], pipe: Connection) -> None:
     loop = asyncio.get_running_loop()
     tally = Tally()
-    auth = token()
+    auth = token("soak", "read", 24 * 3600)
     gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
     transports: list[asyncio.BaseTransport] = []
 

@@ -4,7 +4,6 @@ each in its own process as ``make run`` starts them, in a temporary data directo
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jwt
 import redis
 
-from server.settings import DEV_JWT_SECRET
-from streaming.changes import read_frontier
+from bench.common import free_port, wait_listening
+from streaming.changes import VIEWS_FRONTIER, read_frontier
 from streaming.embedded import EmbeddedStore
+from streaming.events import log_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,29 +34,23 @@ UNTUNED = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+PARTITIONS = 4
+"""Log partitions of the benchmarks' stores (the default of ``LV_LOG_PARTITIONS``)."""
 
 
-def token(user: str, ttl: int = 7200) -> str:
-    claims = {"sub": user, "scope": "read publish", "aud": "liveviews",
-              "exp": int(time.time()) + ttl}  # fmt: skip
-    return jwt.encode(claims, DEV_JWT_SECRET, algorithm="HS256")
+def log_heads(client: redis.Redis, partitions: int) -> dict[int, str]:
+    heads = {}
+    for p in range(partitions):
+        last: Any = client.xrevrange(log_stream(p), count=1)
+        if last:
+            heads[p] = last[0][0].decode()
+    return heads
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"nothing listens on port {port}") from None
-            time.sleep(0.05)
+def caught_up(client: redis.Redis, partitions: int) -> bool:
+    """The views' frontier is at the head of every log partition that has events."""
+    frontier = read_frontier(client, VIEWS_FRONTIER)
+    return all(frontier.get(p) == h for p, h in log_heads(client, partitions).items())
 
 
 @dataclass
@@ -99,22 +92,14 @@ class System:
             [sys.executable, "-m", "server"], cwd=ROOT, env=env, stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
-        wait_for_port(port, self.gateway)
+        wait_listening(port, self.gateway, 60)
         self.base = f"http://127.0.0.1:{port}"
 
     def wait_until_caught_up(self, timeout: float = 300) -> None:
         """Until the views reflect every event in the log."""
-        from streaming.events import log_stream
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            frontier = read_frontier(self.client, "liveviews")
-            heads = {}
-            for p in range(4):
-                last: Any = self.client.xrevrange(log_stream(p), count=1)
-                if last:
-                    heads[p] = last[0][0].decode()
-            if heads and all(frontier.get(p) == h for p, h in heads.items()):
+            if caught_up(self.client, PARTITIONS):
                 return
             if self.pipeline is not None and self.pipeline.poll() is not None:
                 raise RuntimeError(f"the pipeline exited; see {self.data / 'pipeline.log'}")
