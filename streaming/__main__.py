@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from streaming.app import load_app
 from streaming.embedded import ensure_store
@@ -98,6 +98,20 @@ def run(settings: Settings) -> None:
             spark.stop()
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the process at once, without the interpreter's finalization.
+
+    At finalization the interpreter stops daemon threads where they stand, and py4j's
+    connections log from ``__del__``: a py4j thread stopped while it held the logging lock (it
+    was reporting the dead driver, say) left that log call, and this process, waiting forever
+    instead of exiting to be restarted. Everything worth keeping is written already.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m streaming [--check]``: with --check, only verify Java and the application."""
     args = sys.argv[1:] if argv is None else argv
@@ -112,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     except LiveviewsError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2
+    except Exception:  # the driver died under a call to it, say: the supervisor restarts us
+        log.exception("the pipeline stopped on an unexpected error; exiting so it restarts")
+        return 3
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
