@@ -24,7 +24,13 @@ from server import frames
 from server.hub import Hub, Progress
 from server.metrics import Metrics
 from server.store import Client, Layout, decode_frontier
-from streaming.changes import NO_POSITION, PROGRESS_STREAM, changes_stream, decode_delta
+from streaming.changes import (
+    NO_POSITION,
+    PROGRESS_STREAM,
+    Delta,
+    changes_stream,
+    decode_delta,
+)
 from streaming.errors import StoreMismatch
 
 log = logging.getLogger("liveviews.gateway.feed")
@@ -129,6 +135,7 @@ class ChangeFeed:
         progress_entries: list[tuple[bytes, dict[bytes, bytes]]] = []
         cut = False  # a shard with more entries than one read returns: hold progress back
         newest_ms = 0
+        deltas: list[Delta] = []
         for raw_name, entries in streams:
             name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
             assert isinstance(entries, list)
@@ -138,10 +145,11 @@ class ChangeFeed:
                 progress_entries = entries
                 continue
             cut = cut or len(entries) >= self.count
-            deltas = [decode_delta(i, f) for i, f in entries]
-            self.positions[name] = deltas[-1].id
-            newest_ms = max(newest_ms, int(deltas[-1].id.split("-")[0]))
-            self.hub.publish(epoch, deltas)
+            shard = [decode_delta(i, f) for i, f in entries]
+            self.positions[name] = shard[-1].id
+            newest_ms = max(newest_ms, int(shard[-1].id.split("-")[0]))
+            deltas.extend(shard)
+        progress: Progress | None = None
         if progress_entries and not cut:
             self.positions[PROGRESS_STREAM] = progress_entries[-1][0].decode()
             pipeline = self.frontier_name.encode()
@@ -149,7 +157,9 @@ class ChangeFeed:
             if mine:
                 entry, fields = mine[-1]
                 frame = frames.progress(decode_frontier(fields[b"frontier"]))
-                self.hub.progress(Progress(epoch, entry.decode(), frame))
+                progress = Progress(epoch, entry.decode(), frame)
+        if deltas or progress is not None:
+            self.hub.publish(epoch, deltas, progress)
         if newest_ms:
             self.metrics.feed_lag_seconds = max(0.0, time.time() - newest_ms / 1000)
         return bool(streams) and (any(e for _, e in streams))

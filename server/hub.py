@@ -31,6 +31,9 @@ class FeedDelta:
 
     epoch: str
     delta: Delta
+    progress: Progress | None = None
+    """A frontier that covers this delta and every earlier one of the dispatch, handed out with
+    it: a stream that takes both writes them as one chunk (``sse_chunk_with_progress``)."""
 
     @cached_property
     def frame(self) -> frames.Frame:
@@ -45,6 +48,12 @@ class FeedDelta:
     def sse_chunk(self) -> bytes:
         """The frame as one HTTP/1.1 chunk, for streams written straight to their transport."""
         return http_chunk(self.frame.sse)
+
+    @cached_property
+    def sse_chunk_with_progress(self) -> bytes:
+        """The frame and then ``progress``'s, as one chunk: one write, one system call."""
+        assert self.progress is not None
+        return http_chunk(self.frame.sse + self.progress.frame.sse)
 
 
 def http_chunk(body: bytes) -> bytes:
@@ -207,7 +216,17 @@ class Hub:
                 del self.by_key[(sub.view, sub.key)]
         self.metrics.subscriptions = len(self.all)
 
-    def publish(self, epoch: str, deltas: list[Delta]) -> None:
+    def publish(self, epoch: str, deltas: list[Delta], progress: Progress | None = None) -> None:
+        """Hand out one read of the change feed: its deltas, then the frontier that covers them.
+
+        When the frontier is due to be passed on now, it rides with the last delta of each key
+        (a subscriber gets it in the same write as that delta, never before a delta it covers);
+        the subscribers that took it so are skipped when it is then passed on to all.
+        """
+        riding = progress if progress is not None and self._progress_due() else None
+        last: dict[tuple[str, str], Delta] = {}
+        if riding is not None:
+            last = {(d.view, d.key): d for d in deltas}
         overflowed: list[Subscriber] = []
         for d in deltas:
             self.metrics.deltas_in += 1
@@ -215,26 +234,37 @@ class Hub:
             if not subs:
                 continue
             item = FeedDelta(epoch, d)
+            if riding is not None and last[(d.view, d.key)] is d:
+                item.progress = riding
             for sub in subs:
                 if not sub.offer(item):
                     overflowed.append(sub)
         self._drop(overflowed)
+        if progress is not None:
+            self.progress(progress)
+
+    def _progress_due(self) -> bool:
+        return asyncio.get_running_loop().time() >= self._flushed + self.progress_interval
 
     def progress(self, progress: Progress) -> None:
         """Pass the frontier on at most once per ``progress_interval``, always the newest.
 
         Progress only follows the deltas it covers (they were published before it), so holding
         it back never breaks read-your-writes; it only coalesces frames nobody needs twice.
+        A frontier that is not due yet waits for the first read after the interval, where it can
+        ride with deltas (``publish``), or at most half an interval more, for a quiet feed.
         """
         self._pending = progress
-        if self._flush_at is not None:
-            return
         loop = asyncio.get_running_loop()
         delay = self._flushed + self.progress_interval - loop.time()
         if delay <= 0:
+            if self._flush_at is not None:
+                self._flush_at.cancel()
             self._flush_progress()
-        else:
-            self._flush_at = loop.call_later(delay, self._flush_progress)
+        elif self._flush_at is None:
+            self._flush_at = loop.call_later(
+                delay + self.progress_interval / 2, self._flush_progress
+            )
 
     def close(self) -> None:
         if self._flush_at is not None:

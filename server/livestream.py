@@ -176,7 +176,12 @@ class LiveStream:
             return True
         if not self.sub.is_next(item):
             return True
-        if not self._write(item.sse_chunk):
+        progress = item.progress
+        if progress is not None and self.sub.accept_progress(progress):
+            if not self._write(item.sse_chunk_with_progress):
+                return False
+            self.metrics.frames_out += 1
+        elif not self._write(item.sse_chunk):
             return False
         self.sub.sent(item)
         self.metrics.frames_out += 1

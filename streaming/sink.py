@@ -97,6 +97,10 @@ class ChangeTopicSink:
         by_shard: dict[int, list[tuple[Group, list[Op]]]] = defaultdict(list)
         for group, ops in groups.items():
             by_shard[shard_for(group[0], group[1], self.shards)].append((group, ops))
+        frontier_args: list[Any] = [self.name, batch_id, VIEWS_FRONTIER, len(self.pipelines)]
+        frontier_args += self.pipelines
+        for partition in sorted(read_to):
+            frontier_args += [partition, read_to[partition]]
         with self.client.pipeline(transaction=False) as pipe:
             for shard in sorted(by_shard):
                 for calls, chunk in enumerate(_chunks(by_shard[shard])):
@@ -104,12 +108,13 @@ class ChangeTopicSink:
                         pipe.execute()  # let replies flow back while later calls are built
                     self._queue_call(pipe, shard, chunk, batch_id, final=False)
                 self._queue_call(pipe, shard, [], batch_id, final=True)
+            # Last in the same pipeline: the store runs a connection's commands in order, so the
+            # frontier advances after every delta of the batch is written; and a gateway whose
+            # read wakes on the first delta reads the frontier that covers it in the same read
+            # (the store answers it once it has run what arrived with that delta).
+            self.advance(keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM],
+                         args=frontier_args, client=pipe)  # fmt: skip
             pipe.execute()
-        frontier_args: list[Any] = [self.name, batch_id, VIEWS_FRONTIER, len(self.pipelines)]
-        frontier_args += self.pipelines
-        for partition in sorted(read_to):
-            frontier_args += [partition, read_to[partition]]
-        self.advance(keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM], args=frontier_args)
 
     def _queue_call(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 
 import aiohttp
 import redis
@@ -67,5 +68,38 @@ def test_an_open_stream_does_not_keep_its_snapshot(
             await wait_for(lambda: _live_snapshots() == 0, timeout=5)
             for sse in streams:
                 await sse.close()
+
+    run(go())
+
+
+async def _http_chunk(resp: aiohttp.ClientResponse) -> bytes:
+    """The next whole HTTP/1.1 chunk of ``resp``'s body."""
+    out = b""
+    while True:
+        data, end_of_chunk = await asyncio.wait_for(resp.content.readchunk(), 5)
+        out += data
+        if end_of_chunk:
+            return out
+
+
+def test_a_due_frontier_rides_in_the_same_write_as_the_delta_it_covers(
+    gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    """A delta and the frontier that covers it, read together, go out as one chunk (one write,
+    one system call per subscriber), delta first."""
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            url = gateway.url + "/v1/views/likes/ride/live"
+            async with s.get(url, headers=gateway.headers()) as resp:
+                assert b"event: snapshot" in await _http_chunk(resp)
+                await asyncio.sleep(0.4)  # past the progress interval: the frontier is due
+                offset = f"{time.time_ns() // 1_000_000}-0"
+                await asyncio.to_thread(writer.write, [("likes", "ride", "r", {"n": 1})],
+                                        {0: offset})  # fmt: skip
+                chunk = await _http_chunk(resp)
+                assert b"event: delta" in chunk and b"event: progress" in chunk, chunk
+                assert chunk.index(b"event: delta") < chunk.index(b"event: progress")
+                assert offset.encode() in chunk
 
     run(go())

@@ -1,0 +1,89 @@
+"""The hub's hand-out order: a frontier never reaches a subscriber before a delta it covers.
+
+When a read of the change feed brings deltas and the frontier that covers them, and the
+frontier is due, it rides with the last delta of each key (one write for both on an SSE stream);
+a frontier that is not due yet goes out at the first read after the interval, or on its own
+at most half an interval later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from server import frames
+from server.hub import FeedDelta, Hub, Item, Progress
+from server.metrics import Metrics
+from streaming.changes import Delta
+
+EPOCH = "e"
+
+
+class Recorder:
+    """A sink that notes what it is handed, in order; like a stream, it takes a frontier once."""
+
+    def __init__(self) -> None:
+        self.got: list[str] = []
+        self.frontier = ""
+
+    def deliver(self, item: Item) -> bool:
+        assert isinstance(item, FeedDelta)
+        self.got.append(item.delta.id)
+        if item.progress is not None:
+            self.deliver_progress(item.progress)
+        return True
+
+    def deliver_progress(self, progress: Progress) -> None:
+        if progress.entry != self.frontier:
+            self.frontier = progress.entry
+            self.got.append(f"progress {progress.entry}")
+
+
+def delta(entry: str, key: str) -> Delta:
+    return Delta(entry, "likes", key, [{"op": "delete", "row": "r"}], "liveviews", 1)
+
+
+def progress(entry: str) -> Progress:
+    return Progress(EPOCH, entry, frames.progress({"0": entry}))
+
+
+def attach(hub: Hub, key: str) -> Recorder:
+    sink = Recorder()
+    hub.attach("likes", key, 16).sink = sink
+    return sink
+
+
+def test_a_due_frontier_rides_with_the_last_delta_of_each_key() -> None:
+    async def go() -> None:
+        hub = Hub(Metrics(), progress_interval=0.2)
+        a, b, quiet = attach(hub, "a"), attach(hub, "b"), attach(hub, "quiet")
+        hub.publish(EPOCH, [delta("1-0", "a"), delta("1-1", "b"), delta("1-2", "a")],
+                    progress("9-0"))  # fmt: skip
+        # With the last delta of each key, and not before: then to every other subscriber.
+        assert a.got == ["1-0", "1-2", "progress 9-0"]
+        assert b.got == ["1-1", "progress 9-0"]
+        assert quiet.got == ["progress 9-0"]
+        hub.close()
+
+    asyncio.run(go())
+
+
+def test_a_frontier_not_due_waits_for_the_next_read_or_half_an_interval_more() -> None:
+    async def go() -> None:
+        interval = 0.2
+        hub = Hub(Metrics(), progress_interval=interval)
+        a = attach(hub, "a")
+        hub.publish(EPOCH, [delta("1-0", "a")], progress("1-0"))
+        hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))  # not due: held back
+        assert a.got[-1] == "2-0"
+        await asyncio.sleep(interval * 1.1)
+        hub.publish(EPOCH, [delta("3-0", "a")], progress("3-0"))  # due: rides, newest only
+        assert a.got[-2:] == ["3-0", "progress 3-0"]
+        assert "progress 2-0" not in a.got
+        hub.progress(progress("4-0"))  # a quiet feed: no read follows
+        await asyncio.sleep(interval * 1.2)
+        assert a.got[-1] == "progress 3-0", "sent before the interval was over"
+        await asyncio.sleep(interval * 0.5)
+        assert a.got[-1] == "progress 4-0", "held back more than half an interval too long"
+        hub.close()
+
+    asyncio.run(go())
