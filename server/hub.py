@@ -241,7 +241,13 @@ class Hub:
                     overflowed.append(sub)
         self._drop(overflowed)
         if progress is not None:
-            self.progress(progress)
+            # Due or not as decided before the deltas went out: the hand-out takes time, and a
+            # frontier that fell due meanwhile did not ride with them.
+            self._pending = progress
+            if riding is not None:
+                self._flush_now()
+            else:
+                self._flush_later()
 
     def _progress_due(self) -> bool:
         return asyncio.get_running_loop().time() >= self._flushed + self.progress_interval
@@ -255,16 +261,22 @@ class Hub:
         ride with deltas (``publish``), or at most half an interval more, for a quiet feed.
         """
         self._pending = progress
+        if self._progress_due():
+            self._flush_now()
+        else:
+            self._flush_later()
+
+    def _flush_now(self) -> None:
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+        self._flush_progress()
+
+    def _flush_later(self) -> None:
+        if self._flush_at is not None:
+            return
         loop = asyncio.get_running_loop()
-        delay = self._flushed + self.progress_interval - loop.time()
-        if delay <= 0:
-            if self._flush_at is not None:
-                self._flush_at.cancel()
-            self._flush_progress()
-        elif self._flush_at is None:
-            self._flush_at = loop.call_later(
-                delay + self.progress_interval / 2, self._flush_progress
-            )
+        delay = max(0.0, self._flushed + self.progress_interval - loop.time())
+        self._flush_at = loop.call_later(delay + self.progress_interval / 2, self._flush_progress)
 
     def close(self) -> None:
         if self._flush_at is not None:

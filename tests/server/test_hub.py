@@ -9,6 +9,7 @@ at most half an interval later.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from server import frames
 from server.hub import FeedDelta, Hub, Item, Progress
@@ -84,6 +85,36 @@ def test_a_frontier_not_due_waits_for_the_next_read_or_half_an_interval_more() -
         assert a.got[-1] == "progress 3-0", "sent before the interval was over"
         await asyncio.sleep(interval * 0.5)
         assert a.got[-1] == "progress 4-0", "held back more than half an interval too long"
+        hub.close()
+
+    asyncio.run(go())
+
+
+class SlowRecorder(Recorder):
+    """A sink whose hand-out takes ``seconds``, like thousands of streams written in a row."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def deliver(self, item: Item) -> bool:
+        time.sleep(self.seconds)
+        return super().deliver(item)
+
+
+def test_a_frontier_that_falls_due_during_a_hand_out_rides_with_the_next_read() -> None:
+    async def go() -> None:
+        interval = 0.1
+        hub = Hub(Metrics(), progress_interval=interval)
+        sink = SlowRecorder(0.0)
+        hub.attach("likes", "a", 16).sink = sink
+        hub.publish(EPOCH, [delta("1-0", "a")], progress("1-0"))
+        sink.seconds = interval * 1.5
+        hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))  # due only once handed out
+        assert sink.got[-1] == "2-0", "sent on its own, in a write of its own"
+        sink.seconds = 0.0
+        hub.publish(EPOCH, [delta("3-0", "a")], progress("3-0"))
+        assert sink.got[-2:] == ["3-0", "progress 3-0"]
         hub.close()
 
     asyncio.run(go())
