@@ -111,6 +111,24 @@ def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = N
 
 
 @contextlib.contextmanager
+def idle_asgi() -> Iterator[Server]:
+    """``bench/baselines/idle_asgi.py`` under the gateway's own uvicorn settings."""
+    port = free_port()
+    code = ("from server.settings import GatewaySettings; from server.workers import config, "
+            "raise_open_files; import uvicorn; from bench.baselines.idle_asgi import app; "
+            "raise_open_files(); s = GatewaySettings.from_env(); "
+            "uvicorn.Server(config(s, app)).run()")  # fmt: skip
+    env = {**os.environ, "LV_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_listening(port, proc)
+        yield Server("bare uvicorn", port, proc, f"/v1/views/{VIEW}/{{key}}/live")
+    finally:
+        stop(proc)
+
+
+@contextlib.contextmanager
 def naive(store_url: str) -> Iterator[Server]:
     port = free_port()
     env = {**os.environ, "REDIS_URL": store_url, "LV_CHANGE_SHARDS": str(SHARDS)}

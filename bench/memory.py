@@ -50,10 +50,12 @@ def _requests(server: c.Server, kind: str, n: int, first: int) -> list[Request]:
     return out
 
 
-def grow(store_url: str, kind: str, steps: list[int]) -> list[tuple[int, int]]:
-    """(subscribers, gateway RSS bytes) after each step."""
+def grow(
+    contender: contextlib.AbstractContextManager[c.Server], kind: str, steps: list[int]
+) -> list[tuple[int, int]]:
+    """(subscribers, server RSS bytes) after each step."""
     points: list[tuple[int, int]] = []
-    with c.liveviews(store_url) as server, contextlib.ExitStack() as clients:
+    with contender as server, contextlib.ExitStack() as clients:
         have = 0
         for n in steps:
             if n > have:
@@ -65,7 +67,7 @@ def grow(store_url: str, kind: str, steps: list[int]) -> list[tuple[int, int]]:
                 have = n
             time.sleep(SETTLE_SECONDS)
             points.append((n, c.rss_bytes(server.pids())))
-            print(f"{kind}: {n} subscribers, gateway RSS {points[-1][1] / 2**20:.1f} MiB",
+            print(f"{server.name} {kind}: {n} subscribers, RSS {points[-1][1] / 2**20:.1f} MiB",
                   flush=True)  # fmt: skip
     return points
 
@@ -77,16 +79,20 @@ def run(quick: bool = False) -> Report:
     figures: dict[str, Any] = {"subscribers": n, "target_bytes_per_subscriber": TARGET_BYTES}
     with tempfile.TemporaryDirectory() as tmp, EmbeddedStore(Path(tmp), c.free_port()) as url:
         for kind in ("sse", "ws"):
-            points = grow(url, kind, steps)
-            (n0, rss0), (n1, rss1) = points[0], points[-1]
+            points = grow(c.liveviews(url), kind, steps)
+            floor = grow(c.idle_asgi(), kind, steps)
             figures[kind] = {
                 "points": [{"subscribers": a, "rss_bytes": b} for a, b in points],
-                "bytes_per_subscriber": round((rss1 - rss0) / (n1 - n0)),
+                "bytes_per_subscriber": _per_subscriber(points),
+                "bare_uvicorn_points": [{"subscribers": a, "rss_bytes": b} for a, b in floor],
+                "bare_uvicorn_bytes_per_subscriber": _per_subscriber(floor),
             }
     save("memory", figures)
     rows = [
         Row(f"memory per idle {kind.upper()} subscriber (RSS growth / N, N = {n})",
-            f"{figures[kind]['bytes_per_subscriber'] / 1024:.1f} KiB", "≤ 8 KiB")  # fmt: skip
+            f"{figures[kind]['bytes_per_subscriber'] / 1024:.1f} KiB", "≤ 8 KiB",
+            f"bare ASGI app on the same uvicorn: "
+            f"{figures[kind]['bare_uvicorn_bytes_per_subscriber'] / 1024:.1f} KiB")  # fmt: skip
         for kind in ("sse", "ws")
     ]
     return Report(
@@ -99,6 +105,11 @@ def run(quick: bool = False) -> Report:
     )
 
 
+def _per_subscriber(points: list[tuple[int, int]]) -> int:
+    (n0, rss0), (n1, rss1) = points[0], points[-1]
+    return round((rss1 - rss0) / (n1 - n0))
+
+
 def _plot(figures: dict[str, Any]) -> Path:
     import matplotlib
 
@@ -107,12 +118,15 @@ def _plot(figures: dict[str, Any]) -> Path:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for kind in ("sse", "ws"):
-        pts = figures[kind]["points"]
-        ax.plot([p["subscribers"] for p in pts], [p["rss_bytes"] / 2**20 for p in pts], "o-",
-                label=f"{kind.upper()} ({figures[kind]['bytes_per_subscriber'] / 1024:.1f} "
-                "KiB each)")  # fmt: skip
+        for points, per, name, style in (
+            ("points", "bytes_per_subscriber", "Liveviews", "o-"),
+            ("bare_uvicorn_points", "bare_uvicorn_bytes_per_subscriber", "bare uvicorn", "x--"),
+        ):
+            pts = figures[kind][points]
+            ax.plot([p["subscribers"] for p in pts], [p["rss_bytes"] / 2**20 for p in pts], style,
+                    label=f"{name} {kind.upper()} ({figures[kind][per] / 1024:.1f} KiB each)")
     ax.set_xlabel("idle subscribers")
-    ax.set_ylabel("gateway RSS, MiB")
+    ax.set_ylabel("server RSS, MiB")
     ax.grid(True, alpha=0.3)
     ax.legend()
     path = plot_path("memory")
