@@ -25,12 +25,11 @@ from typing import Any
 import aiohttp
 import redis
 
-from bench.common import Report, Row, free_port, percentile, plot_path, save, token
-from bench.system import caught_up
+from bench.common import Report, Row, free_port, percentile, save, save_plot, token
 from demo.chirp import app
 from demo.chirp.generate import Activity
 from streaming.embedded import EmbeddedStore
-from streaming.log import EventLog
+from streaming.log import EventLog, views_caught_up
 from streaming.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +94,7 @@ def drain(spark: Any, settings: Settings, client: redis.Redis, n: int) -> dict[s
 
     t0 = time.monotonic()
     queries = start(spark, app, settings)
-    while not caught_up(client, settings.log_partitions):
+    while not views_caught_up(client, settings.log_partitions):
         for query in queries:
             if query.exception():
                 raise RuntimeError(query.exception())
@@ -129,7 +128,7 @@ def steady(
     queries = start(spark, app, settings)
     log = EventLog(client, app, 4)
     activity = Activity(users=2000, seed=9)
-    while not caught_up(client, settings.log_partitions):
+    while not views_caught_up(client, settings.log_partitions):
         time.sleep(0.1)
     start_t = time.monotonic()
     sent = 0
@@ -209,10 +208,7 @@ def plot_drain(figures: dict[str, Any]) -> Path:
     ax.set_xlabel(f"seconds to drain {figures['backlog']['events']:,} events")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    path = plot_path("pipeline_drain")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_plot(fig, "pipeline_drain")
 
 
 def main() -> None:

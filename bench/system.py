@@ -12,14 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from bench.common import free_port, wait_listening
-from streaming.changes import VIEWS_FRONTIER, read_frontier
 from streaming.embedded import EmbeddedStore
-from streaming.events import log_stream
+from streaming.log import views_caught_up
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,21 +34,6 @@ UNTUNED = {
 
 PARTITIONS = 4
 """Log partitions of the benchmarks' stores (the default of ``LV_LOG_PARTITIONS``)."""
-
-
-def log_heads(client: redis.Redis, partitions: int) -> dict[int, str]:
-    heads = {}
-    for p in range(partitions):
-        last: Any = client.xrevrange(log_stream(p), count=1)
-        if last:
-            heads[p] = last[0][0].decode()
-    return heads
-
-
-def caught_up(client: redis.Redis, partitions: int) -> bool:
-    """The views' frontier is at the head of every log partition that has events."""
-    frontier = read_frontier(client, VIEWS_FRONTIER)
-    return all(frontier.get(p) == h for p, h in log_heads(client, partitions).items())
 
 
 @dataclass
@@ -99,7 +82,7 @@ class System:
         """Until the views reflect every event in the log."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if caught_up(self.client, PARTITIONS):
+            if views_caught_up(self.client, PARTITIONS):
                 return
             if self.pipeline is not None and self.pipeline.poll() is not None:
                 raise RuntimeError(f"the pipeline exited; see {self.data / 'pipeline.log'}")

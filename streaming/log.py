@@ -8,6 +8,7 @@ from typing import Any
 import redis
 
 from streaming.app import App
+from streaming.changes import VIEWS_FRONTIER, read_frontier
 from streaming.errors import StoreMismatch
 from streaming.events import Event, Offset, log_stream, partition_for
 
@@ -74,3 +75,19 @@ class EventLog:
                 pipe.xadd(stream, fields)  # type: ignore[arg-type]
             ids = pipe.execute()
         return offsets_from([s for s, _ in placed], ids)
+
+
+def log_heads(client: redis.Redis, partitions: int) -> dict[int, str]:
+    """The newest entry id of each log partition that has events."""
+    heads = {}
+    for p in range(partitions):
+        last: Any = client.xrevrange(log_stream(p), count=1)
+        if last:
+            heads[p] = last[0][0].decode()
+    return heads
+
+
+def views_caught_up(client: redis.Redis, partitions: int) -> bool:
+    """The views' frontier is at the head of every log partition that has events."""
+    frontier = read_frontier(client, VIEWS_FRONTIER)
+    return all(frontier.get(p) == h for p, h in log_heads(client, partitions).items())

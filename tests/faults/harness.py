@@ -26,16 +26,13 @@ import redis
 
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity
-from streaming.changes import FRONTIER_BATCHES_KEY, batches_key, read_frontier
-from streaming.events import log_stream
-from streaming.log import EventLog
+from streaming.changes import FRONTIER_BATCHES_KEY, batches_key
+from streaming.log import EventLog, views_caught_up
 from tests.test_recovery import _spark_jvm
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
 SHARDS = 8
-VIEWS_FRONTIER = "liveviews"
-"""The frontier every view reflects (the field of ``lv:frontier`` progress frames carry)."""
 RETENTION = 10_000_000
 """The change topic keeps every delta, so the checks can replay all of them."""
 
@@ -255,15 +252,6 @@ class LogWriter(threading.Thread):
         return self.written
 
 
-def log_heads(client: redis.Redis) -> dict[int, str]:
-    heads = {}
-    for p in range(PARTITIONS):
-        last: Any = client.xrevrange(log_stream(p), count=1)
-        if last:
-            heads[p] = last[0][0].decode()
-    return heads
-
-
 def wait_caught_up(
     client: redis.Redis, pipeline: Pipeline | None = None, timeout: float = 180
 ) -> float:
@@ -272,9 +260,7 @@ def wait_caught_up(
     while time.monotonic() - t0 < timeout:
         if pipeline is not None and not pipeline.alive():
             raise AssertionError(f"the pipeline exited:\n{pipeline.tail()}")
-        heads = log_heads(client)
-        frontier = read_frontier(client, VIEWS_FRONTIER)
-        if all(frontier.get(p) == head for p, head in heads.items()):
+        if views_caught_up(client, PARTITIONS):
             return time.monotonic() - t0
         time.sleep(0.1)
     tail = pipeline.tail() if pipeline is not None else ""
