@@ -93,56 +93,49 @@ class Server:
 
 
 @contextlib.contextmanager
-def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = None
-              ) -> Iterator[Server]:  # fmt: skip
-    port = free_port()
-    env = {**os.environ, "REDIS_URL": store_url, "LV_PORT": str(port),
-           "LV_CHANGE_SHARDS": str(SHARDS), "LV_MAX_CONNECTIONS": "20000",
-           "LV_LOG_FEED": "false", "LV_WORKERS": str(workers), **(extra or {})}  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "server"], cwd=ROOT, env=env,
+def _python_server(
+    name: str, port: int, args: list[str], env: dict[str, str],
+    headers: dict[str, str] | None = None,
+) -> Iterator[Server]:  # fmt: skip
+    """``python <args>`` serving SSE subscribers on ``port``, stopped on exit."""
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env={**os.environ, **env},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         wait_listening(port, proc)
-        name = "liveviews" if workers == 1 else f"liveviews x{workers}"
-        auth = {"Authorization": f"Bearer {token(scope='read')}"}
-        yield Server(name, port, proc, f"/v1/views/{VIEW}/{{key}}/live", auth)
+        yield Server(name, port, proc, f"/v1/views/{VIEW}/{{key}}/live", headers or {})
     finally:
         stop(proc)
 
 
-@contextlib.contextmanager
-def idle_asgi() -> Iterator[Server]:
+def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = None
+              ) -> contextlib.AbstractContextManager[Server]:  # fmt: skip
+    port = free_port()
+    env = {"REDIS_URL": store_url, "LV_PORT": str(port), "LV_CHANGE_SHARDS": str(SHARDS),
+           "LV_MAX_CONNECTIONS": "20000", "LV_LOG_FEED": "false", "LV_WORKERS": str(workers),
+           **(extra or {})}  # fmt: skip
+    name = "liveviews" if workers == 1 else f"liveviews x{workers}"
+    auth = {"Authorization": f"Bearer {token(scope='read')}"}
+    return _python_server(name, port, ["-m", "server"], env, auth)
+
+
+def idle_asgi() -> contextlib.AbstractContextManager[Server]:
     """``bench/baselines/idle_asgi.py`` under the gateway's own uvicorn settings."""
     port = free_port()
     code = ("from server.settings import GatewaySettings; from server.workers import config, "
             "raise_open_files; import uvicorn; from bench.baselines.idle_asgi import app; "
             "raise_open_files(); s = GatewaySettings.from_env(); "
             "uvicorn.Server(config(s, app)).run()")  # fmt: skip
-    env = {**os.environ, "LV_PORT": str(port)}
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        wait_listening(port, proc)
-        yield Server("bare uvicorn", port, proc, f"/v1/views/{VIEW}/{{key}}/live")
-    finally:
-        stop(proc)
+    return _python_server("bare uvicorn", port, ["-c", code], {"LV_PORT": str(port)})
 
 
-@contextlib.contextmanager
-def naive(store_url: str) -> Iterator[Server]:
+def naive(store_url: str) -> contextlib.AbstractContextManager[Server]:
     port = free_port()
-    env = {**os.environ, "REDIS_URL": store_url, "LV_CHANGE_SHARDS": str(SHARDS)}
     code = ("import resource; s, h = resource.getrlimit(resource.RLIMIT_NOFILE); "
             "resource.setrlimit(resource.RLIMIT_NOFILE, (h, h)); import uvicorn; "
             f"uvicorn.run('bench.baselines.naive_gateway:app', port={port}, "
             "log_level='warning', backlog=4096)")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        wait_listening(port, proc)
-        yield Server("naive", port, proc, f"/v1/views/{VIEW}/{{key}}/live")
-    finally:
-        stop(proc)
+    env = {"REDIS_URL": store_url, "LV_CHANGE_SHARDS": str(SHARDS)}
+    return _python_server("naive", port, ["-c", code], env)
 
 
 def nchan_installed() -> bool:
