@@ -106,9 +106,14 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def plot_path(name: str) -> Path:
-    """Where a benchmark's PNG goes: ``bench/results/<name>.png``."""
-    return results_dir() / f"{name}.png"
+def save_plot(fig: Any, name: str) -> Path:
+    """Write a matplotlib figure to ``bench/results/<name>.png`` and free it."""
+    import matplotlib.pyplot as plt
+
+    path = results_dir() / f"{name}.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def free_port() -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench import contenders as c
-from bench.common import Report, Row, percentile, plot_path, raise_open_files, save
+from bench.common import Report, Row, percentile, raise_open_files, save, save_plot
 from bench.loadclient import Clients
 from streaming.embedded import EmbeddedStore
 
@@ -245,10 +245,7 @@ def _plots(rows: list[dict[str, Any]], cdfs: dict[str, list[float]], n: int) -> 
             ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
         ax.legend()
-        path = plot_path(figure)
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_plot(fig, figure))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, lat in cdfs.items():
         ordered = sorted(x * 1000 for x in lat)
@@ -259,10 +256,7 @@ def _plots(rows: list[dict[str, Any]], cdfs: dict[str, list[float]], n: int) -> 
     ax.set_ylabel("fraction of deliveries")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    path = plot_path("fanout_latency")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    paths.append(path)
+    paths.append(save_plot(fig, "fanout_latency"))
     return paths
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.common import Report, Row, percentile, plot_path, save, token
+from bench.common import Report, Row, percentile, save, save_plot, token
 from bench.system import UNTUNED, System, running_store
 from demo.chirp import app
 from streaming.job import PIPELINE_PROGRESS_STREAM
@@ -273,10 +273,7 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    path = plot_path("latency_cdf")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [path]
+    return [save_plot(fig, "latency_cdf")]
 
 
 def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None,

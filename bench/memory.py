@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from bench import contenders as c
-from bench.common import Report, Row, plot_path, raise_open_files, save
+from bench.common import Report, Row, raise_open_files, save, save_plot
 from bench.loadclient import Clients, Request, ws_text_frame
 from streaming.embedded import EmbeddedStore
 
@@ -129,10 +129,7 @@ def _plot(figures: dict[str, Any]) -> Path:
     ax.set_ylabel("server RSS, MiB")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    path = plot_path("memory")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_plot(fig, "memory")
 
 
 def main() -> int:
