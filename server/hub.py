@@ -219,9 +219,14 @@ class Hub:
     def publish(self, epoch: str, deltas: list[Delta], progress: Progress | None = None) -> None:
         """Hand out one read of the change feed: its deltas, then the frontier that covers them.
 
-        When the frontier is due to be passed on now, it rides with the last delta of each key
-        (a subscriber gets it in the same write as that delta, never before a delta it covers);
-        the subscribers that took it so are skipped when it is then passed on to all.
+        The frontier is passed on at most once per ``progress_interval``, always the newest.
+        Progress only follows the deltas it covers (they were published before it), so holding
+        it back never breaks read-your-writes; it only coalesces frames nobody needs twice.
+        When the frontier is due now, it rides with the last delta of each key (a subscriber
+        gets it in the same write as that delta, never before a delta it covers); the
+        subscribers that took it so are skipped when it is then passed on to all. A frontier
+        not due yet waits for the first read after the interval, or at most half an interval
+        more, for a quiet feed.
         """
         riding = progress if progress is not None and self._progress_due() else None
         last: dict[tuple[str, str], Delta] = {}
@@ -251,20 +256,6 @@ class Hub:
 
     def _progress_due(self) -> bool:
         return asyncio.get_running_loop().time() >= self._flushed + self.progress_interval
-
-    def progress(self, progress: Progress) -> None:
-        """Pass the frontier on at most once per ``progress_interval``, always the newest.
-
-        Progress only follows the deltas it covers (they were published before it), so holding
-        it back never breaks read-your-writes; it only coalesces frames nobody needs twice.
-        A frontier that is not due yet waits for the first read after the interval, where it can
-        ride with deltas (``publish``), or at most half an interval more, for a quiet feed.
-        """
-        self._pending = progress
-        if self._progress_due():
-            self._flush_now()
-        else:
-            self._flush_later()
 
     def _flush_now(self) -> None:
         if self._flush_at is not None:

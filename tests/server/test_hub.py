@@ -80,7 +80,7 @@ def test_a_frontier_not_due_waits_for_the_next_read_or_half_an_interval_more() -
         hub.publish(EPOCH, [delta("3-0", "a")], progress("3-0"))  # due: rides, newest only
         assert a.got[-2:] == ["3-0", "progress 3-0"]
         assert "progress 2-0" not in a.got
-        hub.progress(progress("4-0"))  # a quiet feed: no read follows
+        hub.publish(EPOCH, [], progress("4-0"))  # a quiet feed: no read follows
         await asyncio.sleep(interval * 1.2)
         assert a.got[-1] == "progress 3-0", "sent before the interval was over"
         await asyncio.sleep(interval * 0.5)
