@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
+from streaming import classarchive
 from streaming.app import App, Pipeline
 from streaming.errors import ConfigurationError
 from streaming.log import check_layout
@@ -47,7 +48,11 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        # The class archive is mapped by the driver JVM only: executors on a cluster start their
+        # own JVMs, and local mode runs its tasks in the driver's.
+        "spark.driver.extraJavaOptions": " ".join(
+            ["-Duser.timezone=UTC", *classarchive.java_options(settings)]
+        ),
     }
     conf.update(settings.spark_conf)
     return conf

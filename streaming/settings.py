@@ -49,6 +49,10 @@ class Settings:
     read_tasks: int
     driver_memory: str
     spark_conf: dict[str, str] = field(default_factory=dict)
+    class_archive: str = ""
+    """The JVM class archive: "" for the default file, "off", or a path (streaming.classarchive)."""
+    dump_class_archive: Path | None = None
+    """Write the class archive here when the JVM exits (set by its builder only)."""
 
     @property
     def store_url(self) -> str:
@@ -85,4 +89,8 @@ class Settings:
             read_tasks=env_int(env, "LV_READ_TASKS", 1),
             driver_memory=env.get("LV_DRIVER_MEMORY") or "4g",
             spark_conf=spark_conf,
+            class_archive=env.get("LV_CLASS_ARCHIVE") or "",
+            dump_class_archive=Path(env["LV_CLASS_ARCHIVE_DUMP"])
+            if env.get("LV_CLASS_ARCHIVE_DUMP")
+            else None,
         )

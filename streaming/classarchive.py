@@ -1,0 +1,207 @@
+"""A class-data archive for the pipeline's JVM, so that Spark starts with its classes mapped
+from one file instead of loading, parsing and verifying them one by one.
+
+This is the JVM's own application class-data sharing (a dynamic CDS archive, JDK 13 and
+later): a JVM started with ``-XX:ArchiveClassesAtExit=FILE`` writes every class it loaded to
+FILE when it exits, and a later JVM started with ``-XX:SharedArchiveFile=FILE`` maps them. The
+pipeline's driver starts ~4 s sooner with it on the reference machine (docs/PERFORMANCE.md).
+
+``python -m streaming.classarchive`` builds the archive once (``scripts/setup.sh`` calls it):
+it runs the pipeline on a throwaway embedded store with Chirp's seed events until every view
+has caught up, stops it, and waits for its JVM to write the archive, which then replaces the
+old one in a single rename. The archive is ~180 MB, under ``~/.cache/liveviews`` and named
+after the pyspark version and the Java installation it was built with, so an upgrade builds a
+new one. ``LV_CLASS_ARCHIVE`` names another file, or ``off`` turns the archive off.
+
+A missing archive only costs start-up time, and so does one the JVM cannot use (another JDK or
+other jars): the JVM checks the archive's header and class path and ignores one that does not
+match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from streaming.settings import Settings
+
+BUILD_TIMEOUT_S = 300
+QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+"""The JVM reports every class it cannot archive (signed jars, generated classes) as a warning;
+those classes are simply loaded as before."""
+
+
+def java_binary() -> Path | None:
+    """The ``java`` Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    return Path(found).resolve() if found and Path(found).exists() else None
+
+
+def default_path() -> Path | None:
+    """``~/.cache/liveviews/spark-classes-<key>.jsa``, the key naming pyspark and the JDK."""
+    import pyspark
+
+    java = java_binary()
+    if java is None:
+        return None
+    stamp = f"{pyspark.__version__}|{java}|{java.stat().st_mtime_ns}"
+    key = hashlib.sha256(stamp.encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "liveviews" / f"spark-classes-{key}.jsa"
+
+
+def archive_path(settings: Settings) -> Path | None:
+    """The archive the pipeline uses, or None when it is turned off."""
+    if settings.class_archive == "off":
+        return None
+    if settings.class_archive:
+        return Path(settings.class_archive).resolve()
+    return default_path()
+
+
+def java_options(settings: Settings) -> list[str]:
+    """The driver JVM's options: write the archive at exit, or map it if it exists."""
+    if settings.dump_class_archive is not None:
+        return [_option("-XX:ArchiveClassesAtExit=", settings.dump_class_archive), *QUIET]
+    path = archive_path(settings)
+    if path is None or not path.is_file():
+        return []
+    return [_option("-XX:SharedArchiveFile=", path), *QUIET]
+
+
+def _option(name: str, path: Path) -> str:
+    """One option of ``spark.driver.extraJavaOptions``, which Spark splits as a shell would."""
+    option = f"{name}{path}"
+    return f'"{option}"' if any(c.isspace() for c in option) else option
+
+
+def build(target: Path, timeout: float = BUILD_TIMEOUT_S) -> None:
+    """Write the archive to ``target`` (see the module's doc). Raises on failure; ``target`` is
+    then left as it was."""
+    import redis
+
+    from demo.chirp import app
+    from demo.chirp.generate import seed_events
+    from streaming.embedded import EmbeddedStore
+    from streaming.log import EventLog, views_caught_up
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Built beside the target, so that the finished archive moves into place in one rename.
+    with tempfile.TemporaryDirectory(prefix=".building-", dir=target.parent) as tmp:
+        work = Path(tmp)
+        store = EmbeddedStore(work / "store", _free_port())
+        url = store.start()
+        pipeline: subprocess.Popen[bytes] | None = None
+        try:
+            settings = Settings.from_env({"REDIS_URL": url})
+            client = redis.Redis.from_url(url)
+            events = EventLog(client, app, settings.log_partitions)
+            events.append_batch(seed_events(int(time.time() * 1000)))
+            dumped = work / "classes.jsa"
+            env = {
+                **os.environ,
+                "REDIS_URL": url,
+                "LV_DATA_DIR": str(work / "data"),
+                "LV_APP": "demo.chirp:app",
+                "LV_CLASS_ARCHIVE": "off",
+                "LV_CLASS_ARCHIVE_DUMP": str(dumped),
+            }
+            with open(work / "pipeline.log", "wb") as out:
+                pipeline = subprocess.Popen(
+                    [sys.executable, "-m", "streaming"], env=env, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
+                deadline = time.monotonic() + timeout
+                while not views_caught_up(client, settings.log_partitions):
+                    _check_running(pipeline, work, deadline)
+                    time.sleep(0.5)
+                time.sleep(2.0)  # a few empty batches too: their code paths load classes
+                pipeline.send_signal(signal.SIGTERM)
+                # The JVM writes the archive as it exits, after the Python process has ended.
+                _wait_for_group(pipeline, deadline)
+            if not dumped.is_file() or dumped.stat().st_size == 0:
+                raise RuntimeError(f"the JVM wrote no archive; see {_tail(work)}")
+            os.replace(dumped, target)
+        finally:
+            if pipeline is not None:
+                _kill_group(pipeline)
+            store.stop()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _check_running(pipeline: subprocess.Popen[bytes], work: Path, deadline: float) -> None:
+    if pipeline.poll() is not None:
+        raise RuntimeError(f"the pipeline stopped with status {pipeline.returncode}: "
+                           f"{_tail(work)}")  # fmt: skip
+    if time.monotonic() > deadline:
+        raise RuntimeError(f"the pipeline did not catch up in time: {_tail(work)}")
+
+
+def _wait_for_group(pipeline: subprocess.Popen[bytes], deadline: float) -> None:
+    pipeline.wait(max(1.0, deadline - time.monotonic()))
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pipeline.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the pipeline's JVM did not exit in time")
+
+
+def _kill_group(pipeline: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pipeline.pid, signal.SIGKILL)
+    pipeline.wait()
+
+
+def _tail(work: Path) -> str:
+    """The end of the pipeline's output, without the JVM's archive warnings."""
+    log = (work / "pipeline.log").read_text(errors="replace").splitlines()
+    return "\n".join(line for line in log if "[cds" not in line)[-2000:] or "no output"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streaming.classarchive [--rebuild]``: build the archive if it is missing."""
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--rebuild"]):
+        print("usage: python -m streaming.classarchive [--rebuild]", file=sys.stderr)
+        return 2
+    path = archive_path(Settings.from_env())
+    if path is None:
+        print("The class archive is turned off (LV_CLASS_ARCHIVE=off), or there is no java.")
+        return 0
+    if path.is_file() and not args:
+        print(f"Class archive present: {path}")
+        return 0
+    print(f"Building the JVM class archive for a faster pipeline start (once, ~1 min): {path}",
+          flush=True)  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        build(path)
+    except Exception as exc:  # noqa: BLE001 - reported; the pipeline runs without the archive
+        print(f"Could not build the class archive; the pipeline starts without it: {exc}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    size = path.stat().st_size / 2**20
+    print(f"Built the class archive in {time.monotonic() - t0:.0f} s ({size:.0f} MiB).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

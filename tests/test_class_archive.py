@@ -1,0 +1,93 @@
+"""The pipeline's JVM class archive: which options the driver gets, and that the archive built by
+``scripts/setup.sh`` (or ``scripts/test.sh``) is one the running JVM maps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streaming import classarchive
+from streaming.job import spark_conf
+from streaming.settings import Settings
+
+QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_env({"LV_DATA_DIR": "/tmp/lv-unused", **env})
+
+
+def test_an_existing_archive_is_mapped(tmp_path: Path) -> None:
+    archive = tmp_path / "classes.jsa"
+    archive.write_bytes(b"x")
+    assert classarchive.java_options(settings(LV_CLASS_ARCHIVE=str(archive))) == [
+        f"-XX:SharedArchiveFile={archive}", *QUIET
+    ]
+
+
+def test_a_missing_archive_or_off_gives_no_option(tmp_path: Path) -> None:
+    assert classarchive.java_options(settings(LV_CLASS_ARCHIVE=str(tmp_path / "none"))) == []
+    assert classarchive.java_options(settings(LV_CLASS_ARCHIVE="off")) == []
+
+
+def test_the_builder_s_run_writes_the_archive_at_exit(tmp_path: Path) -> None:
+    dump = tmp_path / "new.jsa"
+    options = classarchive.java_options(settings(LV_CLASS_ARCHIVE_DUMP=str(dump)))
+    assert options == [f"-XX:ArchiveClassesAtExit={dump}", *QUIET]
+
+
+def test_a_path_with_a_space_stays_one_option(tmp_path: Path) -> None:
+    archive = tmp_path / "my classes.jsa"
+    archive.write_bytes(b"x")
+    assert classarchive.java_options(settings(LV_CLASS_ARCHIVE=str(archive)))[0] == (
+        f'"-XX:SharedArchiveFile={archive}"'
+    )
+
+
+def test_the_driver_options_keep_the_time_zone_beside_the_archive(tmp_path: Path) -> None:
+    archive = tmp_path / "classes.jsa"
+    archive.write_bytes(b"x")
+    options = spark_conf(settings(LV_CLASS_ARCHIVE=str(archive)))["spark.driver.extraJavaOptions"]
+    assert options.split() == ["-Duser.timezone=UTC", f"-XX:SharedArchiveFile={archive}", *QUIET]
+    assert spark_conf(settings(LV_CLASS_ARCHIVE="off"))["spark.driver.extraJavaOptions"] == (
+        "-Duser.timezone=UTC"
+    )
+
+
+def test_the_default_archive_is_named_after_pyspark_and_the_jdk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = classarchive.default_path()
+    assert path is not None
+    assert path.parent == tmp_path / "liveviews"
+    assert path.name.startswith("spark-classes-") and path.suffix == ".jsa"
+
+
+def test_bad_arguments_get_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert classarchive.main(["--now"]) == 2
+    assert "usage: python -m streaming.classarchive" in capsys.readouterr().err
+
+
+def test_the_pipeline_jvm_maps_the_class_archive(spark: Any) -> None:
+    path = classarchive.archive_path(Settings.from_env(dict(os.environ)))
+    assert path is not None and path.is_file(), "scripts/test.sh builds the archive first"
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert f"-XX:SharedArchiveFile={path}" in list(runtime.getInputArguments())
+    java = classarchive.java_binary()
+    assert java is not None
+
+    def maps(class_path: str) -> subprocess.CompletedProcess[str]:
+        # -Xshare:on: the JVM refuses to start unless the archive maps over this class path.
+        command = [str(java), "-Xshare:on", f"-XX:SharedArchiveFile={path}", "-cp", class_path,
+                   "-version"]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    same = maps(runtime.getClassPath())
+    assert same.returncode == 0, same.stderr
+    other = maps(str(Path(path).parent))
+    assert other.returncode != 0 and "shared class paths mismatch" in other.stderr
