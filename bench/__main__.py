@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench.common import RESULTS, Report, machine, results_dir
 
-BENCHMARKS = ["fanout", "memory", "latency", "browser", "pipeline"]
+BENCHMARKS = ["fanout", "floor", "memory", "latency", "browser", "pipeline"]
 """In order: the gateway's own figures first, then those with Spark in the loop."""
 
 

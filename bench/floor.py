@@ -1,0 +1,176 @@
+"""The floor under the gateway's CPU per delivery, measured in parts.
+
+    .venv/bin/python -m bench.floor [--quick]
+
+A delivery to an SSE subscriber is one write to its connection plus the gateway's Python
+between the change feed and that write. This measures each part on its own, on this machine:
+
+- **a write, by itself**: a process on uvloop holds N loopback connections, a second process
+  reads them all, and the first writes one delta-sized HTTP chunk to each connection, 60 times
+  over; CPU time per write, through the event loop's transport and straight to the socket
+  (``os.write``), which is what the gateway does while the transport holds nothing unsent;
+- **the gateway's Python per delivery**: the hub hands deltas to N ``LiveStream``s whose
+  connection does nothing, so only the Python path is timed (best of 5).
+
+nginx+nchan pays the same system call per delivery; what separates the gateway from it is the
+Python path and what the loop does around the call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import selectors
+import socket
+import time
+from typing import Any
+
+from bench.common import Report, Row, raise_open_files, save
+
+CHUNK = b"8d\r\n" + b"x" * 141 + b"\r\n"
+"""An HTTP chunk the size of a small delta frame (a counter's upsert with its event id)."""
+ROUNDS = 60
+
+
+def _read_all(port: int, n: int, ready: Any, stop: Any) -> None:
+    raise_open_files()
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+    selector = selectors.DefaultSelector()
+    for s in socks:
+        s.setblocking(False)
+        selector.register(s, selectors.EVENT_READ)
+    ready.set()
+    while not stop.is_set():
+        for key, _ in selector.select(0.2):
+            with contextlib.suppress(BlockingIOError):
+                key.fileobj.recv(65536)  # type: ignore[union-attr]
+
+
+async def _write_cost(n: int, rounds: int) -> dict[str, float]:
+    transports: list[asyncio.Transport] = []
+
+    class Accept(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            transports.append(transport)  # type: ignore[arg-type]
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Accept, "127.0.0.1", 0, backlog=4096)
+    port = server.sockets[0].getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    reader = ctx.Process(target=_read_all, args=(port, n, ready, stop))
+    reader.start()
+    try:
+        while not ready.is_set() or len(transports) < n:
+            await asyncio.sleep(0.05)
+        writes = [t.write for t in transports]
+        fds = [t.get_extra_info("socket").fileno() for t in transports]
+        out: dict[str, float] = {}
+        for mode in ("transport", "socket", "transport", "socket"):  # alternating, best of two
+            await asyncio.sleep(0.5)
+            cpu = time.process_time()
+            for _ in range(rounds):
+                if mode == "transport":
+                    for write in writes:
+                        write(CHUNK)
+                else:
+                    for fd in fds:
+                        os.write(fd, CHUNK)
+                await asyncio.sleep(0.05)  # the reader drains; idle time costs no CPU
+            us = (time.process_time() - cpu) / (n * rounds) * 1e6
+            out[mode] = round(min(out.get(mode, us), us), 2)
+        return out
+    finally:
+        stop.set()
+        reader.join(10)
+        for t in transports:
+            t.abort()
+        server.close()
+
+
+def write_cost(n: int, rounds: int = ROUNDS) -> dict[str, float]:
+    """CPU µs per write to one of ``n`` loopback connections, by transport and by socket."""
+    import uvloop
+
+    raise_open_files()
+    return uvloop.run(_write_cost(n, rounds))
+
+
+def python_path_cost(n: int, rounds: int = 50) -> float:
+    """µs of the hub→stream path per delivery to ``n`` subscribers of one key, without I/O."""
+    from server import frames
+    from server.hub import Hub, Progress
+    from server.livestream import LiveStream, Ticker
+    from server.metrics import Metrics
+    from server.subscription import Subscription
+    from streaming.changes import Delta
+
+    class IdleTransport:
+        """Takes writes and does nothing: only the Python around them is timed."""
+
+        is_closing = staticmethod(bool)
+        get_write_buffer_size = staticmethod(int)
+        write = staticmethod(len)
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return default
+
+    async def run() -> float:
+        metrics = Metrics()
+        hub = Hub(metrics, 0.25)
+        ticker = Ticker(15.0, metrics)
+        for _ in range(n):
+            # A started subscription as the stream sees it, without a store behind it.
+            sub = Subscription.__new__(Subscription)
+            sub.view, sub.key, sub.epoch, sub.last_event_id = "v", "k", "e", None
+            sub.position, sub.progress_position, sub.frontier = (0, 0), (0, 0), ""
+            subscriber = sub.subscriber = hub.attach("v", "k", 100)
+            subscriber.sink = LiveStream(sub, IdleTransport(), ticker, metrics, float("inf"))
+        best = float("inf")
+        seq = 0
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                seq += 1
+                delta = Delta(f"{seq}-0", "v", "k", [{"op": "upsert", "row": "r", "value": seq}],
+                              "p", seq)  # fmt: skip
+                hub.publish("e", [delta], Progress("e", f"{seq}-0", frames.progress({"p": "1"})))
+            best = min(best, (time.perf_counter() - t0) / (n * rounds) * 1e6)
+        assert metrics.deltas_out == n * rounds * 5, "every delivery was made"
+        return round(best, 3)
+
+    return asyncio.run(run())
+
+
+def run(quick: bool = False, name: str = "floor") -> Report:
+    n = 200 if quick else 10_000
+    writes = write_cost(n, 5 if quick else ROUNDS)
+    python = python_path_cost(n, 5 if quick else 50)
+    figures = {"connections": n, "write_us": writes, "python_path_us": python,
+               "chunk_bytes": len(CHUNK)}  # fmt: skip
+    save(name, figures)
+    rows = [
+        Row(f"a {len(CHUNK)}-byte write to one of {n:,} loopback connections, by the loop's "
+            "transport", f"{writes['transport']} µs CPU"),
+        Row("the same write straight to the socket (the gateway's path)",
+            f"{writes['socket']} µs CPU"),
+        Row(f"the gateway's Python per delivery, hub to stream, {n:,} subscribers of one key",
+            f"{python} µs"),
+    ]  # fmt: skip
+    note = ("CPU per delivery in `bench.fanout` is about the socket write plus the Python path, "
+            "plus the loop's wake-ups and the kernel's work on the reader's side of loopback.")
+    return Report(name, "The floor under CPU per delivery", "python -m bench.floor", figures,
+                  rows, notes=[note])  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    run(parser.parse_args().quick)
+
+
+if __name__ == "__main__":
+    main()
