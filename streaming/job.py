@@ -42,6 +42,13 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # The checkpoint's offset and commit logs go through Hadoop's raw local file system
+        # (for file: paths only). The default one writes a checksum file beside each log file,
+        # which doubles the file operations of the two log writes every micro-batch does: they
+        # took ~200-260 ms of a ~1.2 s batch, and ~120-145 ms without. Each log file is still
+        # written whole to a temporary file and renamed into place. RocksDB's state files keep
+        # the default file system: its state store requires it.
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
         # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not
         # hold back the small batches of another.
         "spark.scheduler.mode": "FAIR",

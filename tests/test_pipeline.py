@@ -60,3 +60,17 @@ def test_many_small_batches_match_recomputation(store, settings, pipeline):
     assert deltas > 100
     late = read_snapshot(store, "activity", "global", settings.change_shards).rows
     assert sum(w["late_total"] for w in late.values()) > 0
+
+
+def test_checkpoint_logs_are_written_without_checksum_files(store, settings, pipeline):
+    """The offset and commit logs go through the raw local file system (``streaming.job``):
+    each batch writes its log files and no ``.crc`` file beside them."""
+    from streaming.job import checkpoint_of
+
+    EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
+    pipeline.wait_until_caught_up(store)
+    for name in app.pipelines:
+        for log_dir in ("offsets", "commits"):
+            files = [p.name for p in (checkpoint_of(settings, name) / log_dir).iterdir()]
+            assert any(f.isdigit() for f in files), (name, log_dir, files)
+            assert not [f for f in files if f.endswith(".crc")], (name, log_dir, files)
