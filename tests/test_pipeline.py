@@ -65,12 +65,18 @@ def test_many_small_batches_match_recomputation(store, settings, pipeline):
 def test_checkpoint_logs_are_written_without_checksum_files(store, settings, pipeline):
     """The offset and commit logs go through the raw local file system (``streaming.job``):
     each batch writes its log files and no ``.crc`` file beside them."""
+    import time
+
     from streaming.job import checkpoint_of
 
     EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
     pipeline.wait_until_caught_up(store)
     for name in app.pipelines:
         for log_dir in ("offsets", "commits"):
-            files = [p.name for p in (checkpoint_of(settings, name) / log_dir).iterdir()]
-            assert any(f.isdigit() for f in files), (name, log_dir, files)
+            path = checkpoint_of(settings, name) / log_dir
+            deadline = time.monotonic() + 30  # a batch's commit follows its sink's writes
+            while not any(p.name.isdigit() for p in path.iterdir()):
+                assert time.monotonic() < deadline, (name, log_dir, sorted(path.iterdir()))
+                time.sleep(0.05)
+            files = [p.name for p in path.iterdir()]
             assert not [f for f in files if f.endswith(".crc")], (name, log_dir, files)
