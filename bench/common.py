@@ -19,6 +19,7 @@ import jwt
 import orjson
 
 from server.settings import DEV_JWT_SECRET
+from streaming.embedded import free_port as free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -115,11 +116,6 @@ def save_plot(fig: Any, name: str) -> Path:
     plt.close(fig)
     return path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def token(user: str = "bench", scope: str = "read publish", ttl: int = 7200) -> str:

@@ -26,7 +26,7 @@ import os
 import selectors
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 
 from bench.common import Report, Row, raise_open_files, save
 
@@ -105,7 +105,7 @@ def python_path_cost(n: int, rounds: int = 50) -> float:
     from server.hub import Hub, Progress
     from server.livestream import LiveStream, Ticker
     from server.metrics import Metrics
-    from server.subscription import Subscription
+    from server.subscription import Source, Subscription
     from streaming.changes import Delta
 
     class IdleTransport:
@@ -123,10 +123,9 @@ def python_path_cost(n: int, rounds: int = 50) -> float:
         hub = Hub(metrics, 0.25)
         ticker = Ticker(15.0, metrics)
         for _ in range(n):
-            # A started subscription as the stream sees it, without a store behind it.
-            sub = Subscription.__new__(Subscription)
-            sub.view, sub.key, sub.epoch, sub.last_event_id = "v", "k", "e", None
-            sub.position, sub.progress_position, sub.frontier = (0, 0), (0, 0), ""
+            # A started subscription as the stream sees it; no store is read after the start.
+            sub = Subscription(cast(Source, None), "v", "k", None)
+            sub.epoch = "e"
             subscriber = sub.subscriber = hub.attach("v", "k", 100)
             subscriber.sink = LiveStream(sub, IdleTransport(), ticker, metrics, float("inf"))
         best = float("inf")

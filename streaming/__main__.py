@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 from typing import Any, NoReturn
@@ -15,33 +13,10 @@ from typing import Any, NoReturn
 from streaming.app import load_app
 from streaming.embedded import ensure_store
 from streaming.errors import LiveviewsError
+from streaming.java import require_java
 from streaming.settings import Settings
 
 log = logging.getLogger("liveviews.pipeline")
-
-
-def java_major() -> int | None:
-    java = shutil.which("java")
-    if java is None:
-        return None
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    for token in out.replace('"', " ").split():
-        head = token.split(".")[0]
-        if head.isdigit() and token[0].isdigit():
-            major = int(head)
-            return int(token.split(".")[1]) if major == 1 else major
-    return None
-
-
-def require_java() -> None:
-    major = java_major()
-    if major is None or major < 17:
-        found = "no java on PATH" if major is None else f"Java {major}"
-        raise LiveviewsError(
-            f"Spark 4 needs Java 17 or newer, and this machine has {found}. "
-            "Install it (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME.",
-            code="java_missing",
-        )
 
 
 def watch_driver(spark: Any, stopping: threading.Event) -> None:

@@ -4,7 +4,7 @@ from one file instead of loading, parsing and verifying them one by one.
 This is the JVM's own application class-data sharing (a dynamic CDS archive, JDK 13 and
 later): a JVM started with ``-XX:ArchiveClassesAtExit=FILE`` writes every class it loaded to
 FILE when it exits, and a later JVM started with ``-XX:SharedArchiveFile=FILE`` maps them. The
-pipeline's driver starts ~4 s sooner with it on the reference machine (docs/PERFORMANCE.md).
+pipeline's driver starts ~4-5 s sooner with it on the reference machine (docs/PERFORMANCE.md).
 
 ``python -m streaming.classarchive`` builds the archive once (``scripts/setup.sh`` calls it):
 it runs the pipeline on a throwaway embedded store with Chirp's seed events until every view
@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,19 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from streaming.java import java_binary
 from streaming.settings import Settings
 
 BUILD_TIMEOUT_S = 300
 QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 """The JVM reports every class it cannot archive (signed jars, generated classes) as a warning;
 those classes are simply loaded as before."""
-
-
-def java_binary() -> Path | None:
-    """The ``java`` Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    return Path(found).resolve() if found and Path(found).exists() else None
 
 
 def default_path() -> Path | None:
@@ -91,14 +84,14 @@ def build(target: Path, timeout: float = BUILD_TIMEOUT_S) -> None:
 
     from demo.chirp import app
     from demo.chirp.generate import seed_events
-    from streaming.embedded import EmbeddedStore
+    from streaming.embedded import EmbeddedStore, free_port
     from streaming.log import EventLog, views_caught_up
 
     target.parent.mkdir(parents=True, exist_ok=True)
     # Built beside the target, so that the finished archive moves into place in one rename.
     with tempfile.TemporaryDirectory(prefix=".building-", dir=target.parent) as tmp:
         work = Path(tmp)
-        store = EmbeddedStore(work / "store", _free_port())
+        store = EmbeddedStore(work / "store", free_port())
         url = store.start()
         pipeline: subprocess.Popen[bytes] | None = None
         try:
@@ -135,14 +128,6 @@ def build(target: Path, timeout: float = BUILD_TIMEOUT_S) -> None:
             if pipeline is not None:
                 _kill_group(pipeline)
             store.stop()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _check_running(pipeline: subprocess.Popen[bytes], work: Path, deadline: float) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +35,13 @@ FSYNC_POLICIES = ("always", "everysec")
 """``LV_STORE_FSYNC``: docs/reliability/durability.md says what each keeps after which crash."""
 LINGER_S = 10.0
 """On stop, how long the store waits for the processes using it to finish first."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def server_binary() -> str:

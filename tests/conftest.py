@@ -6,9 +6,7 @@ started on a free port in a temporary directory. Every test gets it flushed.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -19,18 +17,13 @@ from typing import Any
 import pytest
 import redis
 
-from streaming.embedded import EmbeddedStore
+from streaming.embedded import EmbeddedStore, free_port
 from streaming.settings import Settings
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--redis-url", default=None, help="use this server instead of an embedded one")
 
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -94,21 +87,14 @@ class RunningPipeline:
 
     def wait_until_caught_up(self, client: redis.Redis, timeout: float = 60.0) -> None:
         """Block until the views reflect every event in the log."""
-        from streaming.changes import read_frontier
-        from streaming.events import log_stream
+        from streaming.log import views_caught_up
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for query in self.queries:
                 if query.exception() is not None:
                     raise AssertionError(f"pipeline {query.name} failed: {query.exception()}")
-            frontier = read_frontier(client, "liveviews")
-            heads = {}
-            for p in range(self.settings.log_partitions):
-                last = client.xrevrange(log_stream(p), count=1)
-                if last:
-                    heads[p] = last[0][0].decode()
-            if all(frontier.get(p) == head for p, head in heads.items()):
+            if views_caught_up(client, self.settings.log_partitions):
                 return
             time.sleep(0.05)
         raise AssertionError(f"pipeline did not catch up within {timeout} s")

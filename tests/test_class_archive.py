@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from streaming import classarchive
+from streaming.java import java_binary
 from streaming.job import spark_conf
 from streaming.settings import Settings
 
@@ -78,7 +79,7 @@ def test_the_pipeline_jvm_maps_the_class_archive(spark: Any) -> None:
     assert path is not None and path.is_file(), "scripts/test.sh builds the archive first"
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert f"-XX:SharedArchiveFile={path}" in list(runtime.getInputArguments())
-    java = classarchive.java_binary()
+    java = java_binary()
     assert java is not None
 
     def maps(class_path: str) -> subprocess.CompletedProcess[str]:

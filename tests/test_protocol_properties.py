@@ -11,11 +11,9 @@ socket. ``LV_FUZZ_EXAMPLES`` sets the number of examples per property (default 1
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -39,6 +37,7 @@ from server.eventid import MAX_PART, EventId, position_tuple
 from server.gateway import Gateway
 from server.settings import GatewaySettings
 from server.ws import CLOSE_UNAUTHORIZED, Connection
+from streaming.embedded import free_port
 
 EXAMPLES = int(os.environ.get("LV_FUZZ_EXAMPLES", "100"))
 PROPERTY = settings(
@@ -299,11 +298,6 @@ class RecordingSocket:
         self.closed = code
         self.application_state = WebSocketState.DISCONNECTED
 
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def gateway_settings(store_url: str) -> GatewaySettings:

@@ -7,9 +7,7 @@ writes them; the gateway under test cannot tell the difference.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import socket
 import threading
 import time
 from collections.abc import Coroutine
@@ -26,13 +24,8 @@ from server.app import create_app
 from server.gateway import Gateway
 from server.settings import GatewaySettings
 from streaming.app import App
+from streaming.embedded import free_port as free_port
 from streaming.sink import ChangeTopicSink
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
