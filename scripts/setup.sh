@@ -30,6 +30,6 @@ fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
 
 # The JVM class archive the pipeline starts from (streaming/classarchive.py): built once per
-# pyspark and JDK, in ~1 min. Without it everything works; the pipeline starts ~4-5 s slower.
+# pyspark installation and JDK, in ~1 min. Without it everything works; the pipeline starts ~4-5 s slower.
 PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/python -m streaming.classarchive \
   || echo "Continuing without the class archive." >&2

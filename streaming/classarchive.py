@@ -9,9 +9,10 @@ pipeline's driver starts ~4-5 s sooner with it on the reference machine (docs/PE
 ``python -m streaming.classarchive`` builds the archive once (``scripts/setup.sh`` calls it):
 it runs the pipeline on a throwaway embedded store with Chirp's seed events until every view
 has caught up, stops it, and waits for its JVM to write the archive, which then replaces the
-old one in a single rename. The archive is ~180 MB, under ``~/.cache/liveviews`` and named
-after the pyspark version and the Java installation it was built with, so an upgrade builds a
-new one. ``LV_CLASS_ARCHIVE`` names another file, or ``off`` turns the archive off.
+old one in a single rename. The archive is ~170 MiB, under ``~/.cache/liveviews`` and named
+after the jars directory and the Java installation it was built with, so each virtualenv has
+its own and an upgrade builds a new one; archives whose jars are gone are removed at the next
+build. ``LV_CLASS_ARCHIVE`` names another file, or ``off`` turns the archive off.
 
 A missing archive only costs start-up time, and so does one the JVM cannot use (another JDK or
 other jars): the JVM checks the archive's header and class path and ignores one that does not
@@ -39,17 +40,59 @@ QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 those classes are simply loaded as before."""
 
 
-def default_path() -> Path | None:
-    """``~/.cache/liveviews/spark-classes-<key>.jsa``, the key naming pyspark and the JDK."""
+def spark_jars() -> Path:
+    """The directory of Spark's jars, which is the driver JVM's class path."""
     import pyspark
 
+    return (Path(pyspark.__file__).parent / "jars").resolve()
+
+
+def default_path() -> Path | None:
+    """``~/.cache/liveviews/spark-classes-<key>.jsa``, the key naming the jars and the JDK.
+
+    The JVM maps an archive only over the class path it was built on, so each installation
+    of pyspark (each virtualenv) has its own archive, and an upgrade builds a new one."""
     java = java_binary()
     if java is None:
         return None
-    stamp = f"{pyspark.__version__}|{java}|{java.stat().st_mtime_ns}"
+    return archive_for(spark_jars(), java)
+
+
+def archive_for(jars: Path, java: Path) -> Path:
+    """The default archive's path for the jars in ``jars`` run by the JVM ``java``."""
+    stamp = f"{jars}|{_mtime(jars)}|{java}|{_mtime(java)}"
     key = hashlib.sha256(stamp.encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "liveviews" / f"spark-classes-{key}.jsa"
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def source_file(archive: Path) -> Path:
+    """Beside each built archive: the jars directory it was built over."""
+    return archive.with_suffix(".jars")
+
+
+def prune(cache: Path) -> list[Path]:
+    """Remove the archives in ``cache`` whose jars are gone (a deleted virtualenv or clone):
+    each is ~170 MiB that no JVM can map any more. Returns what it removed."""
+    removed = []
+    for archive in sorted(cache.glob("spark-classes-*.jsa")):
+        source = source_file(archive)
+        try:
+            jars = Path(source.read_text().strip())
+        except OSError:
+            jars = None  # built before the jars were recorded beside it
+        if jars is None or not jars.is_dir():
+            archive.unlink(missing_ok=True)
+            source.unlink(missing_ok=True)
+            removed.append(archive)
+    return removed
 
 
 def archive_path(settings: Settings) -> Path | None:
@@ -123,6 +166,7 @@ def build(target: Path, timeout: float = BUILD_TIMEOUT_S) -> None:
                 _wait_for_group(pipeline, deadline)
             if not dumped.is_file() or dumped.stat().st_size == 0:
                 raise RuntimeError(f"the JVM wrote no archive; see {_tail(work)}")
+            source_file(target).write_text(f"{spark_jars()}\n")
             os.replace(dumped, target)
         finally:
             if pipeline is not None:
@@ -177,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Building the JVM class archive for a faster pipeline start (once, ~1 min): {path}",
           flush=True)  # fmt: skip
     t0 = time.monotonic()
+    for stale in prune(path.parent) if path.parent.is_dir() else []:
+        print(f"Removed a class archive whose jars are gone: {stale}")
     try:
         build(path)
     except Exception as exc:  # noqa: BLE001 - reported; the pipeline runs without the archive

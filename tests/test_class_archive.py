@@ -59,14 +59,42 @@ def test_the_driver_options_keep_the_time_zone_beside_the_archive(tmp_path: Path
     )
 
 
-def test_the_default_archive_is_named_after_pyspark_and_the_jdk(
+def test_the_default_archive_is_named_after_the_jars_and_the_jdk(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     path = classarchive.default_path()
-    assert path is not None
+    java = java_binary()
+    assert path is not None and java is not None
     assert path.parent == tmp_path / "liveviews"
     assert path.name.startswith("spark-classes-") and path.suffix == ".jsa"
+    assert path == classarchive.archive_for(classarchive.spark_jars(), java)
+    # Another virtualenv's jars are another class path, which this archive cannot map.
+    other_jars = tmp_path / "other-venv" / "jars"
+    other_jars.mkdir(parents=True)
+    assert classarchive.archive_for(other_jars, java) != path
+    assert classarchive.archive_for(classarchive.spark_jars(), tmp_path / "java") != path
+
+
+def test_archives_whose_jars_are_gone_are_pruned(tmp_path: Path) -> None:
+    live_jars, gone_jars = tmp_path / "live" / "jars", tmp_path / "gone" / "jars"
+    live_jars.mkdir(parents=True)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    archives = {}
+    for name, jars in [("live", live_jars), ("gone", gone_jars), ("unrecorded", None)]:
+        archive = cache / f"spark-classes-{name}.jsa"
+        archive.write_bytes(b"archive")
+        if jars is not None:
+            classarchive.source_file(archive).write_text(f"{jars}\n")
+        archives[name] = archive
+    unrelated = cache / "notes.txt"
+    unrelated.write_text("kept")
+
+    assert classarchive.prune(cache) == [archives["gone"], archives["unrecorded"]]
+    assert sorted(p.name for p in cache.iterdir()) == [
+        "notes.txt", "spark-classes-live.jars", "spark-classes-live.jsa",
+    ]  # fmt: skip
 
 
 def test_bad_arguments_get_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
