@@ -138,6 +138,13 @@ class GatewayProcess:
         return sum(1 for c in psutil.Process(self.pid).net_connections("tcp")
                    if c.laddr and c.laddr.port == self.port and c.status != "LISTEN")  # fmt: skip
 
+    def peers(self) -> set[int]:
+        """The client-side ports of the gateway's open client connections."""
+        import psutil
+
+        return {c.raddr.port for c in psutil.Process(self.pid).net_connections("tcp")
+                if c.laddr and c.laddr.port == self.port and c.raddr}  # fmt: skip
+
     def metric(self, name: str) -> float:
         import urllib.request
 
