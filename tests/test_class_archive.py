@@ -12,7 +12,7 @@ import pytest
 
 from streaming import classarchive
 from streaming.java import java_binary
-from streaming.job import spark_conf
+from streaming.job import DRIVER_JIT_OPTIONS, spark_conf
 from streaming.settings import Settings
 
 QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
@@ -49,13 +49,17 @@ def test_a_path_with_a_space_stays_one_option(tmp_path: Path) -> None:
     )
 
 
-def test_the_driver_options_keep_the_time_zone_beside_the_archive(tmp_path: Path) -> None:
+def test_the_driver_options_keep_the_time_zone_and_jit_options_beside_the_archive(
+    tmp_path: Path,
+) -> None:
     archive = tmp_path / "classes.jsa"
     archive.write_bytes(b"x")
     options = spark_conf(settings(LV_CLASS_ARCHIVE=str(archive)))["spark.driver.extraJavaOptions"]
-    assert options.split() == ["-Duser.timezone=UTC", f"-XX:SharedArchiveFile={archive}", *QUIET]
+    assert options.split() == [
+        "-Duser.timezone=UTC", *DRIVER_JIT_OPTIONS, f"-XX:SharedArchiveFile={archive}", *QUIET,
+    ]  # fmt: skip
     assert spark_conf(settings(LV_CLASS_ARCHIVE="off"))["spark.driver.extraJavaOptions"] == (
-        "-Duser.timezone=UTC"
+        " ".join(["-Duser.timezone=UTC", *DRIVER_JIT_OPTIONS])
     )
 
 
@@ -106,7 +110,9 @@ def test_the_pipeline_jvm_maps_the_class_archive(spark: Any) -> None:
     path = classarchive.archive_path(Settings.from_env(dict(os.environ)))
     assert path is not None and path.is_file(), "scripts/test.sh builds the archive first"
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-    assert f"-XX:SharedArchiveFile={path}" in list(runtime.getInputArguments())
+    arguments = list(runtime.getInputArguments())
+    assert f"-XX:SharedArchiveFile={path}" in arguments
+    assert set(DRIVER_JIT_OPTIONS) <= set(arguments)  # the JVM accepted the JIT thresholds
     java = java_binary()
     assert java is not None
 
