@@ -117,7 +117,6 @@ def save_plot(fig: Any, name: str) -> Path:
     return path
 
 
-
 def token(user: str = "bench", scope: str = "read publish", ttl: int = 7200) -> str:
     """A token signed with the gateway's development secret."""
     claims = {"sub": user, "scope": scope, "aud": "liveviews", "exp": int(time.time()) + ttl}

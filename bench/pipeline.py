@@ -178,9 +178,6 @@ def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds
     with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp:
         data = Path(tmp)
         figures["cold_start"] = cold_starts(data, 1 if quick else COLD_STARTS)
-        figures["cold_start_to_first_delta_served_s"] = figures["cold_start"]["class_archive"][
-            "median_s"
-        ]
         with EmbeddedStore(data / "store", free_port()) as url:
             client = redis.Redis.from_url(url, socket_timeout=60)
             from streaming.job import build_session

@@ -62,8 +62,12 @@ def archive_for(jars: Path, java: Path) -> Path:
     """The default archive's path for the jars in ``jars`` run by the JVM ``java``."""
     stamp = f"{jars}|{_mtime(jars)}|{java}|{_mtime(java)}"
     key = hashlib.sha256(stamp.encode()).hexdigest()[:12]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "liveviews" / f"spark-classes-{key}.jsa"
+    return cache_dir() / f"spark-classes-{key}.jsa"
+
+
+def cache_dir() -> Path:
+    """Where the default archives live: ``~/.cache/liveviews`` (or under ``XDG_CACHE_HOME``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "liveviews"
 
 
 def _mtime(path: Path) -> int:
@@ -79,7 +83,7 @@ def source_file(archive: Path) -> Path:
 
 
 def prune(cache: Path) -> list[Path]:
-    """Remove the archives in ``cache`` whose jars are gone (a deleted virtualenv or clone):
+    """Remove the default archives in ``cache`` whose jars are gone (a deleted virtualenv or clone):
     each is ~170 MiB that no JVM can map any more. Returns what it removed."""
     removed = []
     for archive in sorted(cache.glob("spark-classes-*.jsa")):
@@ -221,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Building the JVM class archive for a faster pipeline start (once, ~1 min): {path}",
           flush=True)  # fmt: skip
     t0 = time.monotonic()
-    for stale in prune(path.parent) if path.parent.is_dir() else []:
+    for stale in prune(cache_dir()):  # default archives only, wherever this one goes
         print(f"Removed a class archive whose jars are gone: {stale}")
     try:
         build(path)

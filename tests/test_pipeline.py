@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from demo.chirp import app
 from demo.chirp.generate import Activity, seed_events
@@ -68,8 +69,6 @@ def test_many_small_batches_match_recomputation(store, settings, pipeline):
 def test_checkpoint_logs_are_written_without_checksum_files(store, settings, pipeline):
     """The offset and commit logs go through the raw local file system (``streaming.job``):
     each batch writes its log files and no ``.crc`` file beside them."""
-    import time
-
     from streaming.job import checkpoint_of
 
     EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))

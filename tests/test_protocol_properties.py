@@ -299,7 +299,6 @@ class RecordingSocket:
         self.application_state = WebSocketState.DISCONNECTED
 
 
-
 def gateway_settings(store_url: str) -> GatewaySettings:
     return GatewaySettings.from_env({
         "REDIS_URL": store_url, "LV_PORT": str(free_port()), "LV_LOG_PARTITIONS": "4",

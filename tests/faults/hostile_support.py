@@ -131,19 +131,19 @@ class GatewayProcess:
     def fds(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
-    def sockets(self) -> int:
-        """Open client connections of the gateway (its store connections not counted)."""
+    def _client_connections(self) -> list[Any]:
+        """The gateway's open client connections (not its listener, not its store connections)."""
         import psutil
 
-        return sum(1 for c in psutil.Process(self.pid).net_connections("tcp")
-                   if c.laddr and c.laddr.port == self.port and c.status != "LISTEN")  # fmt: skip
+        return [c for c in psutil.Process(self.pid).net_connections("tcp")
+                if c.laddr and c.laddr.port == self.port and c.raddr]  # fmt: skip
+
+    def sockets(self) -> int:
+        return len(self._client_connections())
 
     def peers(self) -> set[int]:
         """The client-side ports of the gateway's open client connections."""
-        import psutil
-
-        return {c.raddr.port for c in psutil.Process(self.pid).net_connections("tcp")
-                if c.laddr and c.laddr.port == self.port and c.raddr}  # fmt: skip
+        return {c.raddr.port for c in self._client_connections()}
 
     def metric(self, name: str) -> float:
         import urllib.request
