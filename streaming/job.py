@@ -32,6 +32,7 @@ QUERY_NAME = "liveviews"
 SINK_TIMEOUT_S = 600
 PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
 PIPELINE_PROGRESS_RETENTION = 10_000
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 DRIVER_JIT_OPTIONS = [
@@ -71,11 +72,17 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         # The class archive and the JIT thresholds are for the driver JVM only: executors on a
         # cluster start their own JVMs, and local mode runs its tasks in the driver's.
-        "spark.driver.extraJavaOptions": " ".join(
+        JAVA_OPTIONS: " ".join(
             ["-Duser.timezone=UTC", *DRIVER_JIT_OPTIONS, *classarchive.java_options(settings)]
         ),
     }
-    conf.update(settings.spark_conf)
+    own = dict(settings.spark_conf)
+    # The user's JVM options come after ours, so that each of them wins (the JVM keeps the
+    # last of a repeated option) without turning off the class archive and the rest.
+    java_options = own.pop(JAVA_OPTIONS, None)
+    conf.update(own)
+    if java_options:
+        conf[JAVA_OPTIONS] = f"{conf[JAVA_OPTIONS]} {java_options}"
     return conf
 
 

@@ -29,6 +29,17 @@ def env_int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
+def spark_setting_name(name: str) -> str:
+    """The Spark setting an ``LV_SPARK_CONF_<NAME>`` variable sets: ``__`` stands for ``.``.
+
+    A name in capitals is lowercased (``SPARK__EXECUTOR__MEMORY``: ``spark.executor.memory``);
+    any other name keeps its case, for Spark's camel-case settings
+    (``spark__eventLog__enabled``: ``spark.eventLog.enabled``).
+    """
+    dotted = name.replace("__", ".")
+    return dotted.lower() if dotted == dotted.upper() else dotted
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where the log and change topic live, and how the Spark job runs."""
@@ -68,7 +79,7 @@ class Settings:
         env = dict(os.environ if env is None else env)
         data_dir = Path(env.get("LV_DATA_DIR") or "data").resolve()
         spark_conf = {
-            k[len("LV_SPARK_CONF_") :].lower().replace("__", "."): v
+            spark_setting_name(k[len("LV_SPARK_CONF_") :]): v
             for k, v in env.items()
             if k.startswith("LV_SPARK_CONF_")
         }

@@ -1,0 +1,35 @@
+"""The pipeline's settings from the environment: Spark settings passed through by name."""
+
+from __future__ import annotations
+
+from streaming.job import DRIVER_JIT_OPTIONS, spark_conf
+from streaming.settings import Settings
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_env({"LV_DATA_DIR": "/tmp/lv-unused", "LV_CLASS_ARCHIVE": "off", **env})
+
+
+def test_a_spark_setting_in_capitals_is_lowercased() -> None:
+    conf = settings(LV_SPARK_CONF_SPARK__EXECUTOR__MEMORY="4g").spark_conf
+    assert conf == {"spark.executor.memory": "4g"}
+
+
+def test_a_camel_case_spark_setting_keeps_its_case() -> None:
+    conf = settings(LV_SPARK_CONF_spark__eventLog__enabled="true").spark_conf
+    assert conf == {"spark.eventLog.enabled": "true"}
+    assert spark_conf(settings(LV_SPARK_CONF_spark__eventLog__enabled="true"))[
+        "spark.eventLog.enabled"
+    ] == "true"
+
+
+def test_a_spark_setting_overrides_the_pipeline_default() -> None:
+    conf = spark_conf(settings(LV_SPARK_CONF_SPARK__SQL__SHUFFLE__PARTITIONS="1"))
+    assert conf["spark.sql.shuffle.partitions"] == "1"
+
+
+def test_the_users_jvm_options_follow_the_pipelines_own() -> None:
+    """Each user option comes last, so the JVM takes it, and the pipeline's stay in place."""
+    env = {"LV_SPARK_CONF_spark__driver__extraJavaOptions": "-XX:Tier4InvocationThreshold=5000"}
+    options = spark_conf(settings(**env))["spark.driver.extraJavaOptions"].split()
+    assert options == ["-Duser.timezone=UTC", *DRIVER_JIT_OPTIONS, "-XX:Tier4InvocationThreshold=5000"]
