@@ -33,6 +33,10 @@ SINK_TIMEOUT_S = 600
 PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
 PIPELINE_PROGRESS_RETENTION = 10_000
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_CHECKPOINTS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
 
 DRIVER_JIT_OPTIONS = [
@@ -57,13 +61,13 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        # The checkpoint's offset and commit logs go through Hadoop's raw local file system
-        # (for file: paths only). The default one writes a checksum file beside each log file,
-        # which doubles the file operations of the two log writes every micro-batch does: they
-        # took ~200-260 ms of a ~1.2 s batch, and ~120-145 ms without. Each log file is still
-        # written whole to a temporary file and renamed into place. RocksDB's state files keep
-        # the default file system: its state store requires it.
-        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+        # Checkpoint files (offset and commit logs, state changelogs) are written through
+        # Hadoop's FileSystem API rather than its FileContext API. On a local disk without
+        # Hadoop's native library, a FileContext rename starts two `readlink` processes from
+        # the JVM (it checks both paths for symbolic links), so each micro-batch started ~14
+        # processes: ~40-60 ms for each of the two log writes. Each file is still written whole
+        # to a temporary file and renamed into place (docs/PERFORMANCE.md).
+        CHECKPOINT_FILE_MANAGER: FILE_SYSTEM_CHECKPOINTS,
         # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not
         # hold back the small batches of another.
         "spark.scheduler.mode": "FAIR",

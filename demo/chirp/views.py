@@ -28,6 +28,7 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from streaming.events import iso
 from streaming.views import CHANGE_SCHEMA, Changes, log_order
@@ -35,6 +36,14 @@ from streaming.views import CHANGE_SCHEMA, Changes, log_order
 TIMELINE_SIZE = 50
 WINDOW_MS = 60_000
 LATENESS_MS = 30_000
+
+# The processors' state schemas as types, not DDL strings: a processor declares its state in
+# every task, and Spark parses each DDL string with a round trip to the JVM.
+ENTITY_STATE = StructType([StructField("state", BinaryType())])
+PARTITION = StructType([StructField("partition", IntegerType())])
+NEWEST = StructType([StructField("event_time_ms", LongType())])
+WINDOW_START = StructType([StructField("start", LongType())])
+WINDOW_COUNTS = StructType([StructField("counts", StringType())])
 
 
 def profile_value(user: str, profile: list[Any] | None) -> dict[str, Any]:
@@ -70,7 +79,7 @@ class EntityProcessor(StatefulProcessor):
     """
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState("entity", "state BINARY")
+        self.state = handle.getValueState("entity", ENTITY_STATE)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -211,8 +220,8 @@ class ActivityProcessor(StatefulProcessor):
     """
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.newest = handle.getMapState("newest", "partition INT", "event_time_ms LONG")
-        self.windows = handle.getMapState("windows", "start LONG", "counts STRING")
+        self.newest = handle.getMapState("newest", PARTITION, NEWEST)
+        self.windows = handle.getMapState("windows", WINDOW_START, WINDOW_COUNTS)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
