@@ -23,11 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 UNTUNED = {
     # What a user gets from Spark without Liveviews' tuning: 200 shuffle partitions, full
-    # RocksDB snapshots at every commit, one read task per log partition.
+    # RocksDB snapshots at every commit, one read task per log partition, checkpoint files
+    # through Hadoop's FileContext API.
     "LV_SHUFFLE_PARTITIONS": "200",
     "LV_READ_TASKS": "4",
     "LV_SPARK_CONF_SPARK__SQL__STREAMING__STATESTORE__ROCKSDB__CHANGELOGCHECKPOINTING__ENABLED": (
         "false"
+    ),
+    "LV_SPARK_CONF_spark__sql__streaming__checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
     ),
 }
 
