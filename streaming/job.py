@@ -64,8 +64,8 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Checkpoint files (offset and commit logs, state changelogs) are written through
         # Hadoop's FileSystem API rather than its FileContext API. On a local disk without
         # Hadoop's native library, a FileContext rename starts two `readlink` processes from
-        # the JVM (it checks both paths for symbolic links), so each micro-batch started ~14
-        # processes: ~40-60 ms for each of the two log writes. Each file is still written whole
+        # the JVM (it checks both paths for symbolic links): ~14 per micro-batch, and ~40-60 ms
+        # of each of the two log writes. Each file is still written whole
         # to a temporary file and renamed into place (docs/PERFORMANCE.md).
         CHECKPOINT_FILE_MANAGER: FILE_SYSTEM_CHECKPOINTS,
         # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from demo.chirp import app
 from demo.chirp.generate import Activity, seed_events
@@ -65,18 +66,29 @@ def test_many_small_batches_match_recomputation(store, settings, pipeline):
     assert sum(w["late_total"] for w in late.values()) > 0
 
 
-def test_checkpoint_files_are_written_through_the_file_system_api(spark, settings):
-    """Spark writes the pipeline's checkpoint (offset and commit logs, state changelogs) through
-    Hadoop's FileSystem API: on a local disk its FileContext API starts a process per path
-    check (``streaming.job``). This is the manager Spark picks for the pipeline's checkpoint."""
+def test_checkpoint_files_are_written_through_the_file_system_api(
+    store, settings, spark, pipeline
+):
+    """Each batch writes its offset and commit logs, through Hadoop's FileSystem API: on a
+    local disk its FileContext API starts a process per path check (``streaming.job``). The
+    manager checked is the one Spark picks for each pipeline's checkpoint."""
     from streaming.job import checkpoint_of
 
+    EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
+    pipeline.wait_until_caught_up(store)
     jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(str(checkpoint_of(settings, "entities")))
     conf = spark._jsparkSession.sessionState().newHadoopConf()
     manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-    chosen = manager.create(path, conf).getClass().getSimpleName()
-    assert chosen == "FileSystemBasedCheckpointFileManager"
+    for name in app.pipelines:
+        checkpoint = checkpoint_of(settings, name)
+        for log_dir in ("offsets", "commits"):
+            path = checkpoint / log_dir
+            deadline = time.monotonic() + 30  # a batch's commit follows its sink's writes
+            while not any(p.name.isdigit() for p in path.iterdir()):
+                assert time.monotonic() < deadline, (name, log_dir, sorted(path.iterdir()))
+                time.sleep(0.05)
+        chosen = manager.create(jvm.org.apache.hadoop.fs.Path(str(checkpoint)), conf)
+        assert chosen.getClass().getSimpleName() == "FileSystemBasedCheckpointFileManager", name
 
 
 def test_the_log_source_starts_without_pandas() -> None:

@@ -16,11 +16,9 @@ def test_a_spark_setting_in_capitals_is_lowercased() -> None:
 
 
 def test_a_camel_case_spark_setting_keeps_its_case() -> None:
-    conf = settings(LV_SPARK_CONF_spark__eventLog__enabled="true").spark_conf
-    assert conf == {"spark.eventLog.enabled": "true"}
-    assert spark_conf(settings(LV_SPARK_CONF_spark__eventLog__enabled="true"))[
-        "spark.eventLog.enabled"
-    ] == "true"
+    given = settings(LV_SPARK_CONF_spark__eventLog__enabled="true")
+    assert given.spark_conf == {"spark.eventLog.enabled": "true"}
+    assert spark_conf(given)["spark.eventLog.enabled"] == "true"
 
 
 def test_a_spark_setting_overrides_the_pipeline_default() -> None:
