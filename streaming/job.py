@@ -1,8 +1,8 @@
 """The Spark job: one streaming query per pipeline of the application, all in one driver.
 
-Each query reads the log, runs its pipeline, and writes the pipeline's changes and the
-source's read markers through a ``ChangeTopicSink``, which commits each micro-batch to the
-change topic exactly once and advances the pipeline's frontier.
+Each query reads the log, runs its pipeline, and writes the pipeline's changes through a
+``ChangeTopicSink``, which commits each micro-batch to the change topic exactly once and
+advances the pipeline's frontier to where the batch ends in the log (``streaming.offsetlog``).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 import orjson
 import redis
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from streaming import classarchive
 from streaming.app import App, Pipeline
 from streaming.errors import ConfigurationError
 from streaming.log import check_layout
+from streaming.offsetlog import BatchEnds
 from streaming.settings import Settings
 from streaming.sink import ChangeTopicSink
 from streaming.source import SOURCE_NAME, LogDataSource, store_retry
@@ -114,13 +114,9 @@ def read_log(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
-def changes(pipeline: Pipeline, raw: DataFrame) -> DataFrame:
-    """A pipeline's changes, plus the source's read markers (``view`` null)."""
-    events = raw.where(F.col("type").isNotNull())
-    columns = [f.name for f in CHANGE_SCHEMA.fields]
-    out = pipeline.build(events).select(*columns)
-    markers = raw.where(F.col("type").isNull()).select("partition", "offset")
-    return out.unionByName(markers, allowMissingColumns=True)
+def changes(pipeline: Pipeline, events: DataFrame) -> DataFrame:
+    """A pipeline's changes, in the columns the sink takes."""
+    return pipeline.build(events).select(*[f.name for f in CHANGE_SCHEMA.fields])
 
 
 def checkpoint_of(settings: Settings, pipeline: str) -> Path:
@@ -181,11 +177,12 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
     )
     check_layout(client, settings.log_partitions, settings.change_shards)
     names = list(app.pipelines)
+    ends = BatchEnds(spark)
     spark.streams.addListener(ProgressRecorder(client))
     queries = []
     for name, pipeline in app.pipelines.items():
         sink = ChangeTopicSink(
-            client, app, name, settings.change_shards, settings.change_retention, names
+            client, app, name, settings.change_shards, settings.change_retention, names, ends
         )
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
         query = (

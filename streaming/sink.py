@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -44,6 +44,7 @@ CALL_OPS = 5000
 """Row changes per Lua call, about 50-100 ms of store time; a key's changes are never split."""
 
 Group = tuple[str, str]  # (view, key)
+BatchEnds = Callable[[int], dict[int, str]]  # batch id -> entry id read to, per log partition
 Op = tuple[str, str, str, float]  # (kind, row, value, score)
 
 
@@ -62,8 +63,11 @@ class ChangeTopicSink:
         shards: int,
         retention: int,
         pipelines: Sequence[str] = (),
+        ends: BatchEnds | None = None,
     ) -> None:
         self.client = client
+        # How far each batch read the log (``streaming.offsetlog.BatchEnds`` in the job).
+        self.ends = ends
         self.name = name
         # The views' frontier is the oldest of these pipelines' frontiers (just ours by default).
         self.pipelines = list(pipelines) or [name]
@@ -74,22 +78,25 @@ class ChangeTopicSink:
         self.advance = client.register_script(_script("frontier.lua"))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.ends is None:
+            raise ConfigurationError("a sink used by a query needs to know where batches end.")
         t0 = time.perf_counter()
         rows = batch.toArrow().to_pylist()  # far smaller in the JVM than collect()'s rows
         t1 = time.perf_counter()
-        self.write(rows, batch_id)
+        self.write(rows, batch_id, self.ends(batch_id))
         log.debug(
             "batch %d: %d rows, spark %.0f ms, store %.0f ms",
             batch_id, len(rows), (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000,
         )  # fmt: skip
 
-    def write(self, rows: list[Any], batch_id: int) -> None:
+    def write(
+        self, rows: list[Any], batch_id: int, read_to: dict[int, str] | None = None
+    ) -> None:
+        """Applies a batch's row changes, then advances the frontier to ``read_to``: the entry
+        id each log partition was read to by the end of the batch."""
+        read_to = read_to or {}
         groups: dict[Group, list[Op]] = defaultdict(list)
-        read_to: dict[int, str] = {}
         for r in rows:
-            if r["view"] is None:  # the source's marker of how far a partition was read
-                read_to[r["partition"]] = r["offset"]
-                continue
             if r["view"] not in self.limits:
                 raise ConfigurationError(f"a pipeline wrote to undeclared view {r['view']!r}.")
             kind = "d" if r["value"] is None else "u"

@@ -124,7 +124,7 @@ class LogStreamReader(DataSourceStreamReader):
 
 
 def _read_range(client: redis.Redis, p: int, start: str, end: str) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of up to READ_CHUNK events, then the partition's read marker."""
+    """Arrow batches of up to READ_CHUNK events."""
     stream, cursor = log_stream(p), start
     while True:
         entries: Any = client.xrange(stream, min=_after(cursor), max=end, count=READ_CHUNK)
@@ -146,8 +146,6 @@ def _read_range(client: redis.Redis, p: int, start: str, end: str) -> Iterator[p
         if len(entries) < READ_CHUNK:
             break
         cursor = entries[-1][0].decode()
-    # Says how far this partition was read, so the sink can record the view's frontier.
-    yield pa.RecordBatch.from_pylist([{"partition": p, "offset": end}], schema=ARROW_SCHEMA)
 
 
 def _after(entry_id: str) -> str:

@@ -32,10 +32,7 @@ EVENT_SCHEMA = StructType(
         StructField("ingest_time_ms", LongType(), True),
     ]
 )
-"""What a pipeline receives: one row per event, in no particular order across partitions.
-
-Rows with a null ``type`` never reach a pipeline: the source uses them to say how far it read.
-"""
+"""What a pipeline receives: one row per event, in no particular order across partitions."""
 
 CHANGE_SCHEMA = StructType(
     [

@@ -28,13 +28,7 @@ def make_app() -> App:
 
 
 def row(view: str, key: str, row_id: str, value: str | None, score: float = 0.0) -> dict[str, Any]:
-    return {"view": view, "key": key, "row": row_id, "value": value, "score": score,
-            "partition": None, "offset": None}  # fmt: skip
-
-
-def marker(partition: int, offset: str) -> dict[str, Any]:
-    return {"view": None, "key": None, "row": None, "value": None, "score": None,
-            "partition": partition, "offset": offset}  # fmt: skip
+    return {"view": view, "key": key, "row": row_id, "value": value, "score": score}
 
 
 @pytest.fixture()
@@ -50,10 +44,9 @@ def test_batch_applied_once_even_when_replayed(store, sink):
     batch = [
         row("plain", "k", "r1", '{"a":1}'),
         row("plain", "k", "r2", '{"b":2}'),
-        marker(0, "5-0"),
     ]
-    sink.write(batch, 0)
-    sink.write(batch, 0)  # replayed after a crash
+    sink.write(batch, 0, {0: "5-0"})
+    sink.write(batch, 0, {0: "5-0"})  # replayed after a crash
     (delta,) = deltas_of(store, "plain", "k")
     assert delta.batch == 0
     assert delta.ops == [
@@ -95,10 +88,10 @@ def test_equal_scores_rank_by_row_id(store, sink):
 
 
 def test_frontier_advances_per_partition_and_never_back(store, sink):
-    sink.write([marker(0, "10-0"), marker(1, "3-1")], 0)
-    sink.write([marker(0, "9-5")], 1)  # cannot happen, but must not move the frontier back
-    sink.write([marker(1, "12-0")], 2)
-    sink.write([marker(1, "99-0")], 2)  # replay of batch 2 with other content: ignored
+    sink.write([], 0, {0: "10-0", 1: "3-1"})
+    sink.write([], 1, {0: "9-5"})  # cannot happen, but must not move the frontier back
+    sink.write([], 2, {1: "12-0"})
+    sink.write([], 2, {1: "99-0"})  # replay of batch 2 with other content: ignored
     assert read_frontier(store, "q") == {0: "10-0", 1: "12-0"}
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "12-0"}
     # Progress records advances of the views' frontier only: batch 1 moved nothing.
@@ -111,17 +104,17 @@ def test_views_frontier_is_the_oldest_pipelines(store):
     app = make_app()
     fast = ChangeTopicSink(store, app, "fast", SHARDS, 100, names)
     slow = ChangeTopicSink(store, app, "slow", SHARDS, 100, names)
-    fast.write([marker(0, "10-0"), marker(1, "4-0")], 0)
+    fast.write([], 0, {0: "10-0", 1: "4-0"})
     assert read_frontier(store, VIEWS_FRONTIER) == {}  # "slow" has read nothing yet
     assert store.xlen("lv:progress") == 0
-    slow.write([marker(0, "7-0")], 0)
+    slow.write([], 0, {0: "7-0"})
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "7-0"}
-    slow.write([marker(0, "12-0"), marker(1, "5-0")], 1)
+    slow.write([], 1, {0: "12-0", 1: "5-0"})
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "4-0"}
-    fast.write([marker(1, "6-0")], 1)
+    fast.write([], 1, {1: "6-0"})
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "5-0"}
     assert read_frontier(store, "fast") == {0: "10-0", 1: "6-0"}
-    fast.write([marker(0, "1-0")], 1)  # a replayed batch: ignored
+    fast.write([], 1, {0: "1-0"})  # a replayed batch: ignored
     entries = store.xrange("lv:progress")
     assert [e[1][b"pipeline"] for e in entries] == [VIEWS_FRONTIER.encode()] * 3
 
