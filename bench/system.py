@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 UNTUNED = {
     # What a user gets from Spark without Liveviews' tuning: 200 shuffle partitions, full
     # RocksDB snapshots at every commit, one read task per log partition, checkpoint files
-    # through Hadoop's FileContext API.
+    # through Hadoop's FileContext API and its own local file system.
     "LV_SHUFFLE_PARTITIONS": "200",
     "LV_READ_TASKS": "4",
     "LV_SPARK_CONF_SPARK__SQL__STREAMING__STATESTORE__ROCKSDB__CHANGELOGCHECKPOINTING__ENABLED": (
@@ -33,6 +33,7 @@ UNTUNED = {
     "LV_SPARK_CONF_spark__sql__streaming__checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
     ),
+    "LV_SPARK_CONF_spark__hadoop__fs__file__impl": "org.apache.hadoop.fs.LocalFileSystem",
 }
 
 

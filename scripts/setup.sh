@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+# A JDK rather than a JRE: javac compiles the pipeline's local file system (streaming/localfs.py).
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser tests drive Debian's Chromium
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -28,6 +29,8 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+
+command -v javac >/dev/null 2>&1 || echo "No javac (a JDK's compiler): the pipeline writes checkpoint files through Hadoop's slower local file system." >&2
 
 # The JVM class archive the pipeline starts from (streaming/classarchive.py): built once per
 # pyspark installation and JDK, in ~1 min. Without it everything works; the pipeline starts ~4-5 s slower.

@@ -59,8 +59,14 @@ def default_path() -> Path | None:
 
 
 def archive_for(jars: Path, java: Path) -> Path:
-    """The default archive's path for the jars in ``jars`` run by the JVM ``java``."""
+    """The default archive's path for the jars in ``jars`` run by the JVM ``java``, with the
+    local file system's jar on the class path when it is built (``streaming.localfs``)."""
+    from streaming import localfs
+
+    extra = localfs.jar_path()
     stamp = f"{jars}|{_mtime(jars)}|{java}|{_mtime(java)}"
+    if extra is not None and extra.is_file():
+        stamp += f"|{extra}"
     key = hashlib.sha256(stamp.encode()).hexdigest()[:12]
     return cache_dir() / f"spark-classes-{key}.jsa"
 
@@ -215,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     if args not in ([], ["--rebuild"]):
         print("usage: python -m streaming.classarchive [--rebuild]", file=sys.stderr)
         return 2
+    from streaming import localfs
+
+    localfs.ensure_jar()  # first: the archive maps over a class path that includes it
     path = archive_path(Settings.from_env())
     if path is None:
         print("The class archive is turned off (LV_CLASS_ARCHIVE=off), or there is no java.")

@@ -18,7 +18,7 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from streaming import classarchive
+from streaming import classarchive, localfs
 from streaming.app import App, Pipeline
 from streaming.errors import ConfigurationError
 from streaming.log import check_layout
@@ -33,6 +33,7 @@ SINK_TIMEOUT_S = 600
 PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
 PIPELINE_PROGRESS_RETENTION = 10_000
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+CLASS_PATH = "spark.driver.extraClassPath"
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -80,13 +81,19 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             ["-Duser.timezone=UTC", *DRIVER_JIT_OPTIONS, *classarchive.java_options(settings)]
         ),
     }
+    # Checkpoint files on a local disk without a chmod process per file (streaming/localfs.py).
+    conf.update(localfs.spark_conf(settings.spark_master, localfs.jar_path()))
     own = dict(settings.spark_conf)
     # The user's JVM options come after ours, so that each of them wins (the JVM keeps the
-    # last of a repeated option) without turning off the class archive and the rest.
+    # last of a repeated option) without turning off the class archive and the rest; the
+    # user's class path is added to ours, which the local file system's class needs.
     java_options = own.pop(JAVA_OPTIONS, None)
+    class_path = own.pop(CLASS_PATH, None)
     conf.update(own)
     if java_options:
         conf[JAVA_OPTIONS] = f"{conf[JAVA_OPTIONS]} {java_options}"
+    if class_path:
+        conf[CLASS_PATH] = os.pathsep.join(filter(None, [conf.get(CLASS_PATH), class_path]))
     return conf
 
 
@@ -94,6 +101,7 @@ def build_session(settings: Settings) -> SparkSession:
     """A SparkSession on ``SPARK_MASTER``, with the log source registered."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    localfs.ensure_jar()
     builder = SparkSession.builder.master(settings.spark_master).appName(QUERY_NAME)
     for k, v in spark_conf(settings).items():
         builder = builder.config(k, v)
