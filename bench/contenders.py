@@ -180,13 +180,11 @@ class SinkPublisher:
     def publish(self, keys: list[str]) -> None:
         self.batch += 1
         rows: list[dict[str, Any]] = [
-            {"view": VIEW, "key": k, "row": "m", "score": 0.0, "partition": None, "offset": None,
+            {"view": VIEW, "key": k, "row": "m", "score": 0.0,
              "value": orjson.dumps({"m": marker(time.time())}).decode()}
             for k in keys
         ]  # fmt: skip
-        rows.append({"view": None, "key": None, "row": None, "value": None, "score": 0.0,
-                     "partition": 0, "offset": f"{self.batch}-0"})  # fmt: skip
-        self.sink.write(rows, self.batch)
+        self.sink.write(rows, self.batch, {0: f"{self.batch}-0"})
 
     def close(self) -> None:
         self.client.close()

@@ -162,12 +162,12 @@ class Pump:
                 self.written += 1
                 rows.append({"view": "likes", "key": self.keys[self.written % len(self.keys)],
                              "row": "count", "value": orjson.dumps({"t": now}).decode(),
-                             "score": 0.0, "partition": None, "offset": None})  # fmt: skip
+                             "score": 0.0})  # fmt: skip
+            read_to: dict[int, str] = {}
             if time.monotonic() >= next_progress:
                 next_progress += self.progress_every
-                rows.append({"view": None, "key": None, "row": None, "value": None,
-                             "score": 0.0, "partition": 0, "offset": f"{batch}-0"})  # fmt: skip
-            self.sink.write(rows, batch)
+                read_to = {0: f"{batch}-0"}
+            self.sink.write(rows, batch, read_to)
             next_at += interval
             self.stop.wait(max(0.0, next_at - time.monotonic()))
 

@@ -49,8 +49,7 @@ def test_sink_matches_a_model_and_its_deltas_rebuild_it(store, batches, data):
             last[(view, key, row)] = (value, score)
         for (view, key, row), (value, score) in last.items():
             rows.append({"view": view, "key": key, "row": row, "score": float(score),
-                         "value": None if value is None else str(value),
-                         "partition": None, "offset": None})  # fmt: skip
+                         "value": None if value is None else str(value)})  # fmt: skip
             group = cands.setdefault((view, key), {})
             if value is None:
                 group.pop(row, None)

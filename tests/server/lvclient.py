@@ -105,14 +105,10 @@ class Writer:
 
         rows: list[dict[str, Any]] = [
             {"view": v, "key": k, "row": r, "value": encode(val),
-             "score": float(val.get("score", 0)) if isinstance(val, dict) else 0.0,
-             "partition": None, "offset": None}
+             "score": float(val.get("score", 0)) if isinstance(val, dict) else 0.0}
             for v, k, r, val in changes
         ]  # fmt: skip
-        for p, offset in (frontier or {}).items():
-            rows.append({"view": None, "key": None, "row": None, "value": None, "score": 0.0,
-                         "partition": p, "offset": offset})  # fmt: skip
-        self.sink.write(rows, next(self.batches))
+        self.sink.write(rows, next(self.batches), frontier)
 
 
 @dataclass
