@@ -74,8 +74,10 @@ test('publish goes over the socket and reflects resolves once the view covers it
   // The views have not reached the offset yet: a frontier just before it changes nothing.
   const [ms, seq] = offset.id.split('-').map(Number);
   const before = seq > 0 ? `${ms}-${seq - 1}` : `${ms - 1}-99`;
+  // Listening before the write: the progress frame may arrive before the write's own reply.
+  const progressed = next(sub, 'progress', ({ frontier }) => frontier[offset.partition] === before);
   await write([], { [offset.partition]: before });
-  await next(sub, 'progress');
+  await progressed;
   assert.equal(reflected, false);
   // The pipeline's batch: the delta the event caused, and the frontier at its offset.
   await write([['profiles', key, 'profile', profile('Alice')]], { [offset.partition]: offset.id });
