@@ -10,9 +10,10 @@ pipeline's driver starts ~4-5 s sooner with it on the reference machine (docs/PE
 it runs the pipeline on a throwaway embedded store with Chirp's seed events until every view
 has caught up, stops it, and waits for its JVM to write the archive, which then replaces the
 old one in a single rename. The archive is ~170 MiB, under ``~/.cache/liveviews`` and named
-after the jars directory and the Java installation it was built with, so each virtualenv has
-its own and an upgrade builds a new one; archives whose jars are gone are removed at the next
-build. ``LV_CLASS_ARCHIVE`` names another file, or ``off`` turns the archive off.
+after the jars directory, the Java installation and the pipeline's local file system jar
+(``streaming.localfs``) it was built with, so each virtualenv has its own and an upgrade
+builds a new one; archives whose jars are gone, and older ones over the same jars, are removed
+at the next build. ``LV_CLASS_ARCHIVE`` names another file, or ``off`` turns the archive off.
 
 A missing archive only costs start-up time, and so does one the JVM cannot use (another JDK or
 other jars): the JVM checks the archive's header and class path and ignores one that does not
@@ -88,21 +89,30 @@ def source_file(archive: Path) -> Path:
     return archive.with_suffix(".jars")
 
 
-def prune(cache: Path) -> list[Path]:
-    """Remove the default archives in ``cache`` whose jars are gone (a deleted virtualenv or clone):
-    each is ~170 MiB that no JVM can map any more. Returns what it removed."""
+def prune(cache: Path, current: Path | None = None) -> list[Path]:
+    """Remove the default archives in ``cache`` whose jars are gone (a deleted virtualenv or clone),
+    and those ``current`` supersedes (built over the same jars before an upgrade of the JDK or of
+    the pipeline's own jar): each is ~170 MiB that the pipeline no longer maps. Returns what it
+    removed."""
     removed = []
+    current_jars = _recorded_jars(current) if current is not None else None
     for archive in sorted(cache.glob("spark-classes-*.jsa")):
+        if archive == current:
+            continue
         source = source_file(archive)
-        try:
-            jars = Path(source.read_text().strip())
-        except OSError:
-            jars = None  # built before the jars were recorded beside it
-        if jars is None or not jars.is_dir():
+        jars = _recorded_jars(archive)
+        if jars is None or not jars.is_dir() or (current_jars is not None and jars == current_jars):
             archive.unlink(missing_ok=True)
             source.unlink(missing_ok=True)
             removed.append(archive)
     return removed
+
+
+def _recorded_jars(archive: Path) -> Path | None:
+    try:
+        return Path(source_file(archive).read_text().strip())
+    except OSError:
+        return None  # built before the jars were recorded beside it
 
 
 def archive_path(settings: Settings) -> Path | None:
@@ -244,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     size = path.stat().st_size / 2**20
     print(f"Built the class archive in {time.monotonic() - t0:.0f} s ({size:.0f} MiB).")
+    if path.parent == cache_dir():
+        for superseded in prune(cache_dir(), current=path):
+            print(f"Removed a class archive this one supersedes: {superseded}")
     return 0
 
 

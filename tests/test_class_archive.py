@@ -101,6 +101,26 @@ def test_archives_whose_jars_are_gone_are_pruned(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+def test_a_new_archive_supersedes_older_ones_over_the_same_jars(tmp_path: Path) -> None:
+    ours, other = tmp_path / "ours" / "jars", tmp_path / "other" / "jars"
+    ours.mkdir(parents=True)
+    other.mkdir(parents=True)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    archives = {}
+    for name, jars in [("old", ours), ("new", ours), ("other", other)]:
+        archive = cache / f"spark-classes-{name}.jsa"
+        archive.write_bytes(b"archive")
+        classarchive.source_file(archive).write_text(f"{jars}\n")
+        archives[name] = archive
+
+    assert classarchive.prune(cache, current=archives["new"]) == [archives["old"]]
+    assert sorted(p.name for p in cache.glob("*.jsa")) == [
+        "spark-classes-new.jsa", "spark-classes-other.jsa",
+    ]  # fmt: skip
+    assert not classarchive.source_file(archives["old"]).exists()
+
+
 def test_bad_arguments_get_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert classarchive.main(["--now"]) == 2
     assert "usage: python -m streaming.classarchive" in capsys.readouterr().err
