@@ -10,13 +10,13 @@ from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
 from server import http, livestream, sse, ws
+from server.cors import GatewayCORS
 from server.errors import INTERNAL_MESSAGE, GatewayError, Unavailable
 from server.gateway import Gateway
 from server.settings import GatewaySettings
@@ -106,7 +106,7 @@ def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
     if settings.cors_origins:
         middleware.append(
             Middleware(
-                CORSMiddleware,
+                GatewayCORS,
                 allow_origins=list(settings.cors_origins),
                 allow_credentials=True,
                 allow_methods=["GET", "POST", "OPTIONS"],

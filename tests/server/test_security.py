@@ -462,13 +462,24 @@ DISALLOWED_ORIGINS = [
 ]
 
 
-async def preflight(gw: ServedGateway, origin: str) -> aiohttp.ClientResponse:
+async def preflight(
+    gw: ServedGateway, origin: str, headers: str = "authorization, content-type"
+) -> aiohttp.ClientResponse:
     async with aiohttp.ClientSession() as s:
         resp = await s.options(gw.url + "/v1/events", headers={
             "Origin": origin, "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization, content-type"})  # fmt: skip
+            "Access-Control-Request-Headers": headers})  # fmt: skip
         await resp.read()
         return resp
+
+
+def refusal(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    assert resp.status == 400
+    assert resp.headers["Content-Type"] == "application/json"
+    body = orjson.loads(resp._body or b"")
+    assert body["code"] == "cors_refused"
+    assert "LV_CORS_ORIGINS" in body["message"]
+    return body
 
 
 @pytest.mark.parametrize("origin", DISALLOWED_ORIGINS)
@@ -478,7 +489,14 @@ def test_cors_preflight_from_a_disallowed_origin_is_not_allowed(
     resp = run(preflight(tight_gateway, origin))
     # Without Access-Control-Allow-Origin a browser refuses the response whatever else it says.
     assert "Access-Control-Allow-Origin" not in resp.headers
-    assert resp.status == 400
+    assert refusal(resp)["refused"] == ["origin"]
+
+
+def test_cors_preflight_asking_for_a_header_not_allowed_is_refused_in_the_error_shape(
+    tight_gateway: ServedGateway,
+) -> None:
+    resp = run(preflight(tight_gateway, ALLOWED_ORIGIN, "authorization, x-debug"))
+    assert refusal(resp)["refused"] == ["headers"]
 
 
 def test_cors_preflight_from_the_allowed_origin_is_allowed(tight_gateway: ServedGateway) -> None:
