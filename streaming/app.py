@@ -70,6 +70,10 @@ class Pipeline:
     name: str
     build: Callable[[DataFrame], DataFrame]
     views: tuple[str, ...]
+    partitions: int | None = None
+    """State partitions of the pipeline's query (``LV_SHUFFLE_PARTITIONS`` when None). Each is a
+    stateful task per micro-batch; a pipeline whose state has one key (a global aggregate) runs
+    best on one. A query keeps the count its checkpoint was created with."""
 
 
 @dataclass
@@ -111,10 +115,15 @@ class App:
         return v
 
     def pipeline(
-        self, name: str, views: Iterable[str]
+        self, name: str, views: Iterable[str], *, partitions: int | None = None
     ) -> Callable[[Callable[[DataFrame], DataFrame]], Callable[[DataFrame], DataFrame]]:
-        """Decorator: ``@app.pipeline("entities", views=["profiles", ...])``."""
+        """Decorator: ``@app.pipeline("entities", views=["profiles", ...])``; ``partitions``:
+        its state partitions, when not ``LV_SHUFFLE_PARTITIONS`` (see ``Pipeline``)."""
         names = tuple(views)
+        if partitions is not None and partitions < 1:
+            raise ConfigurationError(
+                f"pipeline {name!r} needs at least one partition, not {partitions}."
+            )
 
         def register(fn: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame], DataFrame]:
             _check_name("pipeline", name, self.pipelines)
@@ -124,7 +133,7 @@ class App:
                 owner = self.owner_of(v)
                 if owner is not None:
                     raise ConfigurationError(f"view {v!r} is already written by {owner!r}.")
-            self.pipelines[name] = Pipeline(name, fn, names)
+            self.pipelines[name] = Pipeline(name, fn, names, partitions)
             return fn
 
         return register

@@ -34,6 +34,7 @@ PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
 PIPELINE_PROGRESS_RETENTION = 10_000
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CLASS_PATH = "spark.driver.extraClassPath"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -56,7 +57,7 @@ sooner still, but left every later batch ~25% slower."""
 
 def spark_conf(settings: Settings) -> dict[str, str]:
     conf = {
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        SHUFFLE_PARTITIONS: str(settings.shuffle_partitions),
         "spark.driver.memory": settings.driver_memory,
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -186,6 +187,7 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
     check_layout(client, settings.log_partitions, settings.change_shards)
     names = list(app.pipelines)
     ends = BatchEnds(spark)
+    partitions = str(spark.conf.get(SHUFFLE_PARTITIONS))  # LV_SHUFFLE_PARTITIONS or the user's
     spark.streams.addListener(ProgressRecorder(client))
     queries = []
     for name, pipeline in app.pipelines.items():
@@ -193,6 +195,9 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
             client, app, name, settings.change_shards, settings.change_retention, names, ends
         )
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+        # A query takes the session's settings as they are when it starts; a new checkpoint
+        # records this count, which the query then keeps.
+        spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
         query = (
             changes(pipeline, read_log(spark, settings))
             .writeStream.queryName(f"{QUERY_NAME}.{name}")
@@ -204,4 +209,5 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
         )
         queries.append(query)
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+    spark.conf.set(SHUFFLE_PARTITIONS, partitions)
     return queries

@@ -91,6 +91,39 @@ def test_checkpoint_files_are_written_through_the_file_system_api(
         assert chosen.getClass().getSimpleName() == "FileSystemBasedCheckpointFileManager", name
 
 
+def test_each_pipeline_query_runs_its_own_count_of_state_partitions(store, settings, pipeline):
+    """Chirp's activity state has one key, so its query runs one stateful task per batch; the
+    entities query runs LV_SHUFFLE_PARTITIONS. Spark records the count in each batch's offset
+    log entry, and a query keeps the one its checkpoint was created with."""
+    import orjson
+
+    from streaming.job import checkpoint_of
+
+    EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
+    pipeline.wait_until_caught_up(store)
+    expected = {"entities": str(settings.shuffle_partitions), "activity": "1"}
+    assert {name: p.partitions for name, p in app.pipelines.items()} == {
+        "entities": None, "activity": 1,
+    }  # fmt: skip
+    for name, count in expected.items():
+        offsets = checkpoint_of(settings, name) / "offsets"
+        first = min((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        metadata = orjson.loads(first.read_text().splitlines()[1])
+        assert metadata["conf"]["spark.sql.shuffle.partitions"] == count, name
+
+
+def test_a_pipeline_needs_at_least_one_partition() -> None:
+    import pytest
+
+    from streaming.app import App
+    from streaming.errors import ConfigurationError
+
+    other = App("t")
+    other.view("v")
+    with pytest.raises(ConfigurationError, match="at least one partition, not 0"):
+        other.pipeline("p", views=["v"], partitions=0)
+
+
 def test_the_log_source_starts_without_pandas() -> None:
     # Spark starts a fresh Python process for the source's schema, its offsets and its read
     # planning, each of which imports the source; pandas would add ~0.25 s to each start.

@@ -36,7 +36,7 @@ def entities(events: DataFrame) -> DataFrame:
     return build(events)
 
 
-@app.pipeline("activity", views=["activity"])
+@app.pipeline("activity", views=["activity"], partitions=1)  # its state has one key
 def activity(events: DataFrame) -> DataFrame:
     from demo.chirp.views import activity as build
 
