@@ -56,8 +56,8 @@ def test_the_file_system_is_set_in_local_mode_only(tmp_path: Path) -> None:
 
 
 def test_the_users_class_path_is_added_to_the_jar() -> None:
-    jar = localfs.jar_path()
-    assert jar is not None and jar.is_file(), "the session's start compiles it"
+    jar = localfs.ensure_jar()
+    assert jar is not None
     conf = spark_conf(settings(LV_SPARK_CONF_spark__driver__extraClassPath="/opt/extra.jar"))
     assert conf["spark.driver.extraClassPath"] == f"{jar}{os.pathsep}/opt/extra.jar"
 
