@@ -49,11 +49,13 @@ def hadoop_api_jar() -> Path | None:
 
 def jar_path() -> Path | None:
     """``~/.cache/liveviews/localfs-<key>.jar``, the key naming the sources and Hadoop's jar."""
+    api = hadoop_api_jar()
+    return None if api is None else _jar_for(api)
+
+
+def _jar_for(api: Path) -> Path:
     from streaming.classarchive import cache_dir
 
-    api = hadoop_api_jar()
-    if api is None:
-        return None
     digest = hashlib.sha256(f"{api}|{api.stat().st_mtime_ns}".encode())
     for name, text in _sources():
         digest.update(name.encode() + b"\0" + text)
@@ -71,12 +73,14 @@ def javac_binary() -> Path | None:
 
 def ensure_jar() -> Path | None:
     """The compiled jar, compiling it on first use; None when it cannot be had (no ``javac``,
-    or compiling failed: reported once, and the pipeline keeps Hadoop's file system)."""
-    target, api, javac = jar_path(), hadoop_api_jar(), javac_binary()
-    if target is None or api is None:
+    or compiling failed: logged, and the pipeline keeps Hadoop's file system)."""
+    api = hadoop_api_jar()
+    if api is None:
         return None
+    target = _jar_for(api)
     if target.is_file():
         return target
+    javac = javac_binary()
     if javac is None:
         log.info("no javac: checkpoint files go through Hadoop's own local file system")
         return None

@@ -44,7 +44,7 @@ CALL_OPS = 5000
 """Row changes per Lua call, about 50-100 ms of store time; a key's changes are never split."""
 
 Group = tuple[str, str]  # (view, key)
-BatchEnds = Callable[[int], dict[int, str]]  # batch id -> entry id read to, per log partition
+EndOffsets = Callable[[int], dict[int, str]]  # batch id -> entry id read to, per log partition
 Op = tuple[str, str, str, float]  # (kind, row, value, score)
 
 
@@ -63,7 +63,7 @@ class ChangeTopicSink:
         shards: int,
         retention: int,
         pipelines: Sequence[str] = (),
-        ends: BatchEnds | None = None,
+        ends: EndOffsets | None = None,
     ) -> None:
         self.client = client
         # How far each batch read the log (``streaming.offsetlog.BatchEnds`` in the job).

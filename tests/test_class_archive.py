@@ -80,18 +80,25 @@ def test_the_default_archive_is_named_after_the_jars_and_the_jdk(
     assert classarchive.archive_for(classarchive.spark_jars(), tmp_path / "java") != path
 
 
-def test_archives_whose_jars_are_gone_are_pruned(tmp_path: Path) -> None:
-    live_jars, gone_jars = tmp_path / "live" / "jars", tmp_path / "gone" / "jars"
-    live_jars.mkdir(parents=True)
-    cache = tmp_path / "cache"
+def archive_cache(cache: Path, built_over: dict[str, Path | None]) -> dict[str, Path]:
+    """``cache`` with a default archive per name, each recorded as built over its jars
+    (None: built before the jars were recorded)."""
     cache.mkdir()
     archives = {}
-    for name, jars in [("live", live_jars), ("gone", gone_jars), ("unrecorded", None)]:
+    for name, jars in built_over.items():
         archive = cache / f"spark-classes-{name}.jsa"
         archive.write_bytes(b"archive")
         if jars is not None:
             classarchive.source_file(archive).write_text(f"{jars}\n")
         archives[name] = archive
+    return archives
+
+
+def test_archives_whose_jars_are_gone_are_pruned(tmp_path: Path) -> None:
+    live_jars, gone_jars = tmp_path / "live" / "jars", tmp_path / "gone" / "jars"
+    live_jars.mkdir(parents=True)
+    cache = tmp_path / "cache"
+    archives = archive_cache(cache, {"live": live_jars, "gone": gone_jars, "unrecorded": None})
     unrelated = cache / "notes.txt"
     unrelated.write_text("kept")
 
@@ -106,13 +113,7 @@ def test_a_new_archive_supersedes_older_ones_over_the_same_jars(tmp_path: Path) 
     ours.mkdir(parents=True)
     other.mkdir(parents=True)
     cache = tmp_path / "cache"
-    cache.mkdir()
-    archives = {}
-    for name, jars in [("old", ours), ("new", ours), ("other", other)]:
-        archive = cache / f"spark-classes-{name}.jsa"
-        archive.write_bytes(b"archive")
-        classarchive.source_file(archive).write_text(f"{jars}\n")
-        archives[name] = archive
+    archives = archive_cache(cache, {"old": ours, "new": ours, "other": other})
 
     assert classarchive.prune(cache, current=archives["new"]) == [archives["old"]]
     assert sorted(p.name for p in cache.glob("*.jsa")) == [
