@@ -30,8 +30,8 @@ import orjson
 from bench.common import Report, Row, percentile, save, save_plot, token
 from bench.system import UNTUNED, System, running_store
 from demo.chirp import app
-from streaming.job import PIPELINE_PROGRESS_STREAM
 from streaming.log import EventLog
+from streaming.progress import PIPELINE_PROGRESS_STREAM
 
 USERS = 40
 POLL_INTERVAL_S = 1.0

@@ -7,22 +7,20 @@ advances the pipeline's frontier to where the batch ends in the log (``streaming
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-import orjson
 import redis
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery
 
 from streaming import classarchive, localfs
 from streaming.app import App, Pipeline
 from streaming.errors import ConfigurationError
 from streaming.log import check_layout
 from streaming.offsetlog import BatchEnds
+from streaming.progress import record_progress
 from streaming.settings import Settings
 from streaming.sink import ChangeTopicSink
 from streaming.source import SOURCE_NAME, LogDataSource, store_retry
@@ -30,8 +28,6 @@ from streaming.views import CHANGE_SCHEMA
 
 QUERY_NAME = "liveviews"
 SINK_TIMEOUT_S = 600
-PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
-PIPELINE_PROGRESS_RETENTION = 10_000
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CLASS_PATH = "spark.driver.extraClassPath"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -132,34 +128,6 @@ def checkpoint_of(settings: Settings, pipeline: str) -> Path:
     return settings.checkpoint_dir / pipeline
 
 
-class ProgressRecorder(StreamingQueryListener):
-    """Appends each micro-batch's figures to ``lv:pipeline:progress``, for operators and
-    benchmarks: which query, how many events, and where its time went (``durationMs``)."""
-
-    def __init__(self, client: redis.Redis) -> None:
-        self.client = client
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        p = event.progress
-        with contextlib.suppress(redis.RedisError):
-            self.client.xadd(
-                PIPELINE_PROGRESS_STREAM,
-                {"query": p.name, "batch": p.batchId, "events": p.numInputRows,
-                 "duration_ms": orjson.dumps(p.durationMs)},
-                maxlen=PIPELINE_PROGRESS_RETENTION,
-                approximate=True,
-            )  # fmt: skip
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
-
-
 def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQuery]:
     """One query per pipeline, each with its own checkpoint, source and frontier.
 
@@ -188,7 +156,7 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
     names = list(app.pipelines)
     ends = BatchEnds(spark)
     partitions = str(spark.conf.get(SHUFFLE_PARTITIONS))  # LV_SHUFFLE_PARTITIONS or the user's
-    spark.streams.addListener(ProgressRecorder(client))
+    record_progress(spark, client)
     queries = []
     for name, pipeline in app.pipelines.items():
         sink = ChangeTopicSink(

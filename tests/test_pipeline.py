@@ -131,3 +131,37 @@ def test_the_log_source_starts_without_pandas() -> None:
     imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                               check=True)  # fmt: skip
     assert imported.stdout.strip() == "False"
+
+
+def test_each_micro_batch_is_recorded_in_the_progress_stream(
+    spark, store, settings, pipeline
+):
+    """The listener appends which query ran which batch, with how many events and where its
+    time went; starting the pipelines again on the same session adds no second listener."""
+    import orjson
+
+    from streaming.job import start
+    from streaming.progress import PIPELINE_PROGRESS_STREAM
+
+    EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
+    pipeline.wait_until_caught_up(store)
+    deadline = time.monotonic() + 30
+    seen: dict[str, dict] = {}
+    while time.monotonic() < deadline and len(seen) < 2:
+        for _, fields in store.xrange(PIPELINE_PROGRESS_STREAM):
+            if int(fields[b"events"]) > 0:
+                seen[fields[b"query"].decode()] = fields
+        time.sleep(0.1)
+    assert sorted(seen) == ["liveviews.activity", "liveviews.entities"]
+    for fields in seen.values():
+        durations = orjson.loads(fields[b"duration_ms"])
+        assert durations["triggerExecution"] >= durations["addBatch"] > 0
+        assert int(fields[b"batch"]) >= 0
+    listeners = len(spark._jsparkSession.streams().listListeners())
+    pipeline.stop()
+    again = start(spark, app, settings)
+    try:
+        assert len(spark._jsparkSession.streams().listListeners()) == listeners
+    finally:
+        for query in again:
+            query.stop()
