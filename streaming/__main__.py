@@ -63,14 +63,38 @@ def run(settings: Settings) -> None:
                 with contextlib.suppress(Exception):
                     for q in queries:
                         q.stop()
-                raise LiveviewsError(
-                    f"the pipeline query {query.name} failed: {failure}", code="pipeline_failed"
-                )
+                raise query_failed(query.name, str(failure), settings)
         log.info("stopping; the next start resumes from the checkpoints")
         with contextlib.suppress(Exception):  # Ctrl-C may have reached the JVM first
             for query in queries:
                 query.stop()
             spark.stop()
+
+
+CHECKPOINT_MISMATCHES = (
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+)
+"""Spark's error classes for a checkpoint whose state another shape of the pipeline wrote."""
+
+
+def query_failed(query: str, failure: str, settings: Settings) -> LiveviewsError:
+    """The error a failed pipeline query exits with; a checkpoint written by another version of
+    the pipeline (an upgrade, a changed processor) says how to start again."""
+    if any(f"[{cls}]" in failure for cls in CHECKPOINT_MISMATCHES):
+        from streaming.job import QUERY_NAME
+
+        pipeline = query.removeprefix(f"{QUERY_NAME}.")
+        return LiveviewsError(
+            f"the pipeline {pipeline!r} has other stateful operators or state than its checkpoint"
+            f" in {settings.checkpoint_dir / pipeline} was written with (an upgrade of Liveviews,"
+            " or a changed pipeline). Remove that checkpoint, or the whole data directory with"
+            " make clean-data, and start again: the views are recomputed from the log."
+            f" Spark said: {failure.splitlines()[0]}",
+            code="checkpoint_mismatch",
+        )
+    return LiveviewsError(f"the pipeline query {query} failed: {failure}", code="pipeline_failed")
 
 
 def exit_now(code: int) -> NoReturn:

@@ -165,3 +165,77 @@ def test_each_micro_batch_is_recorded_in_the_progress_stream(
     finally:
         for query in again:
             query.stop()
+
+
+class _Quiet:
+    """A stateful processor that keeps nothing and changes nothing."""
+
+    def __new__(cls):  # built lazily: pyspark's base class needs the session's imports
+        from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+        class Quiet(StatefulProcessor):
+            def init(self, handle):
+                pass
+
+            def handleInputRows(self, key, rows, timerValues):
+                return iter([])
+
+            def close(self):
+                pass
+
+        return Quiet()
+
+
+def _counting_app(row_based: bool):
+    from streaming import App
+    from streaming.views import CHANGE_SCHEMA
+
+    counting = App("counting")
+    counting.event_types = app.event_types
+    counting.view("counts")
+
+    @counting.pipeline("counts", views=["counts"])
+    def counts(events):
+        grouped = events.groupBy("key")
+        if row_based:
+            return grouped.transformWithState(_Quiet(), CHANGE_SCHEMA, "Update", "None")
+        return grouped.transformWithStateInPandas(_Quiet(), CHANGE_SCHEMA, "Update", "None")
+
+    return counting
+
+
+def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(
+    spark, store, settings
+):
+    """A checkpoint written by another shape of a pipeline (here Spark's pandas operator, then
+    its row-based one) fails the query; the pipeline exits saying which checkpoint to remove."""
+    from streaming.__main__ import query_failed
+    from streaming.job import start
+    from streaming.log import views_caught_up
+
+    log = EventLog(store, app, settings.log_partitions)
+    log.append_batch(seed_events(NOW))
+    first = start(spark, _counting_app(row_based=False), settings)
+    try:
+        deadline = time.monotonic() + 60
+        while not views_caught_up(store, settings.log_partitions):
+            assert first[0].exception() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        first[0].stop()
+    log.append_batch(seed_events(NOW + 1000))
+    second = start(spark, _counting_app(row_based=True), settings)
+    try:
+        deadline = time.monotonic() + 60
+        while second[0].isActive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        failures = [str(second[0].exception())] if second[0].exception() else []
+    finally:
+        second[0].stop()
+    assert len(failures) == 1
+    error = query_failed("liveviews.counts", failures[0], settings)
+    assert error.code == "checkpoint_mismatch"
+    assert str(settings.checkpoint_dir / "counts") in error.message
+    assert "make clean-data" in error.message
+    plain = query_failed("liveviews.counts", "[DIVIDE_BY_ZERO] Division by zero.", settings)
+    assert plain.code == "pipeline_failed"
