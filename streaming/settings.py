@@ -97,7 +97,7 @@ class Settings:
             shuffle_partitions=env_int(env, "LV_SHUFFLE_PARTITIONS", 2),
             max_events_per_batch=env_int(env, "LV_MAX_EVENTS_PER_BATCH", 100_000),
             wait_for_store=env_int(env, "LV_WAIT_FOR_STORE", 0, minimum=0),
-            read_tasks=env_int(env, "LV_READ_TASKS", 1),
+            read_tasks=env_int(env, "LV_READ_TASKS", 0, minimum=0),
             driver_memory=env.get("LV_DRIVER_MEMORY") or "4g",
             spark_conf=spark_conf,
             class_archive=env.get("LV_CLASS_ARCHIVE") or "",

@@ -2,8 +2,18 @@
 
 Offsets are the log's entry ids per partition, ``{"0": "1732170000000-0", ...}``; Spark keeps
 them in its checkpoint, so a restarted query reads exactly the entries after the last batch
-it committed. ``latestOffset`` and ``partitions`` run on the driver; ``read`` runs on
-executors, with a pickled copy of the reader, so the Redis client is created lazily there.
+it committed.
+
+Two readers, chosen by ``readTasks`` (``LV_READ_TASKS``):
+
+- ``0`` (the default), ``LogPrefetchReader``: the driver's source process reads a batch's
+  events while it finds where the batch ends, and hands them to Spark as Arrow with the
+  batch's plan; Spark's tasks take them from its block manager. No Python read task runs, and
+  each event is read from the store once. A batch replayed after a restart is read again
+  between its recorded offsets, by a Python task.
+- ``N`` >= 1, ``LogStreamReader``: ``N`` Spark tasks read the log on executors, with a pickled
+  copy of the reader, so the Redis client is created lazily there. On a cluster this spreads a
+  backlog's reads over executors instead of passing every event through the driver.
 """
 
 from __future__ import annotations
@@ -13,7 +23,13 @@ from typing import Any
 
 import pyarrow as pa
 import redis
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.errors import PySparkNotImplementedError
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+    SimpleDataSourceStreamReader,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 from redis.backoff import ExponentialBackoff
@@ -123,29 +139,74 @@ class LogStreamReader(DataSourceStreamReader):
         """The log is the source of truth and is never trimmed by a reader."""
 
 
+class LogPrefetchReader(SimpleDataSourceStreamReader):
+    """Reads each batch on the driver as Spark plans it (``readTasks`` = 0)."""
+
+    def __init__(self, url: str, partitions: int, max_events: int) -> None:
+        self.url = url
+        self.log_partitions = partitions
+        self.max_events = max_events
+
+    def initialOffset(self) -> dict[str, str]:
+        return {str(p): "0-0" for p in range(self.log_partitions)}
+
+    def read(self, start: dict[str, str]) -> tuple[Iterator[pa.RecordBatch], dict[str, str]]:
+        """The events after ``start``, up to ``max_events`` spread over the partitions, and
+        where they end. Spark keeps a copy of the iterator until the batch commits."""
+        per_partition = max(1, self.max_events // self.log_partitions)
+        with _client(self.url).pipeline(transaction=False) as pipe:
+            for p in range(self.log_partitions):
+                pipe.xrange(log_stream(p), min=_after(start.get(str(p), "0-0")),
+                            count=per_partition)  # fmt: skip
+            answers = pipe.execute()
+        end, batches = dict(start), []
+        for p, entries in enumerate(answers):
+            if entries:
+                batches.append(_record_batch(p, entries))
+                end[str(p)] = entries[-1][0].decode()
+        return iter(batches), end
+
+    def readBetweenOffsets(
+        self, start: dict[str, str], end: dict[str, str]
+    ) -> Iterator[pa.RecordBatch]:
+        """A batch again, exactly as first read: on a restart, its recorded offsets."""
+        client = _client(self.url)
+        for p in sorted(end, key=int):
+            if end[p] != start.get(p, "0-0"):
+                yield from _read_range(client, int(p), start.get(p, "0-0"), end[p])
+
+    def commit(self, end: dict[str, str]) -> None:
+        """The log is the source of truth and is never trimmed by a reader."""
+
+
 def _read_range(client: redis.Redis, p: int, start: str, end: str) -> Iterator[pa.RecordBatch]:
     """Arrow batches of up to READ_CHUNK events."""
     stream, cursor = log_stream(p), start
     while True:
         entries: Any = client.xrange(stream, min=_after(cursor), max=end, count=READ_CHUNK)
         if entries:
-            ids = [e[0].decode() for e in entries]
-            fields = [e[1] for e in entries]
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array([p] * len(ids), pa.int32()),
-                    pa.array(ids, pa.string()),
-                    pa.array([f[FIELD_TYPE].decode() for f in fields], pa.string()),
-                    pa.array([f[FIELD_KEY].decode() for f in fields], pa.string()),
-                    pa.array([f[FIELD_PAYLOAD].decode() for f in fields], pa.string()),
-                    pa.array([int(f[FIELD_TIME]) for f in fields], pa.int64()),
-                    pa.array([int(i.partition("-")[0]) for i in ids], pa.int64()),
-                ],
-                schema=ARROW_SCHEMA,
-            )
+            yield _record_batch(p, entries)
         if len(entries) < READ_CHUNK:
             break
         cursor = entries[-1][0].decode()
+
+
+def _record_batch(p: int, entries: list[Any]) -> pa.RecordBatch:
+    """Log entries of partition ``p`` as rows of ``EVENT_SCHEMA``."""
+    ids = [e[0].decode() for e in entries]
+    fields = [e[1] for e in entries]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([p] * len(ids), pa.int32()),
+            pa.array(ids, pa.string()),
+            pa.array([f[FIELD_TYPE].decode() for f in fields], pa.string()),
+            pa.array([f[FIELD_KEY].decode() for f in fields], pa.string()),
+            pa.array([f[FIELD_PAYLOAD].decode() for f in fields], pa.string()),
+            pa.array([int(f[FIELD_TIME]) for f in fields], pa.int64()),
+            pa.array([int(i.partition("-")[0]) for i in ids], pa.int64()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
 
 def _after(entry_id: str) -> str:
@@ -163,9 +224,21 @@ class LogDataSource(DataSource):
         return EVENT_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        read_tasks = int(self.options.get("readTasks", "0"))
+        if read_tasks < 1:  # Spark then asks simpleStreamReader
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
         return LogStreamReader(
             url=self.options["url"],
             partitions=int(self.options.get("partitions", "4")),
             max_events=int(self.options.get("maxEventsPerBatch", "100000")),
-            read_tasks=int(self.options.get("readTasks", "1")),
+            read_tasks=read_tasks,
+        )
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        return LogPrefetchReader(
+            url=self.options["url"],
+            partitions=int(self.options.get("partitions", "4")),
+            max_events=int(self.options.get("maxEventsPerBatch", "100000")),
         )

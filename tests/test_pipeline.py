@@ -239,3 +239,29 @@ def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(
     assert "make clean-data" in error.message
     plain = query_failed("liveviews.counts", "[DIVIDE_BY_ZERO] Division by zero.", settings)
     assert plain.code == "pipeline_failed"
+
+
+def test_views_follow_the_log_read_by_spark_tasks(spark, store, settings):
+    """With LV_READ_TASKS, Spark tasks read the log on executors instead of the driver."""
+    import dataclasses
+
+    from streaming.job import start
+    from streaming.log import views_caught_up
+
+    tasks = dataclasses.replace(settings, read_tasks=2)
+    queries = start(spark, app, tasks)
+    try:
+        log = EventLog(store, app, settings.log_partitions)
+        offsets = log.append_batch(seed_events(NOW))
+        log.append_batch(Activity(users=12, seed=5).take(150))
+        deadline = time.monotonic() + 60
+        while not views_caught_up(store, settings.log_partitions):
+            assert all(q.exception() is None for q in queries) and time.monotonic() < deadline
+            time.sleep(0.1)
+        frontier = read_frontier(store, "liveviews")
+        for off in offsets:
+            assert entry_id_tuple(frontier[off.partition]) >= entry_id_tuple(off.id)
+        assert_views_consistent(store, settings.log_partitions, settings.change_shards)
+    finally:
+        for query in queries:
+            query.stop()
