@@ -96,36 +96,28 @@ class LogStreamReader(DataSourceStreamReader):
         self.read_tasks = read_tasks
 
     def initialOffset(self) -> dict[str, str]:
-        return {str(p): "0-0" for p in range(self.log_partitions)}
+        return _initial_offset(self.log_partitions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_events)
 
     def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
-        client = _client(self.url)
-        per_partition = None
         if isinstance(limit, ReadMaxRows) and not isinstance(limit, ReadAllAvailable):
-            per_partition = max(1, limit.max_rows // self.log_partitions)
-        with client.pipeline(transaction=False) as pipe:
-            for p in range(self.log_partitions):
-                if per_partition is None:
+            answers = _next_entries(self.url, start, self.log_partitions, limit.max_rows)
+            latest = [entries[-1][0] if entries else None for entries in answers]
+        else:
+            with _client(self.url).pipeline(transaction=False) as pipe:
+                for p in range(self.log_partitions):
                     pipe.xrevrange(log_stream(p), count=1)
-                else:
-                    pipe.xrange(log_stream(p), min=_after(start[str(p)]), count=per_partition)
-            answers = pipe.execute()
+                latest = [entries[0][0] if entries else None for entries in pipe.execute()]
         end = dict(start)
-        for p, entries in enumerate(answers):
-            if entries:
-                latest = entries[0][0] if per_partition is None else entries[-1][0]
-                end[str(p)] = latest.decode()
+        for p, entry_id in enumerate(latest):
+            if entry_id is not None:
+                end[str(p)] = entry_id.decode()
         return end
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
-        changed = [
-            (int(p), start.get(p, "0-0"), end[p])
-            for p in sorted(end, key=int)
-            if end[p] != start.get(p, "0-0")
-        ]
+        changed = _changed_ranges(start, end)
         tasks = min(self.read_tasks, len(changed))
         return [LogRanges(changed[i::tasks]) for i in range(tasks)]
 
@@ -148,17 +140,12 @@ class LogPrefetchReader(SimpleDataSourceStreamReader):
         self.max_events = max_events
 
     def initialOffset(self) -> dict[str, str]:
-        return {str(p): "0-0" for p in range(self.log_partitions)}
+        return _initial_offset(self.log_partitions)
 
     def read(self, start: dict[str, str]) -> tuple[Iterator[pa.RecordBatch], dict[str, str]]:
         """The events after ``start``, up to ``max_events`` spread over the partitions, and
         where they end. Spark keeps a copy of the iterator until the batch commits."""
-        per_partition = max(1, self.max_events // self.log_partitions)
-        with _client(self.url).pipeline(transaction=False) as pipe:
-            for p in range(self.log_partitions):
-                pipe.xrange(log_stream(p), min=_after(start.get(str(p), "0-0")),
-                            count=per_partition)  # fmt: skip
-            answers = pipe.execute()
+        answers = _next_entries(self.url, start, self.log_partitions, self.max_events)
         end, batches = dict(start), []
         for p, entries in enumerate(answers):
             if entries:
@@ -171,12 +158,35 @@ class LogPrefetchReader(SimpleDataSourceStreamReader):
     ) -> Iterator[pa.RecordBatch]:
         """A batch again, exactly as first read: on a restart, its recorded offsets."""
         client = _client(self.url)
-        for p in sorted(end, key=int):
-            if end[p] != start.get(p, "0-0"):
-                yield from _read_range(client, int(p), start.get(p, "0-0"), end[p])
+        for p, first, last in _changed_ranges(start, end):
+            yield from _read_range(client, p, first, last)
 
     def commit(self, end: dict[str, str]) -> None:
         """The log is the source of truth and is never trimmed by a reader."""
+
+
+def _initial_offset(partitions: int) -> dict[str, str]:
+    return {str(p): "0-0" for p in range(partitions)}
+
+
+def _changed_ranges(start: dict[str, str], end: dict[str, str]) -> list[tuple[int, str, str]]:
+    """(partition, after, up to) for each log partition that a batch from ``start`` to ``end``
+    reads."""
+    return [
+        (int(p), start.get(p, "0-0"), end[p])
+        for p in sorted(end, key=int)
+        if end[p] != start.get(p, "0-0")
+    ]
+
+
+def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) -> list[Any]:
+    """Each partition's entries after ``start``, up to ``limit`` spread over the partitions."""
+    per_partition = max(1, limit // partitions)
+    with _client(url).pipeline(transaction=False) as pipe:
+        for p in range(partitions):
+            pipe.xrange(log_stream(p), min=_after(start.get(str(p), "0-0")), count=per_partition)
+        answers: list[Any] = pipe.execute()
+    return answers
 
 
 def _read_range(client: redis.Redis, p: int, start: str, end: str) -> Iterator[pa.RecordBatch]:
@@ -223,22 +233,21 @@ class LogDataSource(DataSource):
     def schema(self) -> StructType:
         return EVENT_SCHEMA
 
+    def _log(self) -> tuple[str, int, int]:
+        """The store's URL, the log's partition count and the batch limit."""
+        return (
+            self.options["url"],
+            int(self.options.get("partitions", "4")),
+            int(self.options.get("maxEventsPerBatch", "100000")),
+        )
+
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         read_tasks = int(self.options.get("readTasks", "0"))
         if read_tasks < 1:  # Spark then asks simpleStreamReader
             raise PySparkNotImplementedError(
                 errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
             )
-        return LogStreamReader(
-            url=self.options["url"],
-            partitions=int(self.options.get("partitions", "4")),
-            max_events=int(self.options.get("maxEventsPerBatch", "100000")),
-            read_tasks=read_tasks,
-        )
+        return LogStreamReader(*self._log(), read_tasks=read_tasks)
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
-        return LogPrefetchReader(
-            url=self.options["url"],
-            partitions=int(self.options.get("partitions", "4")),
-            max_events=int(self.options.get("maxEventsPerBatch", "100000")),
-        )
+        return LogPrefetchReader(*self._log())
