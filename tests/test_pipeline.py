@@ -167,23 +167,23 @@ def test_each_micro_batch_is_recorded_in_the_progress_stream(
             query.stop()
 
 
-class _Quiet:
-    """A stateful processor that keeps nothing and changes nothing."""
+def _quiet_processor():
+    """A stateful processor that keeps nothing and changes nothing. Its class is defined here,
+    not at module level, so that Spark's Python workers get it by value instead of importing
+    the test module."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-    def __new__(cls):  # built lazily: pyspark's base class needs the session's imports
-        from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    class Quiet(StatefulProcessor):
+        def init(self, handle):
+            pass
 
-        class Quiet(StatefulProcessor):
-            def init(self, handle):
-                pass
+        def handleInputRows(self, key, rows, timerValues):
+            return iter([])
 
-            def handleInputRows(self, key, rows, timerValues):
-                return iter([])
+        def close(self):
+            pass
 
-            def close(self):
-                pass
-
-        return Quiet()
+    return Quiet()
 
 
 def _counting_app(row_based: bool):
@@ -198,8 +198,10 @@ def _counting_app(row_based: bool):
     def counts(events):
         grouped = events.groupBy("key")
         if row_based:
-            return grouped.transformWithState(_Quiet(), CHANGE_SCHEMA, "Update", "None")
-        return grouped.transformWithStateInPandas(_Quiet(), CHANGE_SCHEMA, "Update", "None")
+            return grouped.transformWithState(_quiet_processor(), CHANGE_SCHEMA, "Update", "None")
+        return grouped.transformWithStateInPandas(
+            _quiet_processor(), CHANGE_SCHEMA, "Update", "None"
+        )
 
     return counting
 
@@ -241,8 +243,22 @@ def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(
     assert plain.code == "pipeline_failed"
 
 
+def _most_tasks_in_a_stage(spark, query) -> int:
+    """The largest task count of any stage the query's micro-batches ran (Spark runs a query's
+    jobs under its run id as job group)."""
+    tracker = spark.sparkContext.statusTracker()
+    counts = [0]
+    for job in tracker.getJobIdsForGroup(str(query.runId)):
+        info = tracker.getJobInfo(job)
+        for stage in info.stageIds if info else []:
+            stage_info = tracker.getStageInfo(stage)
+            counts.append(stage_info.numTasks if stage_info else 0)
+    return max(counts)
+
+
 def test_views_follow_the_log_read_by_spark_tasks(spark, store, settings):
-    """With LV_READ_TASKS, Spark tasks read the log on executors instead of the driver."""
+    """With LV_READ_TASKS, Spark tasks read the log on executors instead of the driver: the
+    activity query, whose state is one partition, then runs a stage of two read tasks."""
     import dataclasses
 
     from streaming.job import start
@@ -262,6 +278,8 @@ def test_views_follow_the_log_read_by_spark_tasks(spark, store, settings):
         for off in offsets:
             assert entry_id_tuple(frontier[off.partition]) >= entry_id_tuple(off.id)
         assert_views_consistent(store, settings.log_partitions, settings.change_shards)
+        activity = next(q for q in queries if q.name == "liveviews.activity")
+        assert _most_tasks_in_a_stage(spark, activity) == 2
     finally:
         for query in queries:
             query.stop()
