@@ -32,6 +32,7 @@ JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CLASS_PATH = "spark.driver.extraClassPath"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
@@ -66,6 +67,11 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # of each of the two log writes. Each file is still written whole
         # to a temporary file and renamed into place (docs/PERFORMANCE.md).
         CHECKPOINT_FILE_MANAGER: FILE_SYSTEM_CHECKPOINTS,
+        # The JVM talks to its Python processes over Unix domain sockets, not TCP on the
+        # loopback: a stateful operator's Python worker makes ~3 round trips to the JVM's state
+        # server per key, and each costs less (micro-batches ~12-17% shorter at 100 events/s,
+        # docs/PERFORMANCE.md). Every such process runs on the same machine as its JVM.
+        UNIX_SOCKETS: "true",
         # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not
         # hold back the small batches of another.
         "spark.scheduler.mode": "FAIR",

@@ -283,3 +283,31 @@ def test_views_follow_the_log_read_by_spark_tasks(spark, store, settings):
     finally:
         for query in queries:
             query.stop()
+
+
+def _socket_probe():
+    """A stateful processor that emits the address family of its link to the state server."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class SocketProbe(StatefulProcessor):
+        def init(self, handle):
+            self.family = handle._statefulProcessorApiClient._client_socket.family.name
+
+        def handleInputRows(self, key, rows, timerValues):
+            yield Row(family=self.family)
+
+        def close(self):
+            pass
+
+    return SocketProbe()
+
+
+def test_stateful_operators_reach_the_state_server_over_a_unix_socket(spark):
+    """Each state access is a round trip between a Python worker and the JVM; the session
+    makes those over Unix domain sockets, which cost less than TCP on the loopback."""
+    keys = spark.createDataFrame([("a",), ("b",)], "key string")
+    rows = keys.groupBy("key").transformWithState(
+        _socket_probe(), "family string", "Update", "None"
+    ).collect()
+    assert {r.family for r in rows} == {"AF_UNIX"}
