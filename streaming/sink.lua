@@ -51,9 +51,11 @@ for _ = 1, groups do
     end
   else
     local before = redis.call('ZREVRANGE', rank, 0, limit - 1)
+    local touched = {}
     for _ = 1, nops do
       local kind, row, value, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
       a = a + 4
+      touched[row] = true
       if kind == 'd' then
         redis.call('ZREM', rank, row)
         redis.call('HDEL', cand, row)
@@ -62,13 +64,21 @@ for _ = 1, groups do
         redis.call('HSET', cand, row, value)
       end
     end
+    local was = {}
+    for _, row in ipairs(before) do
+      was[row] = true
+    end
     local after = {}
     for _, row in ipairs(redis.call('ZREVRANGE', rank, 0, limit - 1)) do
       after[row] = true
-      local value = redis.call('HGET', cand, row)
-      if redis.call('HGET', rows, row) ~= value then
-        redis.call('HSET', rows, row, value)
-        ops[#ops + 1] = upsert(row, value)
+      -- A row that stays in the top rows and that this call did not change is already in the
+      -- view as it is among the candidates: only rows that enter or change are compared.
+      if touched[row] or not was[row] then
+        local value = redis.call('HGET', cand, row)
+        if redis.call('HGET', rows, row) ~= value then
+          redis.call('HSET', rows, row, value)
+          ops[#ops + 1] = upsert(row, value)
+        end
       end
     end
     for _, row in ipairs(before) do
