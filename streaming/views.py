@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from pyspark.sql import Row
@@ -17,9 +17,6 @@ from pyspark.sql.types import (
 )
 
 from streaming.events import entry_id_tuple
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 EVENT_SCHEMA = StructType(
     [
@@ -69,25 +66,6 @@ class Changes:
 
     def delete(self, view: str, key: str, row: str) -> None:
         self._rows[(view, key, row)] = (None, 0.0)
-
-    def frame(self) -> pd.DataFrame:
-        """The changes as the pandas frame a ``transformWithStateInPandas`` processor yields."""
-        # Imported here, not with the module: the log source's Python processes (its planner,
-        # its offset runner, its readers) import this module for the event schema, and pandas
-        # would add ~0.25 s of CPU to each of their starts.
-        import pandas as pd
-
-        keys = list(self._rows)
-        values = [self._rows[k] for k in keys]
-        return pd.DataFrame(
-            {
-                "view": [k[0] for k in keys],
-                "key": [k[1] for k in keys],
-                "row": [k[2] for k in keys],
-                "value": [v[0] for v in values],
-                "score": pd.Series([v[1] for v in values], dtype="float64"),
-            }
-        )
 
     def __len__(self) -> int:
         return len(self._rows)

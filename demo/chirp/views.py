@@ -16,11 +16,11 @@ how the log was cut into micro-batches, so a replay or an offline recomputation 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
-import pandas as pd
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
@@ -213,8 +213,9 @@ class Entity:
 class ActivityProcessor(StatefulProcessor):
     """Events per type per minute of event time, with late arrivals counted apart.
 
-    Vectorized: in log order within each partition, an event is late when its time is more
-    than ``LATENESS_MS`` before the newest time seen earlier in that partition.
+    In log order within each partition, an event is late when its time is more than
+    ``LATENESS_MS`` before the newest time seen earlier in that partition. Row-based: a
+    micro-batch of a few events costs a few state accesses and no pandas frame.
     """
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -222,38 +223,36 @@ class ActivityProcessor(StatefulProcessor):
         self.windows = handle.getMapState("windows", WINDOW_START, WINDOW_COUNTS)
 
     def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        frame = pd.concat(list(rows), ignore_index=True)
-        order = frame["offset"].str.split("-", n=1, expand=True).astype("int64")
-        frame = frame.assign(ms=order[0], seq=order[1]).sort_values(["partition", "ms", "seq"])
-        before = {}
-        for part in frame["partition"].unique():
-            stored = self.newest.getValue((int(part),))
-            before[int(part)] = stored[0] if stored else -1
-        t = frame["event_time_ms"]
-        seen = t.groupby(frame["partition"]).cummax().groupby(frame["partition"]).shift(1)
-        seen = seen.fillna(-1).combine(frame["partition"].map(before), max)
-        late = (seen >= 0) & (t < seen - LATENESS_MS)
-        frame = frame.assign(start=t - t % WINDOW_MS, late=late)
-        counts = frame.groupby(["start", "late", "type"]).size()
+        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
+    ) -> Iterator[Row]:
+        events = sorted(
+            (r.partition, log_order(r.offset), r.event_time_ms, r.type) for r in rows
+        )
+        newest: dict[int, int] = {}
+        counts: dict[tuple[int, bool, str], int] = defaultdict(int)
+        for part, _, time_ms, type_ in events:
+            if part not in newest:
+                stored = self.newest.getValue((part,))
+                newest[part] = stored[0] if stored else -1
+            seen = newest[part]
+            late = seen >= 0 and time_ms < seen - LATENESS_MS
+            if type_ is not None:
+                counts[(time_ms - time_ms % WINDOW_MS, late, type_)] += 1
+            newest[part] = max(seen, time_ms)
         windows: dict[int, dict[str, dict[str, int]]] = {}
         for (start, is_late, type_), n in counts.items():
-            start = int(start)
             if start not in windows:
                 stored = self.windows.getValue((start,))
                 windows[start] = orjson.loads(stored[0]) if stored else {"counts": {}, "late": {}}
             bucket = windows[start]["late" if is_late else "counts"]
-            bucket[type_] = bucket.get(type_, 0) + int(n)
-        newest = t.groupby(frame["partition"]).max()
+            bucket[type_] = bucket.get(type_, 0) + n
         for part, value in newest.items():
-            self.newest.updateValue((int(part),), (max(int(value), before[int(part)]),))
+            self.newest.updateValue((part,), (value,))
         changes = Changes()
         for start, w in windows.items():
             self.windows.updateValue((start,), (orjson.dumps(w).decode(),))
             changes.upsert("activity", "global", iso(start), window_value(start, w), start)
-        if changes:
-            yield changes.frame()
+        yield from changes.rows()
 
     def close(self) -> None:
         pass
@@ -277,8 +276,10 @@ def entities(events: DataFrame) -> DataFrame:
 
 
 def activity(events: DataFrame) -> DataFrame:
+    # Only the columns the counts need cross to Python: not the payloads.
+    counted = events.select("partition", "offset", "type", "event_time_ms")
     return (
-        events.withColumn("scope", F.lit("global"))
+        counted.withColumn("scope", F.lit("global"))
         .groupBy("scope")
-        .transformWithStateInPandas(ActivityProcessor(), CHANGE_SCHEMA, "Update", "None")
+        .transformWithState(ActivityProcessor(), CHANGE_SCHEMA, "Update", "None")
     )
