@@ -10,8 +10,8 @@ connections to one origin, so the SSE page follows 5 users; the WebSocket page f
 
 The measured minute comes after a lead-in of the same load, unrecorded (60 s by default): in
 its first minute the pipeline's JVM is still compiling what each micro-batch runs, and its
-batches then take ~1.6 times as long at the median (docs/PERFORMANCE.md). ``bench.latency`` measures 100 events/s after a minute
-at 10 events/s, so the two figures at 100 events/s start from the same point.
+batches then take ~1.6 times as long at the median (docs/PERFORMANCE.md). ``bench.latency``
+measures 100 events/s after a minute at 10 events/s, so both start from the same point.
 
     .venv/bin/python -m bench.browser [--quick] [--rate 100] [--seconds 60] [--lead-in 60]
 """
@@ -29,6 +29,8 @@ from bench.system import running_store
 
 CHROMIUM = "/usr/bin/chromium"
 SSE_USERS = 5
+LEAD_IN_S = 60
+"""Seconds of the same load, unrecorded, before the measured ones."""
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 
@@ -85,9 +87,6 @@ async def measure(base: str, rate: int, seconds: float, lead_in: float = 0) -> d
     return {"rate": rate, "seconds": seconds, "lead_in_s": lead_in,
             "changes_posted": len(phase.sent), **out}  # fmt: skip
 
-
-LEAD_IN_S = 60
-"""Seconds of the same load, unrecorded, before the measured ones."""
 
 
 def run(quick: bool = False, rate: int = 100, seconds: float = 60,

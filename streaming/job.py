@@ -69,8 +69,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         CHECKPOINT_FILE_MANAGER: FILE_SYSTEM_CHECKPOINTS,
         # The JVM talks to its Python processes over Unix domain sockets, not TCP on the
         # loopback: a stateful operator's Python worker makes ~3 round trips to the JVM's state
-        # server per key, and each costs less (micro-batches ~12-17% shorter at 100 events/s,
-        # docs/PERFORMANCE.md). Every such process runs on the same machine as its JVM.
+        # server per key, and each costs less (micro-batches ~12-17% shorter at 100 events/s in
+        # one comparison, within the machine's drift in another: docs/PERFORMANCE.md). Every
+        # such process runs on the same machine as its JVM.
         UNIX_SOCKETS: "true",
         # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not
         # hold back the small batches of another.
