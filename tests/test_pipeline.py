@@ -311,3 +311,13 @@ def test_stateful_operators_reach_the_state_server_over_a_unix_socket(spark):
         _socket_probe(), "family string", "Update", "None"
     ).collect()
     assert {r.family for r in rows} == {"AF_UNIX"}
+
+
+def test_operators_run_without_whole_stage_code_generation(spark):
+    """The session plans no stage as generated Java source: compiling each stage in a cold
+    JVM held back every start, and the pipeline's work is not in Spark's own operators."""
+    counts = spark.range(100).selectExpr("id % 3 AS k").groupBy("k").count()
+    assert sorted(r["count"] for r in counts.collect()) == [33, 33, 34]
+    plan = counts._jdf.queryExecution().executedPlan().toString()  # the final plan, once run
+    assert "isFinalPlan=true" in plan and "HashAggregate" in plan
+    assert "*(" not in plan, plan  # a stage compiled as one generated class prints as *(n)
