@@ -5,11 +5,15 @@ This package's top level does not import Spark; ``streaming.job`` and ``streamin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from streaming.app import App, EventType, Pipeline, View, anyone_signed_in, load_app, only_owner
 from streaming.errors import ConfigurationError, InvalidEvent, LiveviewsError, StoreMismatch
 from streaming.events import Event, LoggedEvent, Offset
-from streaming.log import EventLog
 from streaming.schema import Integer, Schema, String
+
+if TYPE_CHECKING:
+    from streaming.log import EventLog
 
 __all__ = [
     "App",
@@ -31,3 +35,15 @@ __all__ = [
     "load_app",
     "only_owner",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``EventLog`` is imported on first use, with the store's client library: every Python
+    process Spark starts for the views (their workers, the stateful operators' schema check)
+    imports this package through the application, and none of them appends to the log. The
+    client library alone takes ~140 ms to import, on each of those starts."""
+    if name == "EventLog":
+        from streaming.log import EventLog
+
+        return EventLog
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

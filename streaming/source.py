@@ -19,10 +19,9 @@ Two readers, chosen by ``readTasks`` (``LV_READ_TASKS``):
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import redis
 from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
@@ -32,11 +31,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from streaming.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE, log_stream
 from streaming.views import EVENT_SCHEMA
+
+if TYPE_CHECKING:
+    import redis
+    from redis.retry import Retry
 
 SOURCE_NAME = "liveviews-log"
 ARROW_SCHEMA = pa.schema(
@@ -63,6 +64,10 @@ def store_retry() -> Retry:
     writes, which are idempotent by batch id. A restarted store (SIGKILL, upgrade) is then a
     pause of the pipeline, not a failed query that needs someone to restart it.
     """
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
     backoff = ExponentialBackoff(cap=2.0, base=0.05)
     delays, retries = 0.0, 0
     while delays < STORE_OUTAGE_S:
@@ -72,9 +77,14 @@ def store_retry() -> Retry:
 
 
 def _client(url: str) -> redis.Redis:
-    """One client per URL per Python worker; workers are reused across tasks."""
+    """One client per URL per Python worker; workers are reused across tasks.
+
+    The client library is imported here, not with the module: Spark also starts Python
+    processes that only ask the source for its schema or plan its reads, and never read."""
     client = _clients.get(url)
     if client is None:
+        import redis
+
         client = _clients[url] = redis.Redis.from_url(url, retry=store_retry())
     return client
 
