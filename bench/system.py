@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 UNTUNED = {
     # What a user gets from Spark without Liveviews' tuning: 200 shuffle partitions, full
     # RocksDB snapshots at every commit, one read task per log partition, checkpoint files
-    # through Hadoop's FileContext API and its own local file system.
+    # through Hadoop's FileContext API and its own local file system, Python workers on TCP,
+    # whole-stage code generation.
     "LV_SHUFFLE_PARTITIONS": "200",
     "LV_READ_TASKS": "4",
     "LV_SPARK_CONF_SPARK__SQL__STREAMING__STATESTORE__ROCKSDB__CHANGELOGCHECKPOINTING__ENABLED": (
@@ -34,6 +35,8 @@ UNTUNED = {
         "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
     ),
     "LV_SPARK_CONF_spark__hadoop__fs__file__impl": "org.apache.hadoop.fs.LocalFileSystem",
+    "LV_SPARK_CONF_spark__python__unix__domain__socket__enabled": "false",
+    "LV_SPARK_CONF_spark__sql__codegen__wholeStage": "true",
 }
 
 
