@@ -88,7 +88,6 @@ async def measure(base: str, rate: int, seconds: float, lead_in: float = 0) -> d
             "changes_posted": len(phase.sent), **out}  # fmt: skip
 
 
-
 def run(quick: bool = False, rate: int = 100, seconds: float = 60,
         lead_in: float = LEAD_IN_S) -> Report:  # fmt: skip
     if quick:
