@@ -136,7 +136,7 @@ def python_path_cost(n: int, rounds: int = 50) -> float:
                 seq += 1
                 delta = Delta(f"{seq}-0", "v", "k", [{"op": "upsert", "row": "r", "value": seq}],
                               "p", seq)  # fmt: skip
-                hub.publish("e", [delta], Progress("e", f"{seq}-0", frames.progress({"p": "1"})))
+                hub.publish("e", [delta], [Progress("e", f"{seq}-0", frames.progress({"p": "1"}))])
             best = min(best, (time.perf_counter() - t0) / (n * rounds) * 1e6)
         assert metrics.deltas_out == n * rounds * 5, "every delivery was made"
         return round(best, 3)

@@ -55,7 +55,6 @@ class ChangeFeed:
         client: Client,
         hub: Hub,
         layout: Layout,
-        frontier_name: str,
         metrics: Metrics,
         *,
         block_ms: int = 1000,
@@ -64,7 +63,6 @@ class ChangeFeed:
         self.client = client
         self.hub = hub
         self.layout = layout
-        self.frontier_name = frontier_name
         self.metrics = metrics
         self.block_ms = block_ms
         self.count = count
@@ -149,16 +147,16 @@ class ChangeFeed:
             self.positions[name] = shard[-1].id
             newest_ms = max(newest_ms, int(shard[-1].id.split("-")[0]))
             deltas.extend(shard)
-        progress: Progress | None = None
+        progress: list[Progress] = []
         if progress_entries and not cut:
             self.positions[PROGRESS_STREAM] = progress_entries[-1][0].decode()
-            pipeline = self.frontier_name.encode()
-            mine = [(i, f) for i, f in progress_entries if f[b"pipeline"] == pipeline]
-            if mine:
-                entry, fields = mine[-1]
+            newest: dict[bytes, tuple[bytes, dict[bytes, bytes]]] = {}
+            for entry_id, fields in progress_entries:
+                newest[fields[b"pipeline"]] = (entry_id, fields)  # each frontier's newest only
+            for frontier_name, (entry_id, fields) in newest.items():
                 frame = frames.progress(decode_frontier(fields[b"frontier"]))
-                progress = Progress(epoch, entry.decode(), frame)
-        if deltas or progress is not None:
+                progress.append(Progress(epoch, entry_id.decode(), frame, frontier_name.decode()))
+        if deltas or progress:
             self.hub.publish(epoch, deltas, progress)
         if newest_ms:
             self.metrics.feed_lag_seconds = max(0.0, time.time() - newest_ms / 1000)

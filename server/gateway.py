@@ -24,6 +24,7 @@ from server.metrics import Metrics
 from server.settings import GatewaySettings
 from server.subscription import Source
 from streaming.app import App, View, load_app
+from streaming.changes import VIEWS_FRONTIER
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -41,13 +42,15 @@ class Gateway:
         self.layout = store.Layout(settings.store.log_partitions, settings.store.change_shards)
         self.client = store.connect(settings.store.store_url)
         self.feed_client = store.connect(settings.store.store_url, blocking=True)
-        self.hub = Hub(self.metrics, settings.progress_interval_ms / 1000)
+        # A view's subscribers follow the frontier of the pipeline that writes it: a pipeline
+        # that runs its micro-batches seconds apart does not hold back the others' views.
+        self.frontiers = {v: self.app.owner_of(v) or VIEWS_FRONTIER for v in self.app.views}
+        self.hub = Hub(self.metrics, settings.progress_interval_ms / 1000, self.frontier_of)
         self.ticker = Ticker(settings.heartbeat_seconds, self.metrics)
         self.feed = ChangeFeed(
             self.feed_client,
             self.hub,
             self.layout,
-            settings.frontier_name,
             self.metrics,
             block_ms=settings.feed_block_ms,
         )
@@ -56,7 +59,7 @@ class Gateway:
             self.layout,
             self.hub,
             self.feed,
-            settings.frontier_name,
+            self.frontier_of,
             settings.subscriber_buffer,
             self.metrics,
         )
@@ -102,6 +105,10 @@ class Gateway:
         if not self.feed.healthy:
             return False, "the change feed is not reading the change topic"
         return True, "ready"
+
+    def frontier_of(self, view: str) -> str:
+        """The frontier ``view`` reflects: its pipeline's (every view's, if none writes it)."""
+        return self.frontiers.get(view, VIEWS_FRONTIER)
 
     def readable_view(self, principal: Principal, view: str, key: str) -> View:
         """The view, if it exists and its read rule lets ``principal`` read ``key``."""

@@ -72,7 +72,7 @@ async def get_view(request: Request) -> Response:
     principal = authenticate(request, gw.auth, READ)
     view, key = request.path_params["view"], request.path_params["key"]
     gw.readable_view(principal, view, key)
-    snap = await read_snapshot(gw.client, gw.layout, view, key, gw.settings.frontier_name)
+    snap = await read_snapshot(gw.client, gw.layout, view, key, gw.frontier_of(view))
     # The rows change only with the key's last change; the frontier is part of the answer too.
     tag_source = orjson.dumps(
         [snap.epoch, snap.last_change, snap.frontier], option=orjson.OPT_SORT_KEYS

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -22,7 +23,7 @@ from typing import Protocol
 from server import frames
 from server.eventid import EventId, position_tuple
 from server.metrics import Metrics
-from streaming.changes import Delta
+from streaming.changes import VIEWS_FRONTIER, Delta
 
 
 @dataclass(eq=False)
@@ -69,11 +70,13 @@ class EpochChanged:
 
 @dataclass(frozen=True)
 class Progress:
-    """The frontier after the ``lv:progress`` entry ``entry``, as one shared frame."""
+    """The frontier ``frontier_name`` after the ``lv:progress`` entry ``entry``, as one shared
+    frame. A pipeline's frontier is named after it; ``VIEWS_FRONTIER`` is every view's."""
 
     epoch: str
     entry: str
     frame: frames.Frame
+    frontier_name: str = VIEWS_FRONTIER
 
     @cached_property
     def position(self) -> tuple[int, int]:
@@ -114,12 +117,13 @@ class Subscriber:
     Its reader waits with ``wait()``; one future is made per wait, not one event per subscriber.
     """
 
-    __slots__ = ("view", "key", "capacity", "buffer", "progress", "state", "sink", "woken",
-                 "_waiter")  # fmt: skip
+    __slots__ = ("view", "key", "frontier_name", "capacity", "buffer", "progress", "state",
+                 "sink", "woken", "_waiter")  # fmt: skip
 
-    def __init__(self, view: str, key: str, capacity: int) -> None:
+    def __init__(self, view: str, key: str, capacity: int, frontier_name: str) -> None:
         self.view = view
         self.key = key
+        self.frontier_name = frontier_name
         self.capacity = capacity
         self.buffer: list[Item] = []
         self.progress: Progress | None = None
@@ -181,22 +185,50 @@ class Subscriber:
         return items, progress
 
 
-class Hub:
-    """Subscribers by (view, key); the change feed is its only publisher."""
+class Lane:
+    """One frontier's progress, and the subscribers that follow it."""
 
-    def __init__(self, metrics: Metrics, progress_interval: float = 0.0) -> None:
+    __slots__ = ("subscribers", "pending", "flush_at", "flushed")
+
+    def __init__(self) -> None:
+        self.subscribers: set[Subscriber] = set()
+        self.pending: Progress | None = None
+        self.flush_at: asyncio.TimerHandle | None = None
+        self.flushed = float("-inf")
+
+
+class Hub:
+    """Subscribers by (view, key); the change feed is its only publisher.
+
+    A subscriber follows the frontier ``frontier_of(view)``: that of the pipeline writing its
+    view, which moves with that pipeline's micro-batches alone. Every subscriber of a view
+    follows the same one, so a frontier riding with a delta suits each taker of the delta.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        progress_interval: float = 0.0,
+        frontier_of: Callable[[str], str] = lambda view: VIEWS_FRONTIER,
+    ) -> None:
         self.metrics = metrics
         self.by_key: dict[tuple[str, str], set[Subscriber]] = {}
         self.all: set[Subscriber] = set()
         self.progress_interval = progress_interval
-        self._pending: Progress | None = None
-        self._flush_at: asyncio.TimerHandle | None = None
-        self._flushed = float("-inf")
+        self.frontier_of = frontier_of
+        self.lanes: dict[str, Lane] = {}
+
+    def _lane(self, frontier_name: str) -> Lane:
+        lane = self.lanes.get(frontier_name)
+        if lane is None:
+            lane = self.lanes[frontier_name] = Lane()
+        return lane
 
     def attach(self, view: str, key: str, capacity: int) -> Subscriber:
-        sub = Subscriber(view, key, capacity)
+        sub = Subscriber(view, key, capacity, self.frontier_of(view))
         self.by_key.setdefault((view, key), set()).add(sub)
         self.all.add(sub)
+        self._lane(sub.frontier_name).subscribers.add(sub)
         self.metrics.subscriptions = len(self.all)
         return sub
 
@@ -209,6 +241,7 @@ class Hub:
         if sub not in self.all:
             return
         self.all.discard(sub)
+        self._lane(sub.frontier_name).subscribers.discard(sub)
         peers = self.by_key.get((sub.view, sub.key))
         if peers is not None:
             peers.discard(sub)
@@ -216,21 +249,22 @@ class Hub:
                 del self.by_key[(sub.view, sub.key)]
         self.metrics.subscriptions = len(self.all)
 
-    def publish(self, epoch: str, deltas: list[Delta], progress: Progress | None = None) -> None:
-        """Hand out one read of the change feed: its deltas, then the frontier that covers them.
+    def publish(self, epoch: str, deltas: list[Delta], progress: Iterable[Progress] = ()) -> None:
+        """Hand out one read of the change feed: its deltas, then the frontiers that cover them.
 
-        The frontier is passed on at most once per ``progress_interval``, always the newest.
+        Each frontier is passed on at most once per ``progress_interval``, always its newest.
         Progress only follows the deltas it covers (they were published before it), so holding
         it back never breaks read-your-writes; it only coalesces frames nobody needs twice.
-        When the frontier is due now, it rides with the last delta of each key (a subscriber
-        gets it in the same write as that delta, never before a delta it covers); the
-        subscribers that took it so are skipped when it is then passed on to all. A frontier
-        not due yet waits for the first read after the interval, or at most half an interval
-        more, for a quiet feed.
+        When a frontier is due now, it rides with the last delta of each key that follows it (a
+        subscriber gets it in the same write as that delta, never before a delta it covers);
+        the subscribers that took it so are skipped when it is then passed on to all. A
+        frontier not due yet waits for the first read after the interval, or at most half an
+        interval more, for a quiet feed.
         """
-        riding = progress if progress is not None and self._progress_due() else None
+        progress = list(progress)
+        riding = {p.frontier_name: p for p in progress if self._progress_due(p.frontier_name)}
         last: dict[tuple[str, str], Delta] = {}
-        if riding is not None:
+        if riding:
             last = {(d.view, d.key): d for d in deltas}
         overflowed: list[Subscriber] = []
         for d in deltas:
@@ -239,48 +273,53 @@ class Hub:
             if not subs:
                 continue
             item = FeedDelta(epoch, d)
-            if riding is not None and last[(d.view, d.key)] is d:
-                item.progress = riding
+            if riding and last[(d.view, d.key)] is d:
+                item.progress = riding.get(self.frontier_of(d.view))
             for sub in subs:
                 if not sub.offer(item):
                     overflowed.append(sub)
         self._drop(overflowed)
-        if progress is not None:
+        for p in progress:
             # Due or not as decided before the deltas went out: the hand-out takes time, and a
             # frontier that fell due meanwhile did not ride with them.
-            self._pending = progress
-            if riding is not None:
-                self._flush_now()
+            lane = self._lane(p.frontier_name)
+            lane.pending = p
+            if p.frontier_name in riding:
+                self._flush_now(lane)
             else:
-                self._flush_later()
+                self._flush_later(lane)
 
-    def _progress_due(self) -> bool:
-        return asyncio.get_running_loop().time() >= self._flushed + self.progress_interval
+    def _progress_due(self, frontier_name: str) -> bool:
+        flushed = self._lane(frontier_name).flushed
+        return asyncio.get_running_loop().time() >= flushed + self.progress_interval
 
-    def _flush_now(self) -> None:
-        if self._flush_at is not None:
-            self._flush_at.cancel()
-        self._flush_progress()
+    def _flush_now(self, lane: Lane) -> None:
+        if lane.flush_at is not None:
+            lane.flush_at.cancel()
+        self._flush_progress(lane)
 
-    def _flush_later(self) -> None:
-        if self._flush_at is not None:
+    def _flush_later(self, lane: Lane) -> None:
+        if lane.flush_at is not None:
             return
         loop = asyncio.get_running_loop()
-        delay = max(0.0, self._flushed + self.progress_interval - loop.time())
-        self._flush_at = loop.call_later(delay + self.progress_interval / 2, self._flush_progress)
+        delay = max(0.0, lane.flushed + self.progress_interval - loop.time())
+        lane.flush_at = loop.call_later(
+            delay + self.progress_interval / 2, self._flush_progress, lane
+        )
 
     def close(self) -> None:
-        if self._flush_at is not None:
-            self._flush_at.cancel()
-            self._flush_at = None
+        for lane in self.lanes.values():
+            if lane.flush_at is not None:
+                lane.flush_at.cancel()
+                lane.flush_at = None
 
-    def _flush_progress(self) -> None:
-        progress, self._pending, self._flush_at = self._pending, None, None
-        self._flushed = asyncio.get_running_loop().time()
+    def _flush_progress(self, lane: Lane) -> None:
+        progress, lane.pending, lane.flush_at = lane.pending, None, None
+        lane.flushed = asyncio.get_running_loop().time()
         if progress is None:
             return
         overflowed = []
-        for sub in self.all:
+        for sub in lane.subscribers:
             sub.offer_progress(progress)
             if sub.state is SubscriberState.OVERFLOWED:
                 overflowed.append(sub)

@@ -9,6 +9,7 @@ the feed after the attachment, so nothing is missed, and nothing is sent twice.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from server import frames
@@ -30,7 +31,8 @@ class Source:
     layout: Layout
     hub: Hub
     feed: ChangeFeed
-    frontier_name: str
+    frontier_of: Callable[[str], str]
+    """The frontier a view's subscribers follow: that of the pipeline writing the view."""
     buffer: int
     metrics: Metrics
 
@@ -77,7 +79,8 @@ class Subscription:
 
     async def _snapshot(self) -> frames.Frame:
         s = self.source
-        snap = await read_snapshot(s.client, s.layout, self.view, self.key, s.frontier_name)
+        frontier_name = s.frontier_of(self.view)
+        snap = await read_snapshot(s.client, s.layout, self.view, self.key, frontier_name)
         self.epoch = snap.epoch
         self.position = position_tuple(snap.position)
         self.progress_position = position_tuple(snap.progress)

@@ -12,9 +12,11 @@ shares a hash tag, so on a Redis Cluster it lives on one node and is written ato
 ``lv:{c<s>}:batches``           hash pipeline -> last micro-batch applied to this shard
 
 Per pipeline, ``lv:frontier`` holds the log offsets its views reflect; its field ``liveviews``
-holds, per log partition, the oldest of them, which every view reflects. Every advance of that
-field is also appended to the ``lv:progress`` stream. A delta's ``ops`` is a JSON array of
-``{"op": "upsert", "row": id, "value": v}`` and ``{"op": "delete", "row": id}``.
+holds, per log partition, the oldest of them, which every view reflects. Every advance of a
+pipeline's field, and of ``liveviews``, is also appended to the ``lv:progress`` stream (fields
+pipeline, batch, frontier); a view's subscribers follow the field of the pipeline writing it.
+A delta's ``ops`` is a JSON array of ``{"op": "upsert", "row": id, "value": v}`` and
+``{"op": "delete", "row": id}``.
 
 This module does not import Spark: the gateway reads the change topic through it.
 """

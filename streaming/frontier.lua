@@ -3,8 +3,9 @@
 -- ARGV: pipeline, batch id, the views' frontier name, the number n of pipelines, their n names,
 -- then pairs of (partition, entry id) read by this batch.
 -- Each pipeline is its own query with its own frontier; the views' frontier is, per partition,
--- the oldest of them: every view reflects at least that much of the log. Only an advance of the
--- views' frontier is appended to the progress stream.
+-- the oldest of them: every view reflects at least that much of the log. Each advance of the
+-- pipeline's frontier, and of the views' frontier, is appended to the progress stream: a
+-- subscriber of a view follows the frontier of the pipeline that writes it.
 -- Returns the pipeline's frontier as JSON, or false when the batch was applied before.
 local frontiers, batches, progress = KEYS[1], KEYS[2], KEYS[3]
 local pipeline, batch, combined = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -30,15 +31,21 @@ end
 
 local frontier = decode(redis.call('HGET', frontiers, pipeline))
 local before = decode(redis.call('HGET', frontiers, combined))
+local advanced = false
 for i = 5 + npipes, #ARGV, 2 do
   local partition, id = ARGV[i], ARGV[i + 1]
   if frontier[partition] == nil or later(id, frontier[partition]) then
     frontier[partition] = id
+    advanced = true
   end
 end
 local encoded = cjson.encode(frontier)
 redis.call('HSET', batches, pipeline, batch)
 redis.call('HSET', frontiers, pipeline, encoded)
+if advanced then
+  redis.call('XADD', progress, 'MAXLEN', '~', 1000, '*',
+    'pipeline', pipeline, 'batch', batch, 'frontier', encoded)
+end
 
 -- The views' frontier: per partition, the oldest offset over every pipeline that has one.
 local oldest = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from streaming.app import App
@@ -94,8 +95,13 @@ def test_frontier_advances_per_partition_and_never_back(store, sink):
     sink.write([], 2, {1: "99-0"})  # replay of batch 2 with other content: ignored
     assert read_frontier(store, "q") == {0: "10-0", 1: "12-0"}
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "12-0"}
-    # Progress records advances of the views' frontier only: batch 1 moved nothing.
-    assert store.xlen("lv:progress") == 2
+    # Progress records each advance of the pipeline's frontier and of the views' frontier: in
+    # a one-pipeline application, two entries per advance; batch 1 moved nothing.
+    entries = store.xrange("lv:progress")
+    assert [(e[1][b"pipeline"], e[1][b"batch"]) for e in entries] == [
+        (b"q", b"0"), (VIEWS_FRONTIER.encode(), b"0"), (b"q", b"2"), (VIEWS_FRONTIER.encode(), b"2"),
+    ]  # fmt: skip
+    assert orjson.loads(entries[-2][1][b"frontier"]) == {"0": "10-0", "1": "12-0"}
 
 
 def test_views_frontier_is_the_oldest_pipelines(store):
@@ -106,7 +112,8 @@ def test_views_frontier_is_the_oldest_pipelines(store):
     slow = ChangeTopicSink(store, app, "slow", SHARDS, 100, names)
     fast.write([], 0, {0: "10-0", 1: "4-0"})
     assert read_frontier(store, VIEWS_FRONTIER) == {}  # "slow" has read nothing yet
-    assert store.xlen("lv:progress") == 0
+    # The views of "fast" need not wait for "slow": its own frontier is in the progress stream.
+    assert [e[1][b"pipeline"] for e in store.xrange("lv:progress")] == [b"fast"]
     slow.write([], 0, {0: "7-0"})
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "7-0"}
     slow.write([], 1, {0: "12-0", 1: "5-0"})
@@ -116,7 +123,11 @@ def test_views_frontier_is_the_oldest_pipelines(store):
     assert read_frontier(store, "fast") == {0: "10-0", 1: "6-0"}
     fast.write([], 1, {0: "1-0"})  # a replayed batch: ignored
     entries = store.xrange("lv:progress")
-    assert [e[1][b"pipeline"] for e in entries] == [VIEWS_FRONTIER.encode()] * 3
+    combined = VIEWS_FRONTIER.encode()
+    assert [e[1][b"pipeline"] for e in entries] == [
+        b"fast", b"slow", combined, b"slow", combined, b"fast", combined,
+    ]  # fmt: skip
+    assert orjson.loads(entries[-2][1][b"frontier"]) == {"0": "10-0", "1": "6-0"}
 
 
 def test_a_pipeline_writing_an_undeclared_view_fails_loudly(store, sink):

@@ -88,7 +88,11 @@ class Writer:
     """Writes deltas (and frontier advances) through the real sink, one batch per call."""
 
     def __init__(self, client: redis.Redis, app: App, shards: int, retention: int = 10_000):
-        self.sink = ChangeTopicSink(client, app, "liveviews", shards, retention)
+        # One sink per pipeline, as in the job: each view's changes go through the sink of the
+        # pipeline that writes it, and every pipeline's frontier advances with each write.
+        names = list(app.pipelines)
+        self.owner = {v: app.owner_of(v) for v in app.views}
+        self.sinks = {n: ChangeTopicSink(client, app, n, shards, retention, names) for n in names}
         self.batches = itertools.count(1)
 
     def write(
@@ -108,7 +112,9 @@ class Writer:
              "score": float(val.get("score", 0)) if isinstance(val, dict) else 0.0}
             for v, k, r, val in changes
         ]  # fmt: skip
-        self.sink.write(rows, next(self.batches), frontier)
+        batch = next(self.batches)
+        for name, sink in self.sinks.items():
+            sink.write([r for r in rows if self.owner[r["view"]] == name], batch, frontier)
 
 
 @dataclass

@@ -7,7 +7,7 @@ import redis
 from lvclient import ServedGateway, State, Writer, open_sse, run, stored_rows
 
 from demo.chirp import app as chirp
-from streaming.changes import shard_for
+from streaming.changes import VIEWS_FRONTIER, read_frontier, shard_for
 
 LIVE = "/v1/views/profiles/alice/live"
 
@@ -52,6 +52,36 @@ def test_snapshot_then_deltas_then_progress(
             assert progress.data == {"frontier": {"0": "5-0", "1": "7-0"}}
             await sse.heartbeat(timeout=3)  # the gateway under test beats every second
             await sse.close()
+
+    run(go())
+
+
+def test_a_view_follows_the_frontier_of_the_pipeline_that_writes_it(
+    gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    """Chirp's activity pipeline runs its micro-batches seconds apart; the views of the
+    entities pipeline reflect the log as far as entities has read it, not as far as the
+    slower pipeline has."""
+    entities, activity = writer.sinks["entities"], writer.sinks["activity"]
+
+    async def go() -> None:
+        async with aiohttp.ClientSession(headers=gateway.headers()) as s:
+            profiles = await open_sse(s, gateway.url + LIVE)
+            counts = await open_sse(s, gateway.url + "/v1/views/activity/global/live")
+            assert (await profiles.next()).data["frontier"] == {}
+            assert (await counts.next()).data["frontier"] == {}
+            entities.write([], next(writer.batches), {0: "5-0"})
+            assert (await profiles.next()).data == {"frontier": {"0": "5-0"}}
+            assert read_frontier(store, VIEWS_FRONTIER) == {}  # activity has read nothing yet
+            snapshot = await (await s.get(gateway.url + "/v1/views/profiles/alice")).json()
+            assert snapshot["frontier"] == {"0": "5-0"}
+            activity.write([], next(writer.batches), {0: "3-0"})
+            # The activity view's subscriber gets its own pipeline's frontier, and only that.
+            assert (await counts.next()).data == {"frontier": {"0": "3-0"}}
+            entities.write([], next(writer.batches), {0: "6-0"})
+            assert (await profiles.next()).data == {"frontier": {"0": "6-0"}}
+            await profiles.close()
+            await counts.close()
 
     run(go())
 

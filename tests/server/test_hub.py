@@ -14,7 +14,7 @@ import time
 from server import frames
 from server.hub import FeedDelta, Hub, Item, Progress
 from server.metrics import Metrics
-from streaming.changes import Delta
+from streaming.changes import VIEWS_FRONTIER, Delta
 
 EPOCH = "e"
 
@@ -43,8 +43,9 @@ def delta(entry: str, key: str) -> Delta:
     return Delta(entry, "likes", key, [{"op": "delete", "row": "r"}], "liveviews", 1)
 
 
-def progress(entry: str) -> Progress:
-    return Progress(EPOCH, entry, frames.progress({"0": entry}))
+def progress(entry: str, frontier_name: str = VIEWS_FRONTIER) -> list[Progress]:
+    """One read's progress: the frontier ``frontier_name`` at ``entry``."""
+    return [Progress(EPOCH, entry, frames.progress({"0": entry}), frontier_name)]
 
 
 def attach(hub: Hub, key: str) -> Recorder:
@@ -115,6 +116,30 @@ def test_a_frontier_that_falls_due_during_a_hand_out_rides_with_the_next_read() 
         sink.seconds = 0.0
         hub.publish(EPOCH, [delta("3-0", "a")], progress("3-0"))
         assert sink.got[-2:] == ["3-0", "progress 3-0"]
+        hub.close()
+
+    asyncio.run(go())
+
+
+def test_each_view_follows_the_frontier_of_the_pipeline_that_writes_it() -> None:
+    async def go() -> None:
+        pipelines = {"likes": "entities", "activity": "activity"}
+        hub = Hub(Metrics(), progress_interval=0.0, frontier_of=pipelines.__getitem__)
+        likes = attach(hub, "a")
+        activity = Recorder()
+        hub.attach("activity", "global", 16).sink = activity
+        # One read brings a delta of "likes" and both pipelines' frontiers: each subscriber
+        # gets its own pipeline's, the likes subscriber with its delta, in the same write.
+        hub.publish(EPOCH, [delta("1-0", "a")],
+                    progress("5-0", "entities") + progress("3-0", "activity"))  # fmt: skip
+        assert likes.got == ["1-0", "progress 5-0"]
+        assert activity.got == ["progress 3-0"]
+        # A frontier moves only its own pipeline's subscribers.
+        hub.publish(EPOCH, [], progress("6-0", "entities"))
+        assert likes.got[-1] == "progress 6-0" and activity.got == ["progress 3-0"]
+        # The views' frontier (every pipeline's oldest) reaches neither: each follows its own.
+        hub.publish(EPOCH, [], progress("4-0"))
+        assert likes.got[-1] == "progress 6-0" and activity.got == ["progress 3-0"]
         hub.close()
 
     asyncio.run(go())
