@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
+INTERVAL_RE = re.compile(r"[0-9]+ (millisecond|second|minute)s?")
 
 ReadRule = Callable[[str, str], bool]
 """``rule(subject, key)``: may the signed-in ``subject`` read the view's ``key``?"""
@@ -74,6 +75,10 @@ class Pipeline:
     """State partitions of the pipeline's query (``LV_SHUFFLE_PARTITIONS`` when None). Each is a
     stateful task per micro-batch; a pipeline whose state has one key (a global aggregate) runs
     best on one. A query keeps the count its checkpoint was created with."""
+    trigger_interval: str | None = None
+    """Time between the starts of the pipeline's micro-batches, such as ``"2 seconds"``
+    (``LV_TRIGGER_INTERVAL`` when None). Every micro-batch costs CPU whatever it holds: a view
+    that can lag by seconds leaves the cores to pipelines whose views should not."""
 
 
 @dataclass
@@ -115,14 +120,25 @@ class App:
         return v
 
     def pipeline(
-        self, name: str, views: Iterable[str], *, partitions: int | None = None
+        self,
+        name: str,
+        views: Iterable[str],
+        *,
+        partitions: int | None = None,
+        trigger_interval: str | None = None,
     ) -> Callable[[Callable[[DataFrame], DataFrame]], Callable[[DataFrame], DataFrame]]:
         """Decorator: ``@app.pipeline("entities", views=["profiles", ...])``; ``partitions``:
-        its state partitions, when not ``LV_SHUFFLE_PARTITIONS`` (see ``Pipeline``)."""
+        its state partitions, when not ``LV_SHUFFLE_PARTITIONS``; ``trigger_interval``: the
+        time between its micro-batches, when not ``LV_TRIGGER_INTERVAL`` (see ``Pipeline``)."""
         names = tuple(views)
         if partitions is not None and partitions < 1:
             raise ConfigurationError(
                 f"pipeline {name!r} needs at least one partition, not {partitions}."
+            )
+        if trigger_interval is not None and INTERVAL_RE.fullmatch(trigger_interval) is None:
+            raise ConfigurationError(
+                f"pipeline {name!r}: trigger_interval {trigger_interval!r} is not an interval;"
+                " write a number and a unit, such as '2 seconds' or '500 milliseconds'."
             )
 
         def register(fn: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame], DataFrame]:
@@ -133,7 +149,7 @@ class App:
                 owner = self.owner_of(v)
                 if owner is not None:
                     raise ConfigurationError(f"view {v!r} is already written by {owner!r}.")
-            self.pipelines[name] = Pipeline(name, fn, names, partitions)
+            self.pipelines[name] = Pipeline(name, fn, names, partitions, trigger_interval)
             return fn
 
         return register

@@ -186,7 +186,7 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
             .outputMode("update")
             .foreachBatch(sink)
             .option("checkpointLocation", str(checkpoint_of(settings, name)))
-            .trigger(processingTime=settings.trigger_interval)
+            .trigger(processingTime=pipeline.trigger_interval or settings.trigger_interval)
             .start()
         )
         queries.append(query)

@@ -112,6 +112,30 @@ def test_each_pipeline_query_runs_its_own_count_of_state_partitions(store, setti
         assert metadata["conf"]["spark.sql.shuffle.partitions"] == count, name
 
 
+def test_each_pipeline_query_runs_on_its_own_trigger_interval(pipeline):
+    """Chirp's activity pipeline declares micro-batches 2 s apart; entities, without one,
+    runs on LV_TRIGGER_INTERVAL (back to back by default)."""
+    triggers = {
+        q.name: q._jsq.streamingQuery().trigger().intervalMs() for q in pipeline.queries
+    }  # fmt: skip
+    assert triggers == {"liveviews.entities": 0, "liveviews.activity": 2000}
+
+
+def test_a_trigger_interval_is_a_number_and_a_unit() -> None:
+    import pytest
+
+    from streaming.app import App
+    from streaming.errors import ConfigurationError
+
+    other = App("t")
+    other.view("v")
+    for wrong in ["2s", "soon", "1.5 seconds", "2 hours", ""]:
+        with pytest.raises(ConfigurationError, match="such as '2 seconds'"):
+            other.pipeline("p", views=["v"], trigger_interval=wrong)
+    other.pipeline("p", views=["v"], trigger_interval="500 milliseconds")(lambda events: events)
+    assert other.pipelines["p"].trigger_interval == "500 milliseconds"
+
+
 def test_a_pipeline_needs_at_least_one_partition() -> None:
     import pytest
 

@@ -36,7 +36,10 @@ def entities(events: DataFrame) -> DataFrame:
     return build(events)
 
 
-@app.pipeline("activity", views=["activity"], partitions=1)  # its state has one key
+# Its state has one key, so one partition. Its per-minute counts can lag by a few seconds: on a
+# small machine its micro-batches every 2 s, not back to back, leave the cores to the entities
+# pipeline, whose views show a user's own writes (docs/PERFORMANCE.md).
+@app.pipeline("activity", views=["activity"], partitions=1, trigger_interval="2 seconds")
 def activity(events: DataFrame) -> DataFrame:
     from demo.chirp.views import activity as build
 
