@@ -174,7 +174,8 @@ class SinkPublisher:
 
     def __init__(self, store_url: str) -> None:
         self.client = redis.Redis.from_url(store_url)
-        self.sink = ChangeTopicSink(self.client, chirp, "liveviews", SHARDS, 10_000)
+        # Through the sink of the pipeline that writes VIEW: its subscribers follow its frontier.
+        self.sink = ChangeTopicSink(self.client, chirp, chirp.owner_of(VIEW) or "", SHARDS, 10_000)
         self.batch = int(time.time() * 1000)  # batch ids stay new across contenders
 
     def publish(self, keys: list[str]) -> None:

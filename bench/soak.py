@@ -143,7 +143,8 @@ class Pump:
         from streaming.sink import ChangeTopicSink
 
         self.client = redis.Redis.from_url(store_url)
-        self.sink = ChangeTopicSink(self.client, app, "liveviews", SHARDS, 10_000)
+        # Through the sink of the pipeline that writes "likes": its subscribers follow its frontier.
+        self.sink = ChangeTopicSink(self.client, app, app.owner_of("likes") or "", SHARDS, 10_000)
         self.keys, self.rate, self.progress_every = keys, rate, progress_every
         self.written = 0
         self.stop = threading.Event()

@@ -17,6 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming import classarchive, localfs
 from streaming.app import App, Pipeline
+from streaming.changes import VIEWS_FRONTIER
 from streaming.errors import ConfigurationError
 from streaming.log import check_layout
 from streaming.offsetlog import BatchEnds
@@ -150,6 +151,10 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
     """
     if not app.pipelines:
         raise ConfigurationError(f"application {app.name!r} declares no pipeline.")
+    if VIEWS_FRONTIER in app.pipelines:
+        raise ConfigurationError(
+            f"pipeline {VIEWS_FRONTIER!r}: the name is the frontier of every view; rename it."
+        )
     older = settings.checkpoint_dir / QUERY_NAME
     if older.exists() and not any(checkpoint_of(settings, p).exists() for p in app.pipelines):
         raise ConfigurationError(

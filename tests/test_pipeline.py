@@ -136,6 +136,21 @@ def test_a_trigger_interval_is_a_number_and_a_unit() -> None:
     assert other.pipelines["p"].trigger_interval == "500 milliseconds"
 
 
+def test_no_pipeline_takes_the_name_of_the_views_frontier(spark, settings) -> None:
+    """``liveviews`` names the frontier every view reflects, beside each pipeline's own."""
+    import pytest
+
+    from streaming.app import App
+    from streaming.errors import ConfigurationError
+    from streaming.job import start
+
+    other = App("t")
+    other.view("v")
+    other.pipeline("liveviews", views=["v"])(lambda events: events)
+    with pytest.raises(ConfigurationError, match="the frontier of every view; rename it"):
+        start(spark, other, settings)
+
+
 def test_a_pipeline_needs_at_least_one_partition() -> None:
     import pytest
 

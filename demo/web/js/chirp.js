@@ -266,7 +266,7 @@ export class Chirp {
       testid('compose-text').value = '';
       testid('compose-counter').textContent = '280';
       await sub.reflects(offset);
-      status(line, `✓ Posted: live in every view after ${since(t0)}`, 'ok');
+      status(line, `✓ Posted: live in tweets and timelines after ${since(t0)}`, 'ok');
     } catch (error) {
       status(line, `Not posted: ${error.message}`, 'error');
     } finally {
