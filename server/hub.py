@@ -261,7 +261,9 @@ class Hub:
         frontier not due yet waits for the first read after the interval, or at most half an
         interval more, for a quiet feed.
         """
-        progress = list(progress)
+        # A frontier no subscriber follows is dropped: a later subscriber reads its frontier
+        # with its snapshot. (Chirp's views follow their pipelines', not every view's.)
+        progress = [p for p in progress if self._lane(p.frontier_name).subscribers]
         riding = {p.frontier_name: p for p in progress if self._progress_due(p.frontier_name)}
         last: dict[tuple[str, str], Delta] = {}
         if riding:
