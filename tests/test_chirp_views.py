@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import orjson
 import pytest
 
 from demo.chirp.app import app
-from demo.chirp.views import activity, entities
+from demo.chirp.views import BUCKETS, activity, bucket_of, entities
 from streaming.events import partition_for
 from streaming.views import EVENT_SCHEMA
 
@@ -110,6 +111,42 @@ def test_rename_after_many_tweets_reaches_every_tweet_and_timeline(spark):
     # Tweets pushed out of the newest 50 are taken off the follower's timeline.
     assert out[("timeline", "a", "b:0")] is None
     assert out[("timeline", "a", "b:119")]["name"] == "Robert"
+
+
+def test_users_of_one_bucket_each_keep_their_own_entity(spark):
+    """The entities pipeline groups users by bucket (one processor call per bucket): users
+    that share a bucket, in one batch, each get their own profile, tweets and followers."""
+    from pyspark.sql import functions as F
+
+    names = [f"u{i}" for i in range(3 * BUCKETS)]
+    buckets = spark.createDataFrame([(n,) for n in names], "user string").select(
+        "user", bucket_of(F.col("user")).alias("bucket")
+    )
+    of = {r["user"]: r["bucket"] for r in buckets.collect()}
+    assert all(of[n] == zlib.crc32(n.encode()) % BUCKETS for n in names)  # a fixed function
+    a = names[0]
+    b, c = [n for n in names[1:] if of[n] == of[a]][:2]
+    out = changes(
+        entities(
+            frame(
+                spark,
+                [
+                    ("tweet_posted", {"user": a, "tweet": f"{a}:1", "text": "from a"}, T0),
+                    ("tweet_posted", {"user": b, "tweet": f"{b}:1", "text": "from b"}, T0 + 1),
+                    ("profile_set", {"user": a, "name": "Ann"}, T0 + 2),
+                    ("follow", {"user": b, "followee": a}, T0 + 3),
+                    ("like", {"user": c, "tweet": f"{b}:1"}, T0 + 4),
+                ],
+            )
+        )
+    )
+    assert out[("profiles", a, "profile")] == {"user": a, "name": "Ann", "avatar": None}
+    assert ("profiles", b, "profile") not in out
+    assert out[("tweets", f"{a}:1", "tweet")]["name"] == "Ann"
+    assert out[("tweets", f"{b}:1", "tweet")]["name"] is None
+    assert out[("tweets", f"{b}:1", "tweet")]["likes"] == 1
+    assert out[("timeline", b, f"{a}:1")]["text"] == "from a"
+    assert {key for view, key, _ in out if view == "timeline"} == {b}
 
 
 def test_repeated_tweet_id_keeps_the_first_post(spark):
