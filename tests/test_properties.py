@@ -34,7 +34,7 @@ def model_view(cands: dict[str, tuple[int, float]], limit: int | None) -> dict[s
     return {r: cands[r][0] for r in top}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.lists(OP, max_size=12), min_size=1, max_size=6), data=st.data())
 def test_sink_matches_a_model_and_its_deltas_rebuild_it(store, batches, data):
     store.flushdb()

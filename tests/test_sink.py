@@ -83,6 +83,21 @@ def test_limited_view_serves_top_rows_and_brings_back_the_next(store, sink):
     assert read_snapshot(store, "top", "k", SHARDS).rows == {"r1": {"i": 1}, "r0": {"i": "new"}}
 
 
+def test_rows_entering_the_top_push_out_the_lowest_and_a_score_drop_lets_one_in(store, sink):
+    def ops_of_last() -> list[str]:
+        return sorted(op["op"] + ":" + op["row"] for op in deltas_of(store, "top", "k")[-1].ops)
+
+    sink.write([row("top", "k", f"r{i}", f'{{"i":{i}}}', float(i)) for i in range(4)], 0)
+    assert sorted(read_snapshot(store, "top", "k", SHARDS).rows) == ["r1", "r2", "r3"]
+    sink.write([row("top", "k", "a", '"a"', 10.0), row("top", "k", "b", '"b"', 11.0)], 1)
+    assert sorted(read_snapshot(store, "top", "k", SHARDS).rows) == ["a", "b", "r3"]
+    assert ops_of_last() == ["delete:r1", "delete:r2", "upsert:a", "upsert:b"]
+    # A row of the top whose score drops below the others leaves; the next one comes back.
+    sink.write([row("top", "k", "b", '"b"', -1.0)], 2)
+    assert read_snapshot(store, "top", "k", SHARDS).rows == {"a": "a", "r3": {"i": 3}, "r2": {"i": 2}}
+    assert ops_of_last() == ["delete:b", "upsert:r2"]
+
+
 def test_equal_scores_rank_by_row_id(store, sink):
     sink.write([row("top", "k", r, "1", 7.0) for r in ("a", "d", "b", "c")], 0)
     assert sorted(read_snapshot(store, "top", "k", SHARDS).rows) == ["b", "c", "d"]
