@@ -35,6 +35,7 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 WHOLE_STAGE_CODEGEN = "spark.sql.codegen.wholeStage"
+PYTHON_DAEMON = "spark.python.daemon.module"
 FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
@@ -81,6 +82,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # start (cold start 17.3 s against 19.1 s, three alternating pairs); a 200k-event
         # drain and the batches at 100 events/s were no slower (docs/PERFORMANCE.md).
         WHOLE_STAGE_CODEGEN: "false",
+        # Python workers forked by a daemon that keeps what each worker imported out of the
+        # full collection PySpark runs between two tasks (streaming/pydaemon.py): ~0.4 of a
+        # core for the views' workers at 100 events/s, ~0.17 with it.
+        PYTHON_DAEMON: "streaming.pydaemon",
         # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not
         # hold back the small batches of another.
         "spark.scheduler.mode": "FAIR",

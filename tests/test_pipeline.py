@@ -372,3 +372,21 @@ def test_operators_run_without_whole_stage_code_generation(spark):
     plan = counts._jdf.queryExecution().executedPlan().toString()  # the final plan, once run
     assert "isFinalPlan=true" in plan and "HashAggregate" in plan
     assert "*(" not in plan, plan  # a stage compiled as one generated class prints as *(n)
+
+
+def _freeze_count(_rows):
+    import gc
+
+    yield gc.get_freeze_count()
+
+
+def test_python_workers_keep_what_they_imported_out_of_later_collections(spark):
+    """Spark reuses a Python worker for task after task and collects its garbage in full
+    between two of them. The session's worker daemon freezes what a worker holds after its
+    first task, so those collections no longer walk PySpark's, pyarrow's and the views'
+    objects again each time."""
+    one_task = spark.sparkContext.parallelize([0], 1)
+    seen = [one_task.mapPartitions(_freeze_count).collect()[0] for _ in range(6)]
+    # Six tasks one after the other on at most one worker per core: some run on a worker
+    # that has run one before.
+    assert max(seen) > 1000, seen
