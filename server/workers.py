@@ -29,9 +29,9 @@ def raise_open_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def config(settings: GatewaySettings, app: Any) -> uvicorn.Config:
-    return uvicorn.Config(
-        app,
+def config(settings: GatewaySettings, app: Any, **overrides: Any) -> uvicorn.Config:
+    """uvicorn's settings for serving the gateway ``app``; ``overrides`` replace any of them."""
+    options: dict[str, Any] = dict(
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -46,6 +46,7 @@ def config(settings: GatewaySettings, app: Any) -> uvicorn.Config:
         timeout_graceful_shutdown=5,
         backlog=4096,
     )
+    return uvicorn.Config(app, **{**options, **overrides})
 
 
 def serve_worker() -> None:

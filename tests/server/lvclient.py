@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ import uvicorn
 from server.app import create_app
 from server.gateway import Gateway
 from server.settings import GatewaySettings
+from server.workers import config as server_config
 from streaming.app import App
 from streaming.embedded import free_port as free_port
 from streaming.sink import ChangeTopicSink
@@ -34,22 +35,13 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 class ServedGateway:
-    """``create_app(settings)`` served by uvicorn (uvloop) in a thread of the test process."""
+    """``create_app(settings)`` served in a thread of the test process by uvicorn with the
+    gateway's own settings (``server.workers.config``: uvloop, the guarded HTTP protocol)."""
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self.app = create_app(settings)
-        config = uvicorn.Config(
-            self.app,
-            host="127.0.0.1",
-            port=settings.port,
-            loop="uvloop",
-            ws="websockets-sansio",
-            ws_max_size=settings.max_body_bytes,
-            lifespan="on",
-            log_level="warning",
-            timeout_graceful_shutdown=1,
-        )
+        config = server_config(settings, self.app, log_level="warning", timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{settings.port}"
@@ -72,6 +64,15 @@ class ServedGateway:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+    def in_loop(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` run on the gateway's event loop, between two of its callbacks."""
+
+        async def call() -> Any:
+            return fn()
+
+        loop = self.server.servers[0].get_loop()
+        return asyncio.run_coroutine_threadsafe(call(), loop).result(10)
 
     def token(
         self, user: str, scope: str = "read publish", ttl: float = 3600, **claims: Any
