@@ -79,15 +79,27 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 class GatewayApp(Starlette):
-    """The Starlette application, which also keeps the server's own ``send`` in the scope.
+    """The Starlette application, which also keeps the server's own ``send`` in the scope, and
+    runs the rest of a started SSE stream or WebSocket once Starlette has returned.
 
     SSE streams write straight to the connection under uvicorn (``server.livestream``); every
-    middleware wraps ``send``, so the server's is taken here, before any of them.
+    middleware wraps ``send``, so the server's is taken here, before any of them. A stream's
+    head goes out through the middleware (CORS adds its headers there), as does a WebSocket's
+    accept; the rest of their life, which for most is waiting, is held here, in one small
+    coroutine, rather than under Starlette's stack of middleware, routing and exception
+    wrappers (``livestream.hand_over``).
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope[livestream.SERVER_SEND] = send
+        if scope["type"] == "lifespan":
+            await super().__call__(scope, receive, send)
+            return
+        held: list[livestream.Rest] = []
+        scope[livestream.HELD] = held
         await super().__call__(scope, receive, send)
+        if held:
+            await held.pop()(receive, send)
 
 
 def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:

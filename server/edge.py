@@ -13,24 +13,34 @@ silent. ``http_protocol`` returns uvicorn's httptools protocol with both bounded
   seconds if the peer has not taken the data by then.
 
 The WebSocket protocol of an upgraded connection runs on the same transport, so it gets the
-same closing rule.
+same closing rule. A long-lived response can also ask the transport to call it back when the
+connection is lost (``LingeringTransport.on_lost``), instead of keeping a task per connection
+waiting on ASGI's ``receive`` for the disconnect.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
 class LingeringTransport:
-    """A transport whose ``close()`` gives up on unsent data after ``linger`` seconds."""
+    """A transport whose ``close()`` gives up on unsent data after ``linger`` seconds, and
+    that calls back whoever asked (``on_lost``) when the connection is lost."""
 
     def __init__(self, transport: asyncio.Transport, linger: float) -> None:
         self._transport = transport
         self._linger = linger
         self._abort_timer: asyncio.TimerHandle | None = None
+        self.lost: Callable[[], None] | None = None
+
+    def on_lost(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` once the connection is lost (None: call nothing). A long-lived
+        response learns of a disconnect this way without a task waiting on ``receive``."""
+        self.lost = callback
 
     def close(self) -> None:
         if self._abort_timer is None and not self._transport.is_closing():
@@ -59,6 +69,11 @@ def http_protocol(header_timeout: float, linger: float) -> type[asyncio.Protocol
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_timer()
             super().connection_lost(exc)
+            transport = self.transport
+            if isinstance(transport, LingeringTransport):
+                lost, transport.lost = transport.lost, None
+                if lost is not None:
+                    lost()
 
         def on_headers_complete(self) -> None:
             self._disarm_header_timer()

@@ -25,6 +25,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -47,6 +48,24 @@ EXIT_POLL_SECONDS = 0.1
 
 SERVER_SEND = "liveviews.server_send"
 """The scope key under which the application keeps the server's own ``send`` (``server.app``)."""
+
+HELD = "liveviews.held"
+"""The scope key of the list where a started stream leaves the rest of its life for the
+application's outermost call (``server.app``), once its response head has gone out through
+the framework: the connection then waits in a coroutine of its own, not in the framework's
+stack of middleware, routing and exception wrappers (~5 KB per idle stream)."""
+
+Rest = Callable[[Receive, Send], Awaitable[None]]
+
+
+async def hand_over(scope: Scope, rest: Rest, receive: Receive, send: Send) -> None:
+    """Leave ``rest`` of a started response to the application's outermost call, which runs
+    it with the server's own ``receive`` and ``send``; or run it here if nothing takes it."""
+    held = scope.get(HELD)
+    if isinstance(held, list) and not held:
+        held.append(rest)
+    else:
+        await rest(receive, send)
 
 
 def transport_of(scope: Scope) -> Any | None:
@@ -263,14 +282,19 @@ class LiveStream:
             self.pending = 0
 
 
-async def serve(
-    sub: Subscription, first: list[frames.Frame], expires_at: float, ticker: Ticker,
-    metrics: Metrics, send_timeout: float, scope: Scope, receive: Receive, send: Send,
-) -> None:  # fmt: skip
-    """Send the stream of one started subscription until it ends; the caller closes ``sub``."""
+async def begin(first: list[frames.Frame], metrics: Metrics, send: Send) -> None:
+    """Send a started subscription's response head and first frames."""
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": _body(first, metrics), "more_body": True})
-    first.clear()  # a snapshot can be large, and this coroutine lives as long as the stream
+    first.clear()  # a snapshot can be large, and the stream lives on
+
+
+async def serve(
+    sub: Subscription, expires_at: float, ticker: Ticker, metrics: Metrics,
+    send_timeout: float, scope: Scope, receive: Receive, send: Send,
+) -> None:  # fmt: skip
+    """Send the rest of a started subscription's stream (after ``begin``) until it ends; the
+    caller closes ``sub``."""
     transport = transport_of(scope)
     if transport is None:
         await _serve_through_asgi(sub, expires_at, ticker, metrics, receive, send)
@@ -279,9 +303,16 @@ async def serve(
     subscriber = sub.subscriber
     assert subscriber is not None
     ticker.add(stream)
-    # The client's disconnect wakes the stream at once, so its subscriber is freed at once.
-    watch = asyncio.ensure_future(_disconnected(receive))
-    watch.add_done_callback(lambda _: subscriber.wake())
+    # The client's disconnect wakes the stream at once, so its subscriber is freed at once:
+    # the gateway's transport calls back when the connection is lost (``server.edge``); under
+    # another protocol a task waits on ``receive`` for the disconnect.
+    on_lost = getattr(transport, "on_lost", None)
+    watch: asyncio.Future[None] | None = None
+    if on_lost is not None:
+        on_lost(subscriber.wake)
+    else:
+        watch = asyncio.ensure_future(_disconnected(receive))
+        watch.add_done_callback(lambda _: subscriber.wake())
     try:
         body: bytes | None = None
         while body is None:
@@ -302,7 +333,10 @@ async def serve(
         except TimeoutError:
             transport.close()
     finally:
-        watch.cancel()
+        if watch is not None:
+            watch.cancel()
+        elif on_lost is not None:
+            on_lost(None)
         ticker.remove(stream)
 
 

@@ -66,15 +66,26 @@ class SubscriptionResponse(Response):
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        gw, first, self.first = self.gateway, self.first or [], None
+        sub, gw, expires_at = self.sub, self.gateway, self.expires_at
+        first, self.first = self.first or [], None
         try:
-            await livestream.serve(
-                self.sub, first, self.expires_at, gw.ticker, gw.metrics,
-                gw.settings.send_timeout_seconds, scope, receive, send,
-            )  # fmt: skip
-        finally:
-            self.sub.close()
+            await livestream.begin(first, gw.metrics, send)
+        except BaseException:
+            sub.close()
             gw.release("sse")
+            raise
+
+        async def rest(receive: Receive, send: Send) -> None:
+            try:
+                await livestream.serve(
+                    sub, expires_at, gw.ticker, gw.metrics, gw.settings.send_timeout_seconds,
+                    scope, receive, send,
+                )  # fmt: skip
+            finally:
+                sub.close()
+                gw.release("sse")
+
+        await livestream.hand_over(scope, rest, receive, send)
 
 
 class LiveResponse(EventSourceResponse):

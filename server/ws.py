@@ -16,9 +16,10 @@ from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
+from starlette.types import Receive, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from server import frames
+from server import frames, livestream
 from server.auth import PUBLISH, READ, Principal, token_from
 from server.errors import BadRequest, GatewayError, SlowConsumer, Unauthorized, Unavailable
 from server.eventid import EventId
@@ -286,10 +287,15 @@ async def socket(websocket: WebSocket) -> None:
         await websocket.close(CLOSE_TRY_AGAIN_LATER, exc.code)
         return
     conn = Connection(websocket, gw)
-    try:
-        await conn.run()
-    except (WebSocketDisconnect, SendTimeout):
-        pass
-    finally:
-        await conn.close()
-        gw.release("ws")
+
+    async def rest(receive: Receive, send: Send) -> None:
+        try:
+            await conn.run()
+        except (WebSocketDisconnect, SendTimeout):
+            pass
+        finally:
+            await conn.close()
+            gw.release("ws")
+
+    # The socket's life, mostly waiting, is held by the application's outermost call.
+    await livestream.hand_over(websocket.scope, rest, websocket.receive, websocket.send)

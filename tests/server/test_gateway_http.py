@@ -116,5 +116,12 @@ def test_cors_allows_the_configured_origins_only(tight_gateway: ServedGateway) -
             other = await s.options(tight_gateway.url + "/v1/events",
                                     headers={"Origin": "http://evil.example", **pre})  # fmt: skip
             assert "Access-Control-Allow-Origin" not in other.headers
+            # A live stream's head goes through the same middleware as any response.
+            live = await s.get(tight_gateway.url + "/v1/views/profiles/alice/live",
+                               headers={"Origin": "http://chirp.example",
+                                        **tight_gateway.headers()})  # fmt: skip
+            assert live.status == 200
+            assert live.headers["Access-Control-Allow-Origin"] == "http://chirp.example"
+            live.close()
 
     run(go())

@@ -186,3 +186,37 @@ def test_tokens_are_checked_at_connect_and_can_be_refreshed(
             assert stored_rows(store, "profiles", "alice", 8)["profile"]["name"] == "still here"
 
     run(go())
+
+
+def test_an_open_socket_waits_outside_starlettes_stack(gateway: ServedGateway) -> None:
+    """A socket is accepted through Starlette's middleware and routing, then its life is held
+    by the gateway's own coroutine, not under Starlette's stack (its frames, per socket)."""
+
+    def awaited_files() -> list[list[str]]:
+        out = []
+        for task in asyncio.all_tasks():
+            files, coro = [], task.get_coro()
+            while coro is not None and hasattr(coro, "cr_code"):
+                files.append(coro.cr_code.co_filename)
+                coro = coro.cr_await
+            out.append(files)
+        return out
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            socks = [await connect(s, gateway, gateway.token("alice")) for _ in range(5)]
+            for i, sock in enumerate(socks):
+                assert (await sock.next())["type"] == "authenticated"
+                await sock.send(type="subscribe", sub="a", view="profiles", key=f"idle{i}")
+                assert (await sock.next())["type"] == "snapshot"
+            runs = [t for t in gateway.in_loop(awaited_files)
+                    if any(f.endswith("server/app.py") for f in t)
+                    and any(f.endswith("server/ws.py") for f in t)]  # fmt: skip
+            assert len(runs) >= 5
+            stack = ("starlette/applications.py", "starlette/routing.py",
+                     "starlette/_exception_handler.py", "starlette/middleware/")  # fmt: skip
+            assert not [f for t in runs for f in t if any(p in f for p in stack)], runs[0]
+            for sock in socks:
+                await sock.ws.close()
+
+    run(go())
