@@ -68,11 +68,15 @@ class SubscriptionResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         sub, gw, expires_at = self.sub, self.gateway, self.expires_at
         first, self.first = self.first or [], None
+
+        def close() -> None:
+            sub.close()
+            gw.release("sse")
+
         try:
             await livestream.begin(first, gw.metrics, send)
         except BaseException:
-            sub.close()
-            gw.release("sse")
+            close()
             raise
 
         async def rest(receive: Receive, send: Send) -> None:
@@ -82,8 +86,7 @@ class SubscriptionResponse(Response):
                     scope, receive, send,
                 )  # fmt: skip
             finally:
-                sub.close()
-                gw.release("sse")
+                close()
 
         await livestream.hand_over(scope, rest, receive, send)
 

@@ -65,6 +65,23 @@ class ServedGateway:
         self.server.should_exit = True
         self.thread.join(10)
 
+    def awaited_files(self) -> list[list[str]]:
+        """For each task on the gateway's loop, the files of the coroutines it is suspended
+        in, outermost first."""
+
+        def files() -> list[list[str]]:
+            out = []
+            for task in asyncio.all_tasks():
+                chain, coro = [], task.get_coro()
+                while coro is not None and hasattr(coro, "cr_code"):
+                    chain.append(coro.cr_code.co_filename)
+                    coro = coro.cr_await
+                out.append(chain)
+            return out
+
+        result: list[list[str]] = self.in_loop(files)
+        return result
+
     def in_loop(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` run on the gateway's event loop, between two of its callbacks."""
 

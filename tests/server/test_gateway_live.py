@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import aiohttp
 import redis
@@ -212,32 +211,20 @@ def test_bad_requests_to_live_get_their_codes(gateway: ServedGateway, store: red
     run(go())
 
 
-def _frames_awaited(task: asyncio.Task[Any]) -> list[str]:
-    """The files of the coroutines a task is suspended in, outermost first."""
-    out, coro = [], task.get_coro()
-    while coro is not None and hasattr(coro, "cr_code"):
-        out.append(coro.cr_code.co_filename)
-        coro = coro.cr_await
-    return out
-
-
 def test_an_idle_stream_waits_in_one_task_of_its_own(gateway: ServedGateway) -> None:
     """An open stream costs its connection's request task and nothing per stream beside it: its
     disconnect is noticed by the connection itself, not by a task waiting on ``receive``; and
     the request task waits in the gateway's own coroutine, not in Starlette's stack of
     middleware, routing and exception wrappers, which the stream's head went through."""
 
-    def tasks() -> list[list[str]]:
-        return [_frames_awaited(t) for t in asyncio.all_tasks()]
-
     async def go() -> None:
         async with aiohttp.ClientSession(headers=gateway.headers()) as s:
-            before = len(gateway.in_loop(tasks))
+            before = len(gateway.awaited_files())
             streams = [await open_sse(s, gateway.url + f"/v1/views/profiles/idle{i}/live")
                        for i in range(10)]  # fmt: skip
             for stream in streams:
                 assert (await stream.next()).event == "snapshot"
-            during = gateway.in_loop(tasks)
+            during = gateway.awaited_files()
             # One task per stream, and at most the two the SSE ticker starts with the first.
             assert 10 <= len(during) - before <= 12, during
             held = [t for t in during if any(f.endswith("server/sse.py") for f in t)]

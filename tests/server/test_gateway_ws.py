@@ -192,16 +192,6 @@ def test_an_open_socket_waits_outside_starlettes_stack(gateway: ServedGateway) -
     """A socket is accepted through Starlette's middleware and routing, then its life is held
     by the gateway's own coroutine, not under Starlette's stack (its frames, per socket)."""
 
-    def awaited_files() -> list[list[str]]:
-        out = []
-        for task in asyncio.all_tasks():
-            files, coro = [], task.get_coro()
-            while coro is not None and hasattr(coro, "cr_code"):
-                files.append(coro.cr_code.co_filename)
-                coro = coro.cr_await
-            out.append(files)
-        return out
-
     async def go() -> None:
         async with aiohttp.ClientSession() as s:
             socks = [await connect(s, gateway, gateway.token("alice")) for _ in range(5)]
@@ -209,7 +199,7 @@ def test_an_open_socket_waits_outside_starlettes_stack(gateway: ServedGateway) -
                 assert (await sock.next())["type"] == "authenticated"
                 await sock.send(type="subscribe", sub="a", view="profiles", key=f"idle{i}")
                 assert (await sock.next())["type"] == "snapshot"
-            runs = [t for t in gateway.in_loop(awaited_files)
+            runs = [t for t in gateway.awaited_files()
                     if any(f.endswith("server/app.py") for f in t)
                     and any(f.endswith("server/ws.py") for f in t)]  # fmt: skip
             assert len(runs) >= 5
