@@ -127,7 +127,9 @@ def python_path_cost(n: int, rounds: int = 50) -> float:
             sub = Subscription(cast(Source, None), "v", "k", None)
             sub.epoch = "e"
             subscriber = sub.subscriber = hub.attach("v", "k", 100)
-            subscriber.sink = LiveStream(sub, IdleTransport(), ticker, metrics, float("inf"))
+            subscriber.sink = LiveStream(
+                sub, IdleTransport(), ticker, metrics, float("inf"), lambda: None
+            )
         best = float("inf")
         seq = 0
         for _ in range(5):

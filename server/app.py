@@ -97,9 +97,14 @@ class GatewayApp(Starlette):
             return
         held: list[livestream.Rest] = []
         scope[livestream.HELD] = held
-        await super().__call__(scope, receive, send)
-        if held:
-            await held.pop()(receive, send)
+        try:
+            await super().__call__(scope, receive, send)
+            if held:
+                await held.pop()(receive, send)
+        finally:
+            # The server's ``send`` is bound to the request's cycle, which holds this scope:
+            # a reference cycle that would keep both until the garbage collector's next pass.
+            del scope[livestream.SERVER_SEND]
 
 
 def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:

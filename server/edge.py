@@ -13,34 +13,88 @@ silent. ``http_protocol`` returns uvicorn's httptools protocol with both bounded
   seconds if the peer has not taken the data by then.
 
 The WebSocket protocol of an upgraded connection runs on the same transport, so it gets the
-same closing rule. A long-lived response can also ask the transport to call it back when the
-connection is lost (``LingeringTransport.on_lost``), instead of keeping a task per connection
-waiting on ASGI's ``receive`` for the disconnect.
+same closing rule.
+
+A long-lived response can also take its connection over from the HTTP protocol once its head
+has gone out (``LingeringTransport.release``): the response then is the connection's protocol
+(``ReleasedConnection``), and neither uvicorn's per-connection state (its parser, the request's
+scope, the ASGI cycle and its events) nor a task waits for as long as the response stays open.
+uvicorn hands an upgraded WebSocket's transport to another protocol the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
-class LingeringTransport:
-    """A transport whose ``close()`` gives up on unsent data after ``linger`` seconds, and
-    that calls back whoever asked (``on_lost``) when the connection is lost."""
+class Owner(Protocol):
+    """What a response that took its connection over (``LingeringTransport.release``) hears."""
 
-    def __init__(self, transport: asyncio.Transport, linger: float) -> None:
+    def lost(self) -> None:
+        """The connection is gone."""
+
+    def shutdown(self) -> None:
+        """The server is shutting down gracefully: end the response now."""
+
+
+class ReleasedConnection(asyncio.Protocol):
+    """The protocol of a connection whose response took it over from the HTTP protocol.
+
+    The client has nothing more to say on it (a request pipelined behind a response that does
+    not end cannot be answered), so what it sends is read and dropped; its end of the
+    connection closing closes the transport. The server's graceful shutdown finds it among the
+    server's connections, as it found the HTTP protocol.
+    """
+
+    __slots__ = ("owner", "connections")
+
+    def __init__(self, owner: Owner, connections: set[Any]) -> None:
+        self.owner = owner
+        self.connections = connections
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.discard(self)
+        self.owner.lost()
+
+    def shutdown(self) -> None:
+        self.owner.shutdown()
+
+
+Releaser = Callable[[Owner], bool]
+
+
+class LingeringTransport:
+    """A transport whose ``close()`` gives up on unsent data after ``linger`` seconds, and that
+    a started response can take over from the HTTP protocol (``release``)."""
+
+    __slots__ = ("_transport", "_linger", "_abort_timer", "_releaser")
+
+    def __init__(self, transport: asyncio.Transport, linger: float, releaser: Releaser) -> None:
         self._transport = transport
         self._linger = linger
         self._abort_timer: asyncio.TimerHandle | None = None
-        self.lost: Callable[[], None] | None = None
+        self._releaser: Releaser | None = releaser
 
-    def on_lost(self, callback: Callable[[], None] | None) -> None:
-        """Call ``callback`` once the connection is lost (None: call nothing). A long-lived
-        response learns of a disconnect this way without a task waiting on ``receive``."""
-        self.lost = callback
+    def release(self, owner: Owner) -> bool:
+        """Make ``owner`` the connection's owner, if its response has started (chunked) and not
+        ended and no request waits behind it; False, and nothing changes, otherwise. From then
+        on the HTTP protocol no longer serves the connection: the owner writes the rest of the
+        response (and its last chunk) itself and closes the transport when it ends. The ASGI
+        application's call may then return at once."""
+        releaser, self._releaser = self._releaser, None
+        if releaser is None:
+            return False
+        if releaser(owner):
+            return True
+        self._releaser = releaser
+        return False
 
     def close(self) -> None:
         if self._abort_timer is None and not self._transport.is_closing():
@@ -63,17 +117,41 @@ def http_protocol(header_timeout: float, linger: float) -> type[asyncio.Protocol
         _header_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(LingeringTransport(transport, linger))  # type: ignore[arg-type]
+            lingering = LingeringTransport(transport, linger, self._release)
+            super().connection_made(lingering)  # type: ignore[arg-type]
             self._arm_header_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_timer()
+            self._unreleasable()
             super().connection_lost(exc)
-            transport = self.transport
-            if isinstance(transport, LingeringTransport):
-                lost, transport.lost = transport.lost, None
-                if lost is not None:
-                    lost()
+
+        def handle_websocket_upgrade(self) -> None:
+            self._unreleasable()  # the WebSocket protocol keeps the transport, not this protocol
+            super().handle_websocket_upgrade()
+
+        def _unreleasable(self) -> None:
+            if isinstance(self.transport, LingeringTransport):
+                self.transport._releaser = None
+
+        def _release(self, owner: Owner) -> bool:
+            cycle, transport = self.cycle, self.transport
+            if (cycle is None or not cycle.response_started or cycle.response_complete
+                    or not cycle.chunked_encoding or cycle.disconnected or self.pipeline
+                    or transport.is_closing()):  # fmt: skip
+                return False
+            self._disarm_header_timer()
+            # The cycle takes the end of the application's call as that of a lost connection:
+            # it writes and closes nothing more. Reading goes on, to the new protocol.
+            cycle.disconnected = True
+            self.connections.discard(self)
+            released = ReleasedConnection(owner, self.connections)
+            self.connections.add(released)  # type: ignore[arg-type]
+            assert isinstance(transport, LingeringTransport)
+            transport._transport.set_protocol(released)
+            self.flow.resume_reading()
+            self.parser = None  # type: ignore[assignment]  # it refers back to this protocol
+            return True
 
         def on_headers_complete(self) -> None:
             self._disarm_header_timer()

@@ -115,10 +115,11 @@ class Subscriber:
     """The hub's side of one subscription: a bounded buffer, or a sink that takes items at once.
 
     Its reader waits with ``wait()``; one future is made per wait, not one event per subscriber.
+    A reader that keeps no task waiting is called back instead (``on_wake``).
     """
 
     __slots__ = ("view", "key", "frontier_name", "capacity", "buffer", "progress", "state",
-                 "sink", "woken", "_waiter")  # fmt: skip
+                 "sink", "woken", "on_wake", "_waiter")  # fmt: skip
 
     def __init__(self, view: str, key: str, capacity: int, frontier_name: str) -> None:
         self.view = view
@@ -130,6 +131,7 @@ class Subscriber:
         self.state = SubscriberState.ATTACHED
         self.sink: Sink | None = None
         self.woken = False
+        self.on_wake: Callable[[], None] | None = None
         self._waiter: asyncio.Future[None] | None = None
 
     def offer(self, item: Item) -> bool:
@@ -164,6 +166,8 @@ class Subscriber:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self.on_wake is not None:
+            self.on_wake()
 
     async def wait(self) -> None:
         """Until ``wake()`` was called since the last ``take()`` (or ``clear()``)."""

@@ -1,27 +1,30 @@
-"""An SSE subscription's response: frames written straight to the connection, one task each.
+"""An SSE subscription's response: frames written straight to the connection, no task per stream.
 
-After the first frames, the hub hands each delta and progress to the stream's ``deliver``
-methods, which write the frame's shared, pre-encoded HTTP chunk to the connection at once: to
-its socket while the transport holds nothing unsent, else through the transport, which queues it
-in order. No task wakes up per delivery. The response's own task sleeps until something needs
-it (a reset to read, the end of the stream, a closed connection). One ``Ticker`` per process
-writes heartbeats and notices expired tokens for all streams, and watches for the server's
-graceful shutdown; a small waiter per stream notices the client's disconnect.
+After the first frames, the stream takes its connection over from uvicorn's HTTP protocol
+(``server.edge``): the stream is then the connection's owner, and the hub hands each delta and
+progress to its ``deliver`` methods, which write the frame's shared, pre-encoded HTTP chunk to
+the connection at once: to its socket while the transport holds nothing unsent, else through the
+transport, which queues it in order. An idle stream holds no task and none of the HTTP
+protocol's per-connection state: what needs it (a reset to read, the end of the stream, a
+closed connection) wakes it, and a task runs until the stream is up to date again or has
+ended. One ``Ticker`` per process writes heartbeats and notices expired tokens for all streams,
+and watches for the server's graceful shutdown.
 
 On shutdown (uvicorn's ``should_exit``, set by SIGTERM or Ctrl-C) every stream is closed at once,
 cleanly and between frames, as sse-starlette closes its own: the client resumes elsewhere with
-the ``Last-Event-ID`` of the last frame it got. uvicorn waits for open responses before it runs
-the lifespan's shutdown, so the lifespan is too late to notice; a stream left open would hold
-the process until ``timeout_graceful_shutdown`` and then be cut off mid-stream.
+the ``Last-Event-ID`` of the last frame it got. uvicorn waits for open connections before it
+runs the lifespan's shutdown, so the lifespan is too late to notice; a stream left open would
+hold the process until ``timeout_graceful_shutdown`` and then be cut off mid-stream.
 
-Writing to the transport needs uvicorn's httptools protocol (chunked encoding, its transport);
-under any other server the stream falls back to sending each batch of frames through ASGI.
+Taking the connection over needs the gateway's HTTP protocol (``server.edge``); under any other
+server the stream sends each batch of frames through ASGI instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -42,6 +45,7 @@ HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 HEARTBEAT_CHUNK = http_chunk(frames.SSE_HEARTBEAT)
+LAST_CHUNK = b"0\r\n\r\n"
 EXIT_POLL_SECONDS = 0.1
 """How often the ticker looks at the server's ``should_exit`` (uvicorn's own loop does too)."""
 
@@ -123,6 +127,8 @@ class Ticker:
 
     def shut_down(self) -> None:
         """End every stream now, and every stream added from now on."""
+        if self.exiting:
+            return
         self.exiting = True
         for stream in list(self.streams):
             subscriber = stream.sub.subscriber
@@ -161,15 +167,20 @@ def _socket_fd(transport: Any) -> int:
         return -1
 
 
+log = logging.getLogger("liveviews.gateway.sse")
+
+
 class LiveStream:
-    """The hub's sink for one SSE subscription whose frames go straight to its transport."""
+    """One SSE subscription that owns its connection: the hub's sink for it, and the owner
+    (``server.edge.Owner``) of its connection once the HTTP protocol has released it."""
 
     __slots__ = ("sub", "transport", "ticker", "metrics", "expires_at", "last_write", "pending",
-                 "_fd", "_write_raw", "_is_closing", "_buffered")  # fmt: skip
+                 "_fd", "_write_raw", "_is_closing", "_buffered", "_end", "_running",
+                 "_task")  # fmt: skip
 
     def __init__(
         self, sub: Subscription, transport: Any, ticker: Ticker, metrics: Metrics,
-        expires_at: float,
+        expires_at: float, end: Callable[[], None],
     ) -> None:  # fmt: skip
         self.sub = sub
         self.transport = transport
@@ -178,6 +189,10 @@ class LiveStream:
         self.expires_at = expires_at
         self.last_write = ticker.now
         self.pending = 0  # frames written since the transport's buffer was last seen empty
+        self._end: Callable[[], None] | None = end
+        """Called once, when the stream has ended (None since)."""
+        self._running = False
+        self._task: asyncio.Task[None] | None = None
         # Bound once: the server may wrap its transport, and these run on every delivery.
         self._write_raw = transport.write
         self._is_closing = transport.is_closing
@@ -281,6 +296,69 @@ class LiveStream:
         elif now - self.last_write >= heartbeat and self._write(HEARTBEAT_CHUNK):
             self.pending = 0
 
+    # The connection's owner (``server.edge.Owner``).
+
+    def lost(self) -> None:
+        subscriber = self.sub.subscriber
+        if subscriber is not None:
+            subscriber.wake()
+
+    def shutdown(self) -> None:
+        self.ticker.shut_down()
+
+    def woken(self) -> None:
+        """The subscriber was woken (``Subscriber.on_wake``): run the stream, unless it runs."""
+        if not self._running and self._end is not None:
+            self._task = asyncio.get_running_loop().create_task(self.run())
+
+    async def run(self) -> None:
+        """Send what the subscriber holds, then leave the stream to the hub; or end it."""
+        self._running = True
+        sub = self.sub
+        subscriber = sub.subscriber
+        assert subscriber is not None
+        try:
+            while True:
+                subscriber.clear()
+                body = _ending(sub, self, self.expires_at)
+                if body is None:
+                    body = await _take_over(sub, self)
+                if body is not None:
+                    self.finish(body)
+                    return
+                if not subscriber.woken:
+                    return  # the hub writes to the stream; the next wake runs this again
+        except Exception:
+            # A reset could not read the store: the client resumes from its last event id.
+            log.warning("SSE stream of %s/%s closed", sub.view, sub.key, exc_info=True)
+            self.finish(None)
+        except BaseException:
+            self.finish(None)
+            raise
+        finally:
+            self._running = False
+            self._task = None
+
+    def finish(self, body: bytes | None) -> None:
+        """End the stream: ``body`` and the last chunk, unless None; then close the connection
+        (given up after the linger of ``server.edge`` if the client does not take the rest)."""
+        end, self._end = self._end, None
+        if end is None:
+            return
+        self.ticker.remove(self)
+        subscriber = self.sub.subscriber
+        if subscriber is not None:
+            subscriber.sink = None
+            subscriber.on_wake = None
+        transport = self.transport
+        if body is not None and not transport.is_closing():
+            self._write_raw(http_chunk(body) + LAST_CHUNK if body else LAST_CHUNK)
+            if body:
+                self.metrics.frames_out += 1
+                self.metrics.bytes_out += len(body)
+        transport.close()
+        end()
+
 
 async def begin(first: list[frames.Frame], metrics: Metrics, send: Send) -> None:
     """Send a started subscription's response head and first frames."""
@@ -290,54 +368,30 @@ async def begin(first: list[frames.Frame], metrics: Metrics, send: Send) -> None
 
 
 async def serve(
-    sub: Subscription, expires_at: float, ticker: Ticker, metrics: Metrics,
-    send_timeout: float, scope: Scope, receive: Receive, send: Send,
+    sub: Subscription, expires_at: float, ticker: Ticker, metrics: Metrics, scope: Scope,
+    receive: Receive, send: Send, end: Callable[[], None],
 ) -> None:  # fmt: skip
-    """Send the rest of a started subscription's stream (after ``begin``) until it ends; the
-    caller closes ``sub``."""
+    """Send the rest of a started subscription's stream (after ``begin``); ``end`` is called
+    once it has ended.
+
+    Under the gateway's HTTP protocol (``server.edge``) the stream takes its connection over
+    and this returns as soon as the stream is up to date: the stream lives on without a task.
+    """
     transport = transport_of(scope)
-    if transport is None:
-        await _serve_through_asgi(sub, expires_at, ticker, metrics, receive, send)
-        return
-    stream = LiveStream(sub, transport, ticker, metrics, expires_at)
-    subscriber = sub.subscriber
-    assert subscriber is not None
-    ticker.add(stream)
-    # The client's disconnect wakes the stream at once, so its subscriber is freed at once:
-    # the gateway's transport calls back when the connection is lost (``server.edge``); under
-    # another protocol a task waits on ``receive`` for the disconnect.
-    on_lost = getattr(transport, "on_lost", None)
-    watch: asyncio.Future[None] | None = None
-    if on_lost is not None:
-        on_lost(subscriber.wake)
-    else:
-        watch = asyncio.ensure_future(_disconnected(receive))
-        watch.add_done_callback(lambda _: subscriber.wake())
-    try:
-        body: bytes | None = None
-        while body is None:
-            body = await _take_over(sub, stream)
-            if body is None:
-                await subscriber.wait()
-                subscriber.clear()
-                body = _ending(sub, stream, expires_at)
-        if transport.is_closing():
+    release = getattr(transport, "release", None)
+    if release is not None:
+        stream = LiveStream(sub, transport, ticker, metrics, expires_at, end)
+        if release(stream):
+            subscriber = sub.subscriber
+            assert subscriber is not None
+            subscriber.on_wake = stream.woken
+            ticker.add(stream)
+            await stream.run()
             return
-        subscriber.sink = None
-        if body:
-            metrics.frames_out += 1
-            metrics.bytes_out += len(body)
-        try:
-            async with asyncio.timeout(send_timeout):
-                await send({"type": "http.response.body", "body": body, "more_body": False})
-        except TimeoutError:
-            transport.close()
+    try:
+        await _serve_through_asgi(sub, expires_at, ticker, metrics, receive, send)
     finally:
-        if watch is not None:
-            watch.cancel()
-        elif on_lost is not None:
-            on_lost(None)
-        ticker.remove(stream)
+        end()
 
 
 async def _take_over(sub: Subscription, stream: LiveStream) -> bytes | None:

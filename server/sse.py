@@ -80,13 +80,9 @@ class SubscriptionResponse(Response):
             raise
 
         async def rest(receive: Receive, send: Send) -> None:
-            try:
-                await livestream.serve(
-                    sub, expires_at, gw.ticker, gw.metrics, gw.settings.send_timeout_seconds,
-                    scope, receive, send,
-                )  # fmt: skip
-            finally:
-                close()
+            await livestream.serve(
+                sub, expires_at, gw.ticker, gw.metrics, scope, receive, send, close
+            )  # fmt: skip
 
         await livestream.hand_over(scope, rest, receive, send)
 

@@ -211,11 +211,17 @@ def test_bad_requests_to_live_get_their_codes(gateway: ServedGateway, store: red
     run(go())
 
 
-def test_an_idle_stream_waits_in_one_task_of_its_own(gateway: ServedGateway) -> None:
-    """An open stream costs its connection's request task and nothing per stream beside it: its
-    disconnect is noticed by the connection itself, not by a task waiting on ``receive``; and
-    the request task waits in the gateway's own coroutine, not in Starlette's stack of
-    middleware, routing and exception wrappers, which the stream's head went through."""
+def test_an_idle_stream_holds_no_task_and_no_http_protocol(
+    gateway: ServedGateway, writer: Writer
+) -> None:
+    """An open stream costs no task and none of uvicorn's per-connection state: once its first
+    frames are out, the stream owns its connection (``server.edge``), the request's task ends,
+    and the connection's disconnect is noticed by the stream itself."""
+
+    def connections() -> list[str]:
+        return gateway.in_loop(
+            lambda: sorted(type(c).__name__ for c in gateway.server.server_state.connections)
+        )
 
     async def go() -> None:
         async with aiohttp.ClientSession(headers=gateway.headers()) as s:
@@ -225,16 +231,53 @@ def test_an_idle_stream_waits_in_one_task_of_its_own(gateway: ServedGateway) -> 
             for stream in streams:
                 assert (await stream.next()).event == "snapshot"
             during = gateway.awaited_files()
-            # One task per stream, and at most the two the SSE ticker starts with the first.
-            assert 10 <= len(during) - before <= 12, during
-            held = [t for t in during if any(f.endswith("server/sse.py") for f in t)]
-            assert len(held) == 10
-            assert not [f for t in held for f in t if "/starlette/" in f], held[0]
+            # At most the two tasks the SSE ticker starts with the first stream.
+            assert len(during) - before <= 2, during
+            assert not [t for t in during if any(f.endswith("server/sse.py") for f in t)]
+            assert connections().count("ReleasedConnection") == 10, connections()
+            # Still live: a delta reaches every stream, straight from the hub.
+            writer.write([("profiles", f"idle{i}", "name", {"v": i}) for i in range(10)])
+            for i, stream in enumerate(streams):
+                ev = await stream.next(skip=("progress",))
+                assert ev.event == "delta" and ev.data["key"] == f"idle{i}", ev
             for stream in streams:
                 await stream.close()
             deadline = time.monotonic() + 5
             while gateway.gateway.metrics.subscriptions and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             assert gateway.gateway.metrics.subscriptions == 0
+            assert "ReleasedConnection" not in connections()
+
+    run(go())
+
+
+def test_a_stream_with_a_request_pipelined_behind_it_is_still_served(
+    gateway: ServedGateway, writer: Writer
+) -> None:
+    """A request sent behind the stream's, on the same connection, keeps the connection with
+    the HTTP protocol (it cannot be answered before the stream ends); the stream goes on
+    through ASGI and its deltas still arrive."""
+    writer.write([("profiles", "piped", "profile", profile("P0"))])
+
+    async def go() -> None:
+        host, port = gateway.url.removeprefix("http://").split(":")
+        reader, w = await asyncio.open_connection(host, int(port))
+        auth = gateway.headers()["Authorization"]
+        request = (f"GET /v1/views/profiles/piped/live HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: {auth}\r\n\r\n")  # fmt: skip
+        w.write((request + "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n").encode())
+        seen = b""
+        async with asyncio.timeout(10):
+            while b"event: snapshot" not in seen:
+                seen += await reader.read(65536)
+            assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
+            kinds = gateway.in_loop(
+                lambda: [type(c).__name__ for c in gateway.server.server_state.connections]
+            )
+            assert "ReleasedConnection" not in kinds, kinds
+            writer.write([("profiles", "piped", "profile", profile("P1"))])
+            while b'"P1"' not in seen:
+                seen += await reader.read(65536)
+        w.close()
 
     run(go())

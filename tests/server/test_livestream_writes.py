@@ -59,7 +59,7 @@ def stream_on(transport: asyncio.Transport, capacity: int = 1_000_000) -> LiveSt
     sub = SimpleNamespace(subscriber=SimpleNamespace(capacity=capacity))
     metrics = Metrics()
     return LiveStream(cast(Subscription, sub), transport, Ticker(15.0, metrics), metrics,
-                      float("inf"))  # fmt: skip
+                      float("inf"), lambda: None)  # fmt: skip
 
 
 def read_exactly(sock: socket.socket, size: int) -> bytes:
