@@ -87,6 +87,7 @@ class GatewaySettings:
     send_timeout_seconds: float = 10.0
     header_timeout_seconds: float = 10.0
     ws_auth_timeout_seconds: float = 10.0
+    ws_compression: bool = False
     feed_block_ms: int = 1000
     log_feed: bool = True
     static_dir: Path | None = DEFAULT_STATIC_DIR
@@ -139,6 +140,7 @@ class GatewaySettings:
             send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
             header_timeout_seconds=_float(env, "LV_HEADER_TIMEOUT_SECONDS", 10.0),
             ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),
+            ws_compression=_bool(env, "LV_WS_COMPRESSION", False),
             feed_block_ms=env_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),
             log_feed=_bool(env, "LV_LOG_FEED", dev),
             static_dir=_dir(env, "LV_STATIC_DIR", DEFAULT_STATIC_DIR),

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import redis
 from lvclient import ServedGateway, Writer, run, stored_rows
+from tests_server_settings import settings_for
 
 from streaming.events import log_stream
 
@@ -210,3 +211,24 @@ def test_an_open_socket_waits_outside_starlettes_stack(gateway: ServedGateway) -
                 await sock.ws.close()
 
     run(go())
+
+
+def test_compression_is_negotiated_only_when_configured(
+    gateway: ServedGateway, store_url: str
+) -> None:
+    """Browsers offer permessage-deflate on every socket; a compressed socket keeps a compressor
+    and a decompressor for life, so the gateway accepts the offer only with LV_WS_COMPRESSION."""
+
+    async def negotiated(gw: ServedGateway) -> int:
+        async with aiohttp.ClientSession() as s:
+            ws = await s.ws_connect(gw.ws_url, compress=15)
+            compress = ws.compress
+            await ws.close()
+            return compress
+
+    assert run(negotiated(gateway)) == 0
+    compressing = ServedGateway(settings_for(store_url, LV_WS_COMPRESSION="true")).start()
+    try:
+        assert run(negotiated(compressing)) > 0
+    finally:
+        compressing.stop()
