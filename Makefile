@@ -24,8 +24,8 @@ faults: $(STAMP)
 	KILLS=$(KILLS) WRITE_SECONDS=$(WRITE_SECONDS) SEED=$(SEED) bash scripts/faults.sh
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check server streaming demo tests
-	$(VENV)/bin/mypy server streaming demo
+	$(VENV)/bin/ruff check server streaming demo tests bench
+	$(VENV)/bin/mypy server streaming demo bench
 
 clean-data:
 	rm -rf data

@@ -74,7 +74,7 @@ def measure(
         rss = c.rss_bytes(pids)
     lat = got.latencies
     n = got.deliveries
-    row = {
+    row: dict[str, Any] = {
         "contender": server.name,
         "processes": len(pids),
         "subscribers": subscribers,

@@ -21,9 +21,10 @@ import socket
 import struct
 import time
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, cast
 
 from bench.common import raise_open_files
 
@@ -75,8 +76,8 @@ class Stream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
-        transport.write(self.request)
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        self.transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:
         now = time.time()
@@ -195,7 +196,9 @@ class Collected:
 class Clients:
     """``requests`` spread over ``processes`` client processes; a context manager."""
 
-    def __init__(self, host: str, port: int, requests: list[Request], processes: int = 2) -> None:
+    def __init__(
+        self, host: str, port: int, requests: Sequence[Request], processes: int = 2
+    ) -> None:
         ctx = mp.get_context("spawn")
         self.pipes: list[Connection] = []
         self.procs: list[Any] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as redis
 from sse_starlette.sse import EventSourceResponse
@@ -33,9 +33,12 @@ async def live(request: Request) -> EventSourceResponse:
     stream = changes_stream(shard_for(view, key, SHARDS))
 
     async def deltas() -> AsyncIterator[dict[str, Any]]:
-        last = "$"
+        last: bytes | str = "$"
         while True:
-            reply = await client.xread({stream: last}, block=15_000, count=100)
+            reply = cast(
+                list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]],
+                await client.xread({stream: last}, block=15_000, count=100),
+            )
             for _, entries in reply:
                 for entry_id, fields in entries:
                     last = entry_id
