@@ -330,7 +330,7 @@ class LiveStream:
                     return  # the hub writes to the stream; the next wake runs this again
         except Exception:
             # A reset could not read the store: the client resumes from its last event id.
-            log.warning("SSE stream of %s/%s closed", sub.view, sub.key, exc_info=True)
+            log.warning("SSE stream of %s/%s closed on an error", sub.view, sub.key, exc_info=True)
             self.finish(None)
         except BaseException:
             self.finish(None)
