@@ -41,23 +41,32 @@ class Owner(Protocol):
         """The server is shutting down gracefully: end the response now."""
 
 
+UNREAD_LIMIT = 65_536
+"""Bytes a client may send on a connection whose response took it over before it is cut off."""
+
+
 class ReleasedConnection(asyncio.Protocol):
     """The protocol of a connection whose response took it over from the HTTP protocol.
 
     The client has nothing more to say on it (a request pipelined behind a response that does
-    not end cannot be answered), so what it sends is read and dropped; its end of the
+    not end cannot be answered), so what it sends is read and dropped, up to ``UNREAD_LIMIT``
+    bytes; a client that sends more is cut off (RST) rather than read forever. Its end of the
     connection closing closes the transport. The server's graceful shutdown finds it among the
     server's connections, as it found the HTTP protocol.
     """
 
-    __slots__ = ("owner", "connections")
+    __slots__ = ("owner", "connections", "transport", "unread")
 
-    def __init__(self, owner: Owner, connections: set[Any]) -> None:
+    def __init__(self, owner: Owner, connections: set[Any], transport: asyncio.Transport) -> None:
         self.owner = owner
         self.connections = connections
+        self.transport = transport
+        self.unread = 0
 
     def data_received(self, data: bytes) -> None:
-        pass
+        self.unread += len(data)
+        if self.unread > UNREAD_LIMIT:
+            self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
@@ -145,9 +154,9 @@ def http_protocol(header_timeout: float, linger: float) -> type[asyncio.Protocol
             # it writes and closes nothing more. Reading goes on, to the new protocol.
             cycle.disconnected = True
             self.connections.discard(self)
-            released = ReleasedConnection(owner, self.connections)
-            self.connections.add(released)  # type: ignore[arg-type]
             assert isinstance(transport, LingeringTransport)
+            released = ReleasedConnection(owner, self.connections, transport._transport)
+            self.connections.add(released)  # type: ignore[arg-type]
             transport._transport.set_protocol(released)
             self.flow.resume_reading()
             self.parser = None  # type: ignore[assignment]  # it refers back to this protocol

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import aiohttp
@@ -332,3 +333,36 @@ def test_a_reset_that_cannot_read_the_store_closes_the_stream(
     # Said once, by the stream, in the gateway's log; not left to asyncio as an unread error.
     said = [r for r in caplog.records if r.name == "liveviews.gateway.sse"]
     assert [r.getMessage() for r in said] == ["SSE stream of profiles/rx closed on an error"], said
+
+
+def test_a_client_that_keeps_sending_on_its_stream_is_cut_off(gateway: ServedGateway) -> None:
+    """A client has nothing to send on an open stream; what it sends is dropped, and one that
+    sends more than a request's worth is cut off, which frees its subscription."""
+
+    async def go() -> None:
+        async with asyncio.timeout(5):  # streams of earlier tests are gone
+            while gateway.gateway.metrics.subscriptions:
+                await asyncio.sleep(0.02)
+        host, port = gateway.url.removeprefix("http://").split(":")
+        reader, w = await asyncio.open_connection(host, int(port))
+        auth = gateway.headers()["Authorization"]
+        w.write(f"GET /v1/views/profiles/chatty/live HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: {auth}\r\n\r\n".encode())  # fmt: skip
+        seen = b""
+        async with asyncio.timeout(10):
+            while b"event: snapshot" not in seen:
+                seen += await reader.read(65536)
+            w.write(b"x" * 1000)  # dropped: the stream goes on
+            await w.drain()
+            await asyncio.sleep(0.2)
+            assert gateway.gateway.metrics.subscriptions == 1
+            with contextlib.suppress(ConnectionError):
+                for _ in range(100):
+                    w.write(b"x" * 4096)
+                    await w.drain()
+                    await asyncio.sleep(0.001)
+            while gateway.gateway.metrics.subscriptions:
+                await asyncio.sleep(0.02)
+        w.close()
+
+    run(go())
