@@ -97,13 +97,10 @@ class LingeringTransport:
         on the HTTP protocol no longer serves the connection: the owner writes the rest of the
         response (and its last chunk) itself and closes the transport when it ends. The ASGI
         application's call may then return at once."""
-        releaser, self._releaser = self._releaser, None
-        if releaser is None:
+        if self._releaser is None or not self._releaser(owner):
             return False
-        if releaser(owner):
-            return True
-        self._releaser = releaser
-        return False
+        self._releaser = None  # it refers back to the HTTP protocol, which is done with it
+        return True
 
     def close(self) -> None:
         if self._abort_timer is None and not self._transport.is_closing():

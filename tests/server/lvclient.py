@@ -82,6 +82,13 @@ class ServedGateway:
         result: list[list[str]] = self.in_loop(files)
         return result
 
+    def connection_kinds(self) -> list[str]:
+        """The protocol class of each connection uvicorn counts as open, sorted."""
+        kinds: list[str] = self.in_loop(
+            lambda: sorted(type(c).__name__ for c in self.server.server_state.connections)
+        )
+        return kinds
+
     def in_loop(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` run on the gateway's event loop, between two of its callbacks."""
 

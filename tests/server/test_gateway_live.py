@@ -221,11 +221,6 @@ def test_an_idle_stream_holds_no_task_and_no_http_protocol(
     frames are out, the stream owns its connection (``server.edge``), the request's task ends,
     and the connection's disconnect is noticed by the stream itself."""
 
-    def connections() -> list[str]:
-        return gateway.in_loop(
-            lambda: sorted(type(c).__name__ for c in gateway.server.server_state.connections)
-        )
-
     async def go() -> None:
         async with aiohttp.ClientSession(headers=gateway.headers()) as s:
             before = len(gateway.awaited_files())
@@ -237,7 +232,8 @@ def test_an_idle_stream_holds_no_task_and_no_http_protocol(
             # At most the two tasks the SSE ticker starts with the first stream.
             assert len(during) - before <= 2, during
             assert not [t for t in during if any(f.endswith("server/sse.py") for f in t)]
-            assert connections().count("ReleasedConnection") == 10, connections()
+            kinds = gateway.connection_kinds()
+            assert kinds.count("ReleasedConnection") == 10, kinds
             # Still live: a delta reaches every stream, straight from the hub.
             writer.write([("profiles", f"idle{i}", "name", {"v": i}) for i in range(10)])
             for i, stream in enumerate(streams):
@@ -249,9 +245,27 @@ def test_an_idle_stream_holds_no_task_and_no_http_protocol(
             while gateway.gateway.metrics.subscriptions and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
             assert gateway.gateway.metrics.subscriptions == 0
-            assert "ReleasedConnection" not in connections()
+            assert "ReleasedConnection" not in gateway.connection_kinds()
 
     run(go())
+
+
+async def raw_stream(
+    gateway: ServedGateway, key: str, behind: bytes = b""
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    """A stream of profiles/``key`` opened on a plain socket (``behind``: bytes sent right after
+    the request, in the same write), read up to its snapshot; and what was read."""
+    host, port = gateway.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    auth = gateway.headers()["Authorization"]
+    writer.write(f"GET /v1/views/profiles/{key}/live HTTP/1.1\r\nHost: x\r\n"
+                 f"Authorization: {auth}\r\n\r\n".encode() + behind)  # fmt: skip
+    seen = b""
+    async with asyncio.timeout(10):
+        while b"event: snapshot" not in seen:
+            seen += await reader.read(65536)
+    assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
+    return reader, writer, seen
 
 
 def test_a_stream_with_a_request_pipelined_behind_it_is_still_served(
@@ -263,20 +277,11 @@ def test_a_stream_with_a_request_pipelined_behind_it_is_still_served(
     writer.write([("profiles", "piped", "profile", profile("P0"))])
 
     async def go() -> None:
-        host, port = gateway.url.removeprefix("http://").split(":")
-        reader, w = await asyncio.open_connection(host, int(port))
-        auth = gateway.headers()["Authorization"]
-        request = (f"GET /v1/views/profiles/piped/live HTTP/1.1\r\nHost: x\r\n"
-                   f"Authorization: {auth}\r\n\r\n")  # fmt: skip
-        w.write((request + "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n").encode())
-        seen = b""
+        reader, w, seen = await raw_stream(
+            gateway, "piped", b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
         async with asyncio.timeout(10):
-            while b"event: snapshot" not in seen:
-                seen += await reader.read(65536)
-            assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
-            kinds = gateway.in_loop(
-                lambda: [type(c).__name__ for c in gateway.server.server_state.connections]
-            )
+            kinds = gateway.connection_kinds()
             assert "ReleasedConnection" not in kinds, kinds
             writer.write([("profiles", "piped", "profile", profile("P1"))])
             while b'"P1"' not in seen:
@@ -322,9 +327,7 @@ def test_a_reset_that_cannot_read_the_store_closes_the_stream(
                 while served.gateway.metrics.subscriptions and time.monotonic() < deadline:
                     await asyncio.sleep(0.02)
                 assert served.gateway.metrics.subscriptions == 0
-                kinds = served.in_loop(
-                    lambda: [type(c).__name__ for c in served.server.server_state.connections]
-                )
+                kinds = served.connection_kinds()
                 assert "ReleasedConnection" not in kinds, kinds
 
         run(go())
@@ -343,15 +346,8 @@ def test_a_client_that_keeps_sending_on_its_stream_is_cut_off(gateway: ServedGat
         async with asyncio.timeout(5):  # streams of earlier tests are gone
             while gateway.gateway.metrics.subscriptions:
                 await asyncio.sleep(0.02)
-        host, port = gateway.url.removeprefix("http://").split(":")
-        reader, w = await asyncio.open_connection(host, int(port))
-        auth = gateway.headers()["Authorization"]
-        w.write(f"GET /v1/views/profiles/chatty/live HTTP/1.1\r\nHost: x\r\n"
-                f"Authorization: {auth}\r\n\r\n".encode())  # fmt: skip
-        seen = b""
+        _, w, _ = await raw_stream(gateway, "chatty")
         async with asyncio.timeout(10):
-            while b"event: snapshot" not in seen:
-                seen += await reader.read(65536)
             w.write(b"x" * 1000)  # dropped: the stream goes on
             await w.drain()
             await asyncio.sleep(0.2)
