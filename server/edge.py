@@ -20,15 +20,21 @@ has gone out (``LingeringTransport.release``): the response then is the connecti
 (``ReleasedConnection``), and neither uvicorn's per-connection state (its parser, the request's
 scope, the ASGI cycle and its events) nor a task waits for as long as the response stays open.
 uvicorn hands an upgraded WebSocket's transport to another protocol the same way.
+
+An open WebSocket takes its connection over from uvicorn's WebSocket protocol the same way,
+once the handshake is done (``websocket_protocol``'s ``release``): the gateway then frames its
+messages itself (``server.wssocket``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 
 class Owner(Protocol):
@@ -39,6 +45,42 @@ class Owner(Protocol):
 
     def shutdown(self) -> None:
         """The server is shutting down gracefully: end the response now."""
+
+
+_os_write = os.write
+
+
+def socket_fd(transport: Any) -> int:
+    """The descriptor of the transport's socket, or -1 if it has none."""
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(sock.fileno()) if sock is not None else -1
+    except (AttributeError, OSError, ValueError):
+        return -1
+
+
+def write_now(fd: int, data: bytes, write: Callable[[bytes], None]) -> None:
+    """Write ``data`` to the socket ``fd`` itself, when its transport holds nothing unsent.
+
+    The transport's own ``write`` (``write``) makes the same system call, with a buffer list
+    and bookkeeping around it that cost more than the call at 100,000 writes a second. What the
+    socket does not take now (a full buffer, a partial write) and any error are handed to
+    ``write``, which queues the rest in order, or closes the transport on the error. The
+    descriptor is the socket's as long as the transport is not closing: both loops mark a
+    transport closing before they close its socket.
+    """
+    if fd < 0:
+        write(data)
+        return
+    try:
+        sent = _os_write(fd, data)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    except OSError:
+        write(data)  # it meets the same error and closes the transport
+        return
+    if sent < len(data):
+        write(data[sent:])
 
 
 UNREAD_LIMIT = 65_536
@@ -184,3 +226,67 @@ def http_protocol(header_timeout: float, linger: float) -> type[asyncio.Protocol
                 self.transport.close()
 
     return GuardedHttpToolsProtocol
+
+
+class _Detached:
+    """Where a WebSocket protocol that gave its connection away still ``close``s (no-op)."""
+
+    def close(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return True
+
+
+_DETACHED = _Detached()
+
+Received = tuple[bool, bytes]
+"""A message uvicorn had read before a hand-over: (is it text, its payload)."""
+
+Build = Callable[[Any, set[Any]], asyncio.Protocol]
+"""Makes a WebSocket's new protocol from its transport and the server's connection set."""
+
+
+class WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, whose open socket can take its connection over."""
+
+    def release(self, build: Build) -> tuple[asyncio.Protocol, list[Received]] | None:
+        """Make ``build``'s protocol the connection's, once the handshake is done; with the
+        messages uvicorn had already read, which come first. None, and nothing changes, if the
+        socket is closing, compresses its messages, or uvicorn is in the middle of a frame."""
+        conn = self.conn
+        if (not self.handshake_complete or self.close_sent or self.disconnected
+                or self.initial_response is not None or self.transport.is_closing()
+                or conn.extensions or self.frames or conn.parser_exc is not None
+                or not _between_frames(conn.parser)):  # fmt: skip
+            return None
+        early: list[Received] = []
+        queued = self.queue
+        while not queued.empty():
+            message = queued.get_nowait()
+            if message["type"] != "websocket.receive":
+                return None  # a disconnect: the application will hear it
+            text = message.get("text")
+            early.append((True, text.encode()) if text is not None
+                         else (False, message.get("bytes") or b""))  # fmt: skip
+        self.stop_keepalive()
+        transport = self.transport
+        self.connections.discard(self)
+        new = build(transport, self.connections)
+        self.connections.add(new)  # type: ignore[arg-type]
+        transport.set_protocol(new)
+        if self.read_paused:
+            self.read_paused = False
+            transport.resume_reading()
+        # From now on this protocol writes and closes nothing: the application's call ends
+        # with the hand-over, and uvicorn closes the transport it knows when it does.
+        self.disconnected = True
+        self.transport = _DETACHED  # type: ignore[assignment]
+        return new, early
+
+
+def _between_frames(parser: Any) -> bool:
+    """Is websockets' frame parser waiting for a frame's first byte (nothing half-read)?"""
+    while (inner := getattr(parser, "gi_yieldfrom", None)) is not None:
+        parser = inner
+    return getattr(parser, "__name__", "") == "at_eof"

@@ -25,15 +25,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import Receive, Scope, Send
 
 from server import frames
+from server.edge import socket_fd, write_now
 from server.errors import SlowConsumer
 from server.hub import EpochChanged, Item, Progress, SubscriberState, http_chunk
 from server.metrics import Metrics
@@ -92,29 +92,41 @@ def serving_server() -> Any | None:
     return server if hasattr(server, "should_exit") else None
 
 
+class Ticked(Protocol):
+    """A stream the ticker looks after: an SSE stream, or a WebSocket (``server.ws``)."""
+
+    def tick(self, now: float, wall: float, heartbeat: float) -> None:
+        """Heartbeat, token expiry and connection checks at ``now`` (monotonic), ``wall``."""
+
+    def exit(self) -> None:
+        """The server is shutting down: end now."""
+
+
 class Ticker:
-    """One task for all SSE streams of a process: heartbeats, token expiry, lost connections;
-    and one that ends them all when the server shuts down."""
+    """One task for all streams and sockets of a process: heartbeats, token expiry, lost
+    connections; and one that ends them all when the server shuts down."""
 
     def __init__(self, heartbeat: float, metrics: Metrics) -> None:
         self.heartbeat = heartbeat
         self.interval = min(1.0, heartbeat / 2)
         self.metrics = metrics
-        self.streams: set[LiveStream] = set()
+        self.streams: set[Ticked] = set()
         self.now = time.monotonic()
         self.exiting = False
         """The server is shutting down: every stream ends, those opened later at once."""
         self._task: asyncio.Task[None] | None = None
         self._exit_watch: asyncio.Task[None] | None = None
 
-    def add(self, stream: LiveStream) -> None:
+    def add(self, stream: Ticked) -> None:
+        if not self.streams:
+            self.now = time.monotonic()  # not ticked while there was nothing to tick
         self.streams.add(stream)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="liveviews-sse-ticker")
         if not self.exiting and (self._exit_watch is None or self._exit_watch.done()):
             self._exit_watch = asyncio.create_task(self._watch_exit(), name="liveviews-sse-exit")
 
-    def remove(self, stream: LiveStream) -> None:
+    def remove(self, stream: Ticked) -> None:
         self.streams.discard(stream)
 
     async def stop(self) -> None:
@@ -131,9 +143,7 @@ class Ticker:
             return
         self.exiting = True
         for stream in list(self.streams):
-            subscriber = stream.sub.subscriber
-            if subscriber is not None:
-                subscriber.wake()
+            stream.exit()
 
     async def _run(self) -> None:
         while self.streams:
@@ -153,18 +163,6 @@ class Ticker:
         self.now = now
         for stream in list(self.streams):
             stream.tick(now, wall, self.heartbeat)
-
-
-_os_write = os.write
-
-
-def _socket_fd(transport: Any) -> int:
-    """The descriptor of the transport's socket, or -1 if it has none."""
-    sock = transport.get_extra_info("socket")
-    try:
-        return int(sock.fileno()) if sock is not None else -1
-    except (AttributeError, OSError, ValueError):
-        return -1
 
 
 log = logging.getLogger("liveviews.gateway.sse")
@@ -197,7 +195,7 @@ class LiveStream:
         self._write_raw = transport.write
         self._is_closing = transport.is_closing
         self._buffered = transport.get_write_buffer_size
-        self._fd = _socket_fd(transport)
+        self._fd = socket_fd(transport)
 
     def _write(self, chunk: bytes) -> bool:
         if self._is_closing():
@@ -211,34 +209,10 @@ class LiveStream:
             self._write_raw(chunk)
         else:
             self.pending = 1
-            self._send(chunk)
+            write_now(self._fd, chunk, self._write_raw)
         self.last_write = self.ticker.now
         self.metrics.bytes_out += len(chunk)
         return True
-
-    def _send(self, chunk: bytes) -> None:
-        """Write ``chunk`` to the socket itself when the transport holds nothing unsent.
-
-        The transport's own ``write`` makes the same system call, with a buffer list and
-        bookkeeping around it that cost more than the call at 100,000 writes a second. What the
-        socket does not take now (a full buffer, a partial write) and any error are handed to
-        the transport, which queues the rest in order, or closes itself on the error. The
-        descriptor is the socket's as long as the transport is not closing (``_write`` checked):
-        both loops mark a transport closing before they close its socket.
-        """
-        fd = self._fd
-        if fd < 0:
-            self._write_raw(chunk)
-            return
-        try:
-            sent = _os_write(fd, chunk)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            self._write_raw(chunk)  # it meets the same error and closes the transport
-            return
-        if sent < len(chunk):
-            self._write_raw(chunk[sent:])
 
     def deliver(self, item: Item) -> bool:
         if isinstance(item, EpochChanged):
@@ -305,6 +279,11 @@ class LiveStream:
 
     def shutdown(self) -> None:
         self.ticker.shut_down()
+
+    def exit(self) -> None:
+        subscriber = self.sub.subscriber
+        if subscriber is not None:
+            subscriber.wake()
 
     def woken(self) -> None:
         """The subscriber was woken (``Subscriber.on_wake``): run the stream, unless it runs."""

@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 
 from server.app import create_app
-from server.edge import http_protocol
+from server.edge import WebSocketProtocol, http_protocol
 from server.settings import GatewaySettings
 
 
@@ -36,7 +36,7 @@ def config(settings: GatewaySettings, app: Any, **overrides: Any) -> uvicorn.Con
         port=settings.port,
         loop="uvloop",
         http=http_protocol(settings.header_timeout_seconds, settings.send_timeout_seconds),
-        ws="websockets-sansio",
+        ws=WebSocketProtocol,
         ws_max_size=settings.max_body_bytes,
         # permessage-deflate keeps a compressor and a decompressor per socket for its whole
         # life (~38 KB an idle socket here, offered by every browser): opt-in, as SSE is.

@@ -1,41 +1,49 @@
 """``/v1/ws``: many subscriptions, publishing and token refresh on one WebSocket.
 
 Client messages are JSON objects with a ``type``: ``auth``, ``subscribe``, ``unsubscribe``,
-``publish``. Each subscription runs as its own task with its own resume position and sends
-the same frames as SSE, tagged with the client's subscription id; all sends go through one
-lock, one message at a time. docs/PROTOCOL.md describes the messages and close codes.
+``publish``. They are handled one at a time, in order, by a task that runs only while some
+wait. Each subscription sends the same frames as SSE, tagged with the client's subscription
+id (``WsStream``): once it is up to date the hub hands it each delta and progress, which are
+written to the socket at once, as an SSE stream's are; a task runs only while it reads the
+store (its snapshot, the deltas it missed, a reset). Under the gateway's uvicorn protocols the
+socket owns its connection (``server.wssocket``), so an idle socket holds no task. The
+process's ticker (``server.livestream.Ticker``) sends heartbeats, closes sockets whose token
+expired, and runs each socket's keepalive. docs/PROTOCOL.md describes the messages and close
+codes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
+from collections import deque
 from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
 from starlette.types import Receive, Send
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocket
 
 from server import frames, livestream
 from server.auth import PUBLISH, READ, Principal, token_from
 from server.errors import BadRequest, GatewayError, SlowConsumer, Unauthorized, Unavailable
 from server.eventid import EventId
 from server.gateway import Gateway
+from server.hub import EpochChanged, Item, Progress, SubscriberState
 from server.publish import events_of, offset_dict, publish
 from server.subscription import Subscription
+from server.wssocket import AsgiSocket, OwnedSocket, Socket
+from streaming.errors import StoreMismatch
 
 log = logging.getLogger("liveviews.gateway.ws")
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TRY_AGAIN_LATER = 1013
+CLOSE_SERVICE_RESTART = 1012
 MAX_ID_LENGTH = 64
-
-
-class SendTimeout(Exception):
-    """The client did not take a message within the send timeout."""
+INBOX_LIMIT = 16
+"""Client messages waiting to be handled before the socket stops reading more."""
 
 
 def _ident(msg: dict[str, Any], name: str) -> str:
@@ -48,70 +56,114 @@ def _ident(msg: dict[str, Any], name: str) -> str:
 
 
 class Connection:
-    """One open socket: its principal, its subscriptions, and its one writer lock."""
+    """One open socket: its principal, its subscriptions, and the client's messages to handle.
 
-    def __init__(self, websocket: WebSocket, gw: Gateway) -> None:
-        self.ws = websocket
+    It is the socket's ``Handler`` (``server.wssocket``) and one of the ticker's streams.
+    """
+
+    __slots__ = ("gw", "sock", "principal", "auth_deadline", "streams", "last_write", "closed",
+                 "_inbox", "_task")  # fmt: skip
+
+    def __init__(self, gw: Gateway, sock: Socket) -> None:
         self.gw = gw
+        self.sock = sock
         self.principal: Principal | None = None
-        self.subscriptions: dict[str, asyncio.Task[None]] = {}
-        self.send_lock = asyncio.Lock()
+        self.auth_deadline = time.time() + gw.settings.ws_auth_timeout_seconds
+        self.streams: dict[str, WsStream] = {}
+        self.last_write = gw.ticker.now
+        self.closed = False
+        self._inbox: deque[bytes] | None = None
+        self._task: asyncio.Task[None] | None = None
 
-    async def send(self, message: bytes) -> None:
-        async with self.send_lock:
-            if self.ws.application_state is WebSocketState.DISCONNECTED:
-                # Closed on a send timeout while the peer has not taken the close yet.
-                raise WebSocketDisconnect(1008, "send timeout")
+    def open(self, token: str | None) -> None:
+        """Start serving: sign in with the handshake's token, if it carried one."""
+        self.gw.ticker.add(self)
+        if self.gw.ticker.exiting:
+            self.exit()
+        elif token is not None:
             try:
-                async with asyncio.timeout(self.gw.settings.send_timeout_seconds):
-                    # Text messages: every frame is JSON, and browsers hand text over as strings.
-                    await self.ws.send_text(message.decode())
-            except TimeoutError:
-                raise SendTimeout from None
+                self._authenticate(token)
+            except Unauthorized as exc:
+                self._close_unauthorized(exc)
+
+    def send(self, message: bytes) -> bool:
+        if self.closed or not self.sock.send(message):
+            return False
+        self.last_write = self.gw.ticker.now
         self.gw.metrics.bytes_out += len(message)
+        return True
 
-    async def run(self) -> None:
-        settings = self.gw.settings
-        token = None
-        try:
-            token = token_from(self.ws)
-            if token is not None:
-                await self._authenticate(token)
-        except Unauthorized as exc:
-            await self._close_unauthorized(exc)
+    # The socket's handler.
+
+    def received(self, data: bytes) -> None:
+        if self.closed:
             return
-        auth_deadline = time.time() + settings.ws_auth_timeout_seconds
-        while True:
-            now = time.time()
-            deadline = self.principal.expires_at if self.principal else auth_deadline
-            if now >= deadline:
-                code = "token_expired" if self.principal else "token_missing"
-                await self._close_unauthorized(Unauthorized(
-                    "the token expired; reconnect with a new one, or refresh it before it does."
-                    if self.principal else "send an auth message with a token first.",
-                    code=code,
-                ))  # fmt: skip
-                return
-            try:
-                async with asyncio.timeout(min(deadline - now, settings.heartbeat_seconds)):
-                    message = await self.ws.receive()
-            except TimeoutError:
-                if time.time() < deadline:
-                    await self.send(frames.WS_HEARTBEAT)
-                continue
-            if message["type"] == "websocket.disconnect":
-                return
-            text = message.get("text")
-            if text is None:
-                text = (message.get("bytes") or b"").decode("utf-8", "replace")
-            await self._handle(text)
+        inbox = self._inbox
+        if inbox is None:
+            inbox = self._inbox = deque()
+        inbox.append(data)
+        if len(inbox) == INBOX_LIMIT:
+            self.sock.pause_reading()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+            self._task.add_done_callback(_log_failure)
 
-    async def _close_unauthorized(self, exc: GatewayError) -> None:
-        with contextlib.suppress(Exception):
-            await self.send(frames.ws_error(exc.code, exc.message))
-            await self.ws.close(CLOSE_UNAUTHORIZED, exc.code)
+    def gone(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.gw.ticker.remove(self)
+        self._inbox = None
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        for stream in list(self.streams.values()):
+            stream.finish()
+        self.gw.release("ws")
 
-    async def _authenticate(self, token: str) -> None:
+    # The ticker's stream.
+
+    def tick(self, now: float, wall: float, heartbeat: float) -> None:
+        if self.closed:
+            return
+        if self.principal is None and wall >= self.auth_deadline:
+            self._close_unauthorized(
+                Unauthorized("send an auth message with a token first.", code="token_missing")
+            )
+        elif self.principal is not None and wall >= self.principal.expires_at:
+            self._close_unauthorized(Unauthorized(
+                "the token expired; reconnect with a new one, or refresh it before it does.",
+                code="token_expired",
+            ))  # fmt: skip
+        elif now - self.last_write >= heartbeat:
+            self.send(frames.WS_HEARTBEAT)
+        self.sock.tick(now)
+
+    def exit(self) -> None:
+        """The server is shutting down: close with 1012, the client reconnects elsewhere."""
+        self.sock.close(CLOSE_SERVICE_RESTART, "server shutting down")
+
+    # Client messages.
+
+    async def _drain(self) -> None:
+        try:
+            while self._inbox and not self.closed:
+                data = self._inbox.popleft()
+                if len(self._inbox) == INBOX_LIMIT - 1:
+                    self.sock.resume_reading()
+                await self._handle(data)
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+                if not self._inbox:
+                    self._inbox = None
+
+    def _close_unauthorized(self, exc: GatewayError) -> None:
+        self.send(frames.ws_error(exc.code, exc.message))
+        self.sock.close(CLOSE_UNAUTHORIZED, exc.code)
+        self._inbox = None  # nothing the client sent after this is looked at
+
+    def _authenticate(self, token: str) -> None:
         principal = self.gw.auth.verify(token)
         if self.principal is not None and principal.subject != self.principal.subject:
             raise Unauthorized(
@@ -120,16 +172,16 @@ class Connection:
                 code="subject_changed",
             )
         self.principal = principal
-        await self.send(frames.ws_message(
+        self.send(frames.ws_message(
             "authenticated", subject=principal.subject, expires_at=int(principal.expires_at)
         ))  # fmt: skip
 
-    async def _handle(self, text: str) -> None:
+    async def _handle(self, data: bytes) -> None:
         req: str | None = None
         msg: Any = None
         try:
             try:
-                msg = orjson.loads(text)
+                msg = orjson.loads(data)
             except orjson.JSONDecodeError:
                 raise BadRequest(
                     "a message must be a JSON object.", code="invalid_message"
@@ -143,21 +195,20 @@ class Connection:
                 if not isinstance(token, str):
                     raise BadRequest("'token' must be a string.", code="invalid_message")
                 try:
-                    await self._authenticate(token)
+                    self._authenticate(token)
                 except Unauthorized as exc:
                     if self.principal is not None:
                         raise  # a refused refresh: the socket keeps its current token
                     # Never signed in: refuse the socket now rather than at the auth deadline,
                     # so nothing already sent after the auth message is even looked at.
-                    await self._close_unauthorized(exc)
-                    raise WebSocketDisconnect(CLOSE_UNAUTHORIZED, exc.code) from None
+                    self._close_unauthorized(exc)
                 return
             if self.principal is None:
                 raise Unauthorized("send an auth message with a token first.", code="token_missing")
             if kind == "subscribe":
                 self._subscribe(msg)
             elif kind == "unsubscribe":
-                await self._unsubscribe(_ident(msg, "sub"))
+                self._unsubscribe(_ident(msg, "sub"))
             elif kind == "publish":
                 await self._publish(msg, req)
             else:
@@ -165,9 +216,15 @@ class Connection:
                     f"unknown message type {kind!r}; use auth, subscribe, unsubscribe or publish.",
                     code="invalid_message",
                 )
+        except (RedisError, StoreMismatch) as exc:
+            log.warning("a publish on a WebSocket could not reach the store: %s", exc)
+            message = (exc.message if isinstance(exc, StoreMismatch)
+                       else "the store is unreachable; try again shortly.")  # fmt: skip
+            code = "store_mismatch" if isinstance(exc, StoreMismatch) else "store_unavailable"
+            self.send(frames.ws_error(code, message, req=req))
         except GatewayError as exc:
             sub = msg.get("sub") if isinstance(msg, dict) else None
-            await self.send(frames.ws_error(
+            self.send(frames.ws_error(
                 exc.code, exc.message, sub=sub if isinstance(sub, str) else None, req=req,
                 **exc.extra,
             ))  # fmt: skip
@@ -178,10 +235,10 @@ class Connection:
         view, key = msg.get("view"), msg.get("key")
         if not isinstance(view, str) or not isinstance(key, str):
             raise BadRequest("'view' and 'key' must be strings.", code="invalid_message")
-        if sub_id in self.subscriptions:
+        if sub_id in self.streams:
             raise BadRequest(f"subscription {sub_id!r} is already open.", code="sub_in_use")
         limit = self.gw.settings.max_subscriptions_per_socket
-        if len(self.subscriptions) >= limit:
+        if len(self.streams) >= limit:
             raise Unavailable(
                 f"a socket holds at most {limit} subscriptions; unsubscribe or open another.",
                 code="too_many_subscriptions",
@@ -192,58 +249,18 @@ class Connection:
         if raw is not None and not isinstance(raw, str):
             raise BadRequest("'last_event_id' must be a string.", code="invalid_last_event_id")
         resume = EventId.parse(raw) if raw else None
-        sub = Subscription(self.gw.source, view, key, resume)
-        task = asyncio.create_task(self._serve(sub_id, sub))
-        task.add_done_callback(_log_failure)
-        self.subscriptions[sub_id] = task
+        stream = WsStream(self, sub_id, Subscription(self.gw.source, view, key, resume))
+        self.streams[sub_id] = stream
+        stream.woken()
 
-    async def _serve(self, sub_id: str, sub: Subscription) -> None:
-        try:
-            try:
-                out = await sub.start()
-                while True:
-                    await self._send_frames(sub_id, out)
-                    out.clear()  # a snapshot can be large: do not keep it while waiting
-                    await sub.wait()
-                    out = await sub.next_frames()
-            except SlowConsumer as exc:
-                await self.send(frames.ws_error(
-                    exc.code, exc.message, sub=sub_id, last_event_id=sub.last_event_id
-                ))  # fmt: skip
-            except GatewayError as exc:
-                await self.send(frames.ws_error(exc.code, exc.message, sub=sub_id, **exc.extra))
-            except RedisError:
-                log.warning("subscription %s failed to read the store", sub_id, exc_info=True)
-                await self.send(frames.ws_error(
-                    "store_unavailable", "the store could not be read; resume shortly.",
-                    sub=sub_id, last_event_id=sub.last_event_id,
-                ))  # fmt: skip
-        except SendTimeout:
-            with contextlib.suppress(Exception):
-                await self.ws.close(1008, "send timeout")
-        finally:
-            sub.close()
-            if self.subscriptions.get(sub_id) is asyncio.current_task():
-                del self.subscriptions[sub_id]
-
-    async def _send_frames(self, sub_id: str, out: list[frames.Frame]) -> None:
-        metrics = self.gw.metrics
-        for f in out:
-            await self.send(f.ws(sub_id))
-            metrics.frames_out += 1
-            if f.event == frames.DELTA:
-                metrics.deltas_out += 1
-
-    async def _unsubscribe(self, sub_id: str) -> None:
-        task = self.subscriptions.pop(sub_id, None)
-        if task is None:
+    def _unsubscribe(self, sub_id: str) -> None:
+        stream = self.streams.get(sub_id)
+        if stream is None:
             raise BadRequest(
                 f"there is no open subscription {sub_id!r}.", code="unknown_subscription"
             )
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await self.send(frames.ws_message("unsubscribed", sub=sub_id))
+        stream.finish()
+        self.send(frames.ws_message("unsubscribed", sub=sub_id))
 
     async def _publish(self, msg: dict[str, Any], req: str | None) -> None:
         assert self.principal is not None
@@ -255,26 +272,207 @@ class Connection:
             self.gw.client, self.gw.app, self.gw.settings.store.log_partitions, self.principal, raws
         )
         self.gw.metrics.events_published += len(offsets)
-        await self.send(frames.ws_message(
+        self.send(frames.ws_message(
             "published", req=req, offsets=[offset_dict(o) for o in offsets]
         ))  # fmt: skip
 
-    async def close(self) -> None:
-        tasks = list(self.subscriptions.values())
-        self.subscriptions.clear()
-        for task in tasks:
+
+class WsStream:
+    """One subscription of a socket: the hub's sink for it once it is up to date.
+
+    The hub hands it each delta and progress and it writes them to the socket at once. What
+    needs the store (the first frames, a reset) or ends the subscription wakes it, and a task
+    runs until it is up to date again or has ended, as an SSE stream's does
+    (``server.livestream``). A subscription whose messages back up past the subscriber buffer
+    (``LV_SUBSCRIBER_BUFFER``) while the socket has unsent data is a slow consumer.
+    """
+
+    __slots__ = ("conn", "sub_id", "sub", "pending", "ended", "_running", "_task")
+
+    def __init__(self, conn: Connection, sub_id: str, sub: Subscription) -> None:
+        self.conn = conn
+        self.sub_id = sub_id
+        self.sub = sub
+        self.pending = 0
+        self.ended = False
+        self._running = False
+        self._task: asyncio.Task[None] | None = None
+
+    def _write(self, message: bytes) -> bool:
+        """Write one of the subscription's messages; False if it is too far behind."""
+        if self.conn.sock.backlog:
+            self.pending += 1
+            subscriber = self.sub.subscriber
+            if subscriber is not None and self.pending > subscriber.capacity:
+                return False
+        else:
+            self.pending = 1
+        self.conn.send(message)
+        return True
+
+    def _write_frames(self, out: list[frames.Frame], last_event_id: str | None) -> bool:
+        """Write ``out``; if the client cannot take them all, the subscription's last event id
+        is that of the last frame written (``last_event_id`` if none was)."""
+        metrics = self.conn.gw.metrics
+        for f in out:
+            if not self._write(f.ws(self.sub_id)):
+                self.sub.last_event_id = last_event_id
+                return False
+            if f.id is not None:
+                last_event_id = f.id
+            metrics.frames_out += 1
+            if f.event == frames.DELTA:
+                metrics.deltas_out += 1
+        return True
+
+    # The hub's sink (``server.hub.Sink``).
+
+    def deliver(self, item: Item) -> bool:
+        if isinstance(item, EpochChanged):
+            # A reset reads the store: hand the subscriber back to a task.
+            subscriber = self.sub.subscriber
+            assert subscriber is not None
+            subscriber.sink = None
+            subscriber.buffer.append(item)
+            subscriber.wake()
+            return True
+        if not self.sub.is_next(item):
+            return True
+        metrics = self.conn.gw.metrics
+        if not self._write(item.frame.ws(self.sub_id)):
+            return False
+        self.sub.sent(item)
+        metrics.frames_out += 1
+        metrics.deltas_out += 1
+        progress = item.progress
+        if progress is not None:
+            self.deliver_progress(progress)
+        return True
+
+    def deliver_progress(self, progress: Progress) -> None:
+        if self.sub.accept_progress(progress):
+            if self._write(progress.frame.ws(self.sub_id)):
+                self.conn.gw.metrics.frames_out += 1
+            else:
+                subscriber = self.sub.subscriber
+                assert subscriber is not None
+                subscriber.state = SubscriberState.OVERFLOWED
+                subscriber.wake()
+
+    # Its task.
+
+    def woken(self) -> None:
+        """Run the stream, unless it runs or has ended (``Subscriber.on_wake``)."""
+        if not self._running and not self.ended:
+            self._task = asyncio.get_running_loop().create_task(self.run())
+            self._task.add_done_callback(_log_failure)
+
+    async def run(self) -> None:
+        """Send what the subscription has to send, then leave it to the hub; or end it."""
+        self._running = True
+        sub = self.sub
+        try:
+            if sub.subscriber is None:
+                out = await sub.start()
+                assert sub.subscriber is not None
+                sub.subscriber.on_wake = self.woken
+                if not self._write_frames(out, sub.last_event_id):
+                    sub.subscriber.state = SubscriberState.OVERFLOWED
+                out.clear()  # a snapshot can be large: do not keep it
+            subscriber = sub.subscriber
+            assert subscriber is not None
+            while not self.ended:
+                subscriber.clear()
+                if self._ending():
+                    return
+                await self._take_over()
+                if self._ending():
+                    return
+                if not subscriber.woken:
+                    return  # the hub writes to the stream; the next wake runs this again
+        except GatewayError as exc:
+            self._end(frames.ws_error(exc.code, exc.message, sub=self.sub_id, **exc.extra))
+        except RedisError:
+            log.warning("subscription %s failed to read the store", self.sub_id, exc_info=True)
+            self._end(frames.ws_error(
+                "store_unavailable", "the store could not be read; resume shortly.",
+                sub=self.sub_id, last_event_id=sub.last_event_id,
+            ))  # fmt: skip
+        finally:
+            self._running = False
+            if self._task is asyncio.current_task():
+                self._task = None
+
+    async def _take_over(self) -> None:
+        """Send what the subscriber buffered, then let the hub write to the stream directly."""
+        sub = self.sub
+        subscriber = sub.subscriber
+        assert subscriber is not None
+        while not self.ended:
+            if subscriber.state is not SubscriberState.ATTACHED or self.conn.sock.closing:
+                return
+            if subscriber.sink is self:
+                return
+            if not subscriber.buffer and subscriber.progress is None:
+                subscriber.sink = self  # nothing awaited since the check: no item slips past
+                return
+            before = sub.last_event_id
+            try:
+                out = await sub.next_frames()
+            except SlowConsumer:
+                return
+            if not self._write_frames(out, before):
+                subscriber.state = SubscriberState.OVERFLOWED
+
+    def _ending(self) -> bool:
+        """End the subscription if it must end now."""
+        sub = self.sub
+        subscriber = sub.subscriber
+        assert subscriber is not None
+        if subscriber.state is SubscriberState.OVERFLOWED:
+            hub = sub.source.hub
+            if subscriber in hub.all:
+                sub.source.metrics.slow_consumers += 1
+            hub.detach(subscriber)
+            self._end(frames.ws_error(
+                "slow_consumer", "this subscriber fell too far behind; resume from last_event_id.",
+                sub=self.sub_id, last_event_id=sub.last_event_id,
+            ))  # fmt: skip
+            return True
+        if subscriber.state is SubscriberState.CLOSED or self.conn.sock.closing:
+            self.finish()
+            return True
+        return False
+
+    def _end(self, error: bytes) -> None:
+        """End the subscription with ``error``, its last message."""
+        if not self.ended:
+            self.finish()
+            self.conn.send(error)
+
+    def finish(self) -> None:
+        """End the subscription: no message of it follows."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.conn.streams.get(self.sub_id) is self:
+            del self.conn.streams[self.sub_id]
+        subscriber = self.sub.subscriber
+        if subscriber is not None:
+            subscriber.sink = None
+            subscriber.on_wake = None
+        self.sub.close()
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
             task.cancel()
-        # A subscription that failed on a closed socket has nothing more to say; if this task
-        # itself is cancelled, gather raises CancelledError and it propagates.
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
     if task.cancelled():
         return
     exc = task.exception()
-    if exc is not None and not isinstance(exc, (WebSocketDisconnect, RuntimeError, OSError)):
-        log.error("a subscription failed", exc_info=exc)
+    if exc is not None:
+        log.error("a WebSocket task failed", exc_info=exc)
 
 
 async def socket(websocket: WebSocket) -> None:
@@ -286,16 +484,55 @@ async def socket(websocket: WebSocket) -> None:
         await websocket.send_text(frames.ws_error(exc.code, exc.message).decode())
         await websocket.close(CLOSE_TRY_AGAIN_LATER, exc.code)
         return
-    conn = Connection(websocket, gw)
+    try:
+        token = token_from(websocket)
+    except Unauthorized as exc:
+        gw.release("ws")
+        await websocket.send_text(frames.ws_error(exc.code, exc.message).decode())
+        await websocket.close(CLOSE_UNAUTHORIZED, exc.code)
+        return
+    owned = _take_over(websocket, gw)
+    if owned is not None:
+        sock, early = owned
+        conn = Connection(gw, sock)
+        sock.handler = conn
+        conn.open(token)
+        for data in early:
+            conn.received(data)
+        return  # the socket lives on as its connection's protocol, with no task
+
+    asgi = AsgiSocket(websocket, gw.settings.send_timeout_seconds)
+    conn = Connection(gw, asgi)
+    conn.open(token)
 
     async def rest(receive: Receive, send: Send) -> None:
         try:
-            await conn.run()
-        except (WebSocketDisconnect, SendTimeout):
-            pass
+            await asgi.run(conn)
         finally:
-            await conn.close()
-            gw.release("ws")
+            conn.gone()
 
     # The socket's life, mostly waiting, is held by the application's outermost call.
     await livestream.hand_over(websocket.scope, rest, websocket.receive, websocket.send)
+
+
+def _take_over(websocket: WebSocket, gw: Gateway) -> tuple[OwnedSocket, list[bytes]] | None:
+    """Make the socket its connection's owner, if its server lets it (``server.edge``)."""
+    protocol = getattr(websocket.scope.get(livestream.SERVER_SEND), "__self__", None)
+    release = getattr(protocol, "release", None)
+    if release is None:
+        return None
+    settings = gw.settings
+    now = time.monotonic()
+
+    def build(transport: Any, connections: set[Any]) -> OwnedSocket:
+        return OwnedSocket(
+            transport, connections, settings.max_body_bytes, settings.heartbeat_seconds,
+            settings.send_timeout_seconds, settings.send_timeout_seconds, now,
+        )  # fmt: skip
+
+    released = release(build)
+    if released is None:
+        return None
+    sock, early = released
+    assert isinstance(sock, OwnedSocket)
+    return sock, [data for _, data in early]

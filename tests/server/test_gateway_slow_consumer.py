@@ -112,4 +112,5 @@ def test_a_slow_websocket_subscription_gets_an_error_with_its_last_id(
             assert state.resets == 0
             await ws.close()
 
-    run(go())
+    # Heartbeats would keep each receive above from timing out: bound the whole exchange.
+    run(asyncio.wait_for(go(), 120))
