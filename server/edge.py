@@ -240,9 +240,6 @@ class _Detached:
 
 _DETACHED = _Detached()
 
-Received = tuple[bool, bytes]
-"""A message uvicorn had read before a hand-over: (is it text, its payload)."""
-
 Build = Callable[[Any, set[Any]], asyncio.Protocol]
 """Makes a WebSocket's new protocol from its transport and the server's connection set."""
 
@@ -250,39 +247,27 @@ Build = Callable[[Any, set[Any]], asyncio.Protocol]
 class WebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol, whose open socket can take its connection over."""
 
-    def release(self, build: Build) -> tuple[asyncio.Protocol, list[Received]] | None:
-        """Make ``build``'s protocol the connection's, once the handshake is done; with the
-        messages uvicorn had already read, which come first. None, and nothing changes, if the
-        socket is closing, compresses its messages, or uvicorn is in the middle of a frame."""
+    def release(self, build: Build) -> asyncio.Protocol | None:
+        """Make ``build``'s protocol the connection's, once the handshake is done. None, and
+        nothing changes, if the socket is closing, compresses its messages, or uvicorn has read
+        any of the client's frames (a message waits in its queue, or a frame is half read)."""
         conn = self.conn
         if (not self.handshake_complete or self.close_sent or self.disconnected
                 or self.initial_response is not None or self.transport.is_closing()
-                or conn.extensions or self.frames or conn.parser_exc is not None
-                or not _between_frames(conn.parser)):  # fmt: skip
+                or conn.extensions or self.frames or not self.queue.empty()
+                or conn.parser_exc is not None or not _between_frames(conn.parser)):  # fmt: skip
             return None
-        early: list[Received] = []
-        queued = self.queue
-        while not queued.empty():
-            message = queued.get_nowait()
-            if message["type"] != "websocket.receive":
-                return None  # a disconnect: the application will hear it
-            text = message.get("text")
-            early.append((True, text.encode()) if text is not None
-                         else (False, message.get("bytes") or b""))  # fmt: skip
         self.stop_keepalive()
         transport = self.transport
         self.connections.discard(self)
         new = build(transport, self.connections)
         self.connections.add(new)  # type: ignore[arg-type]
         transport.set_protocol(new)
-        if self.read_paused:
-            self.read_paused = False
-            transport.resume_reading()
         # From now on this protocol writes and closes nothing: the application's call ends
         # with the hand-over, and uvicorn closes the transport it knows when it does.
         self.disconnected = True
         self.transport = _DETACHED  # type: ignore[assignment]
-        return new, early
+        return new
 
 
 def _between_frames(parser: Any) -> bool:

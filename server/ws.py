@@ -493,12 +493,9 @@ async def socket(websocket: WebSocket) -> None:
         return
     owned = _take_over(websocket, gw)
     if owned is not None:
-        sock, early = owned
-        conn = Connection(gw, sock)
-        sock.handler = conn
+        conn = Connection(gw, owned)
+        owned.handler = conn
         conn.open(token)
-        for data in early:
-            conn.received(data)
         return  # the socket lives on as its connection's protocol, with no task
 
     asgi = AsgiSocket(websocket, gw.settings.send_timeout_seconds)
@@ -515,7 +512,7 @@ async def socket(websocket: WebSocket) -> None:
     await livestream.hand_over(websocket.scope, rest, websocket.receive, websocket.send)
 
 
-def _take_over(websocket: WebSocket, gw: Gateway) -> tuple[OwnedSocket, list[bytes]] | None:
+def _take_over(websocket: WebSocket, gw: Gateway) -> OwnedSocket | None:
     """Make the socket its connection's owner, if its server lets it (``server.edge``)."""
     protocol = getattr(websocket.scope.get(livestream.SERVER_SEND), "__self__", None)
     release = getattr(protocol, "release", None)
@@ -530,9 +527,6 @@ def _take_over(websocket: WebSocket, gw: Gateway) -> tuple[OwnedSocket, list[byt
             settings.send_timeout_seconds, settings.send_timeout_seconds, now,
         )  # fmt: skip
 
-    released = release(build)
-    if released is None:
-        return None
-    sock, early = released
-    assert isinstance(sock, OwnedSocket)
-    return sock, [data for _, data in early]
+    sock = release(build)
+    assert sock is None or isinstance(sock, OwnedSocket)
+    return sock

@@ -8,9 +8,9 @@ Two kinds, one interface (``Socket``):
   own (``server.websocket``), messages written to the connection at once, keepalive pings,
   the send timeout and the closing handshake checked by the process's ticker. An idle socket
   holds no task, timer or buffer.
-- ``AsgiSocket``: any other case (permessage-deflate negotiated, another server, a client
-  frame half-read at the hand-over): the same through ASGI, with a reader and a writer task;
-  uvicorn pings.
+- ``AsgiSocket``: any other case (permessage-deflate negotiated, another server, client
+  bytes uvicorn had already read at the hand-over): the same through ASGI, with a reader and
+  a writer task; uvicorn pings.
 """
 
 from __future__ import annotations
