@@ -310,12 +310,18 @@ class WsStream:
         self.conn.send(message)
         return True
 
-    def _write_frames(self, out: list[frames.Frame], last_event_id: str | None) -> bool:
+    def _write_frames(
+        self, out: list[frames.Frame], last_event_id: str | None, first: bool = False
+    ) -> bool:
         """Write ``out``; if the client cannot take them all, the subscription's last event id
-        is that of the last frame written (``last_event_id`` if none was)."""
+        is that of the last frame written (``last_event_id`` if none was). A subscription's
+        ``first`` frames (its snapshot, or the deltas it missed, however many) are all written,
+        as an SSE response's first body is: the slow-consumer rule applies from then on."""
         metrics = self.conn.gw.metrics
         for f in out:
-            if not self._write(f.ws(self.sub_id)):
+            if first:
+                self.conn.send(f.ws(self.sub_id))
+            elif not self._write(f.ws(self.sub_id)):
                 self.sub.last_event_id = last_event_id
                 return False
             if f.id is not None:
@@ -376,8 +382,7 @@ class WsStream:
                 out = await sub.start()
                 assert sub.subscriber is not None
                 sub.subscriber.on_wake = self.woken
-                if not self._write_frames(out, sub.last_event_id):
-                    sub.subscriber.state = SubscriberState.OVERFLOWED
+                self._write_frames(out, sub.last_event_id, first=True)
                 out.clear()  # a snapshot can be large: do not keep it
             subscriber = sub.subscriber
             assert subscriber is not None

@@ -114,3 +114,46 @@ def test_a_slow_websocket_subscription_gets_an_error_with_its_last_id(
 
     # Heartbeats would keep each receive above from timing out: bound the whole exchange.
     run(asyncio.wait_for(go(), 120))
+
+
+N_BEHIND = 400
+"""Deltas of ``BIG`` rows a resumed subscription missed: ~16 MB, more than the client's and the
+gateway's socket buffers hold together, so the socket has data unsent while they are written."""
+
+
+def test_a_websocket_subscription_resumed_far_behind_gets_every_delta_it_missed(
+    tight_gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    """The deltas a resumed subscription missed are its first frames: all of them are written,
+    however many more than the subscriber buffer (8 here) and however much the socket holds
+    unsent meanwhile, as an SSE response's first body is. The slow-consumer rule applies to
+    what comes after."""
+    gw = tight_gateway
+    writer.write([("likes", "behind", "row", {"i": -1})])
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            ws = await s.ws_connect(gw.ws_url, params={"access_token": gw.token("alice")},
+                                    max_msg_size=0)  # fmt: skip
+            await ws.receive()
+            subscribe = {"type": "subscribe", "sub": "b", "view": "likes", "key": "behind"}
+            await ws.send_str(json.dumps(subscribe))
+            first = json.loads((await ws.receive()).data)
+            assert first["type"] == "snapshot"
+            await ws.send_str(json.dumps({"type": "unsubscribe", "sub": "b"}))
+            assert json.loads((await ws.receive()).data)["type"] == "unsubscribed"
+            for i in range(N_BEHIND):
+                writer.write([("likes", "behind", "row", {"i": i, "pad": BIG})])
+            await ws.send_str(json.dumps({**subscribe, "last_event_id": first["id"]}))
+            # Not reading for a moment: the missed deltas fill both socket buffers meanwhile.
+            await asyncio.sleep(1.0)
+            got: list[dict[str, Any]] = []
+            while len(got) < N_BEHIND:
+                m = json.loads((await asyncio.wait_for(ws.receive(), 30)).data)
+                assert m["type"] in ("delta", "progress", "heartbeat"), m
+                if m["type"] == "delta":
+                    got.append(m)
+            assert [m["data"]["ops"][0]["value"]["i"] for m in got] == list(range(N_BEHIND))
+            await ws.close()
+
+    run(asyncio.wait_for(go(), 120))
