@@ -22,7 +22,7 @@ scope, the ASGI cycle and its events) nor a task waits for as long as the respon
 uvicorn hands an upgraded WebSocket's transport to another protocol the same way.
 
 An open WebSocket takes its connection over from uvicorn's WebSocket protocol the same way,
-once the handshake is done (``websocket_protocol``'s ``release``): the gateway then frames its
+once the handshake is done (``WebSocketProtocol.release``): the gateway then frames its
 messages itself (``server.wssocket``).
 """
 
@@ -62,7 +62,7 @@ def socket_fd(transport: Any) -> int:
 def write_now(fd: int, data: bytes, write: Callable[[bytes], None]) -> None:
     """Write ``data`` to the socket ``fd`` itself, when its transport holds nothing unsent.
 
-    The transport's own ``write`` (``write``) makes the same system call, with a buffer list
+    The transport's own ``write`` (passed as ``write``) makes the same system call, with a buffer list
     and bookkeeping around it that cost more than the call at 100,000 writes a second. What the
     socket does not take now (a full buffer, a partial write) and any error are handed to
     ``write``, which queues the rest in order, or closes the transport on the error. The

@@ -140,13 +140,10 @@ class Subscriber:
         if self.sink is not None:
             if self.sink.deliver(item):
                 return True
-            self.state = SubscriberState.OVERFLOWED
-            self.wake()
+            self.overflow()
             return False
         if len(self.buffer) >= self.capacity:
-            self.state = SubscriberState.OVERFLOWED
-            self.buffer.clear()  # it will resume from the store; nothing buffered is needed
-            self.wake()
+            self.overflow()
             return False
         self.buffer.append(item)
         self.wake()
@@ -159,6 +156,19 @@ class Subscriber:
             self.sink.deliver_progress(progress)
             return
         self.progress = progress
+        self.wake()
+
+    def overflow(self) -> None:
+        """The subscription fell too far behind: its reader ends it (the slow-consumer policy)."""
+        self.state = SubscriberState.OVERFLOWED
+        self.buffer.clear()  # it will resume from the store; nothing buffered is needed
+        self.wake()
+
+    def hand_back(self, item: Item) -> None:
+        """A sink that cannot take ``item`` itself (a reset reads the store) gives the
+        subscriber back to its reader, with ``item`` buffered."""
+        self.sink = None
+        self.buffer.append(item)
         self.wake()
 
     def wake(self) -> None:
@@ -337,6 +347,10 @@ class Hub:
 
     def _drop(self, overflowed: list[Subscriber]) -> None:
         for sub in overflowed:
-            if sub.state is SubscriberState.OVERFLOWED and sub in self.all:
-                self.metrics.slow_consumers += 1
-            self._forget(sub)
+            self.drop(sub)
+
+    def drop(self, sub: Subscriber) -> None:
+        """Forget ``sub``; one that overflowed counts once as a slow consumer."""
+        if sub.state is SubscriberState.OVERFLOWED and sub in self.all:
+            self.metrics.slow_consumers += 1
+        self._forget(sub)

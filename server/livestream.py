@@ -216,12 +216,9 @@ class LiveStream:
 
     def deliver(self, item: Item) -> bool:
         if isinstance(item, EpochChanged):
-            # A reset reads the store: hand the subscriber back to the response's task.
             subscriber = self.sub.subscriber
             assert subscriber is not None
-            subscriber.sink = None
-            subscriber.buffer.append(item)
-            subscriber.wake()
+            subscriber.hand_back(item)  # a reset reads the store
             return True
         if not self.sub.is_next(item):
             return True
@@ -244,8 +241,7 @@ class LiveStream:
             else:
                 subscriber = self.sub.subscriber
                 assert subscriber is not None
-                subscriber.state = SubscriberState.OVERFLOWED
-                subscriber.wake()
+                subscriber.overflow()
 
     def write_frames(self, out: list[frames.Frame], last_event_id: str | None) -> bool:
         """Write ``out``; if the client cannot take them all, the subscription's last event id
@@ -392,7 +388,7 @@ async def _take_over(sub: Subscription, stream: LiveStream) -> bytes | None:
         except SlowConsumer:
             return _ending(sub, stream, float("inf"))
         if not stream.write_frames(out, before):
-            subscriber.state = SubscriberState.OVERFLOWED
+            subscriber.overflow()
 
 
 def _ending(sub: Subscription, stream: LiveStream, expires_at: float) -> bytes | None:
@@ -401,9 +397,7 @@ def _ending(sub: Subscription, stream: LiveStream, expires_at: float) -> bytes |
     subscriber = sub.subscriber
     assert subscriber is not None
     if subscriber.state is SubscriberState.OVERFLOWED:
-        if subscriber in sub.source.hub.all:
-            sub.source.metrics.slow_consumers += 1
-        sub.source.hub.detach(subscriber)
+        sub.source.hub.drop(subscriber)
         return frames.end("slow_consumer",
                           "this subscriber fell too far behind; resume from last_event_id.",
                           sub.last_event_id).sse  # fmt: skip

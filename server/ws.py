@@ -300,7 +300,7 @@ class WsStream:
 
     def _write(self, message: bytes) -> bool:
         """Write one of the subscription's messages; False if it is too far behind."""
-        if self.conn.sock.backlog:
+        if self.conn.sock.unsent:
             self.pending += 1
             subscriber = self.sub.subscriber
             if subscriber is not None and self.pending > subscriber.capacity:
@@ -335,12 +335,9 @@ class WsStream:
 
     def deliver(self, item: Item) -> bool:
         if isinstance(item, EpochChanged):
-            # A reset reads the store: hand the subscriber back to a task.
             subscriber = self.sub.subscriber
             assert subscriber is not None
-            subscriber.sink = None
-            subscriber.buffer.append(item)
-            subscriber.wake()
+            subscriber.hand_back(item)  # a reset reads the store
             return True
         if not self.sub.is_next(item):
             return True
@@ -362,8 +359,7 @@ class WsStream:
             else:
                 subscriber = self.sub.subscriber
                 assert subscriber is not None
-                subscriber.state = SubscriberState.OVERFLOWED
-                subscriber.wake()
+                subscriber.overflow()
 
     # Its task.
 
@@ -427,7 +423,7 @@ class WsStream:
             except SlowConsumer:
                 return
             if not self._write_frames(out, before):
-                subscriber.state = SubscriberState.OVERFLOWED
+                subscriber.overflow()
 
     def _ending(self) -> bool:
         """End the subscription if it must end now."""
@@ -435,10 +431,7 @@ class WsStream:
         subscriber = sub.subscriber
         assert subscriber is not None
         if subscriber.state is SubscriberState.OVERFLOWED:
-            hub = sub.source.hub
-            if subscriber in hub.all:
-                sub.source.metrics.slow_consumers += 1
-            hub.detach(subscriber)
+            sub.source.hub.drop(subscriber)
             self._end(frames.ws_error(
                 "slow_consumer", "this subscriber fell too far behind; resume from last_event_id.",
                 sub=self.sub_id, last_event_id=sub.last_event_id,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 from collections import deque
 from typing import Any, Protocol
@@ -26,8 +25,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server import websocket as rfc6455
 from server.edge import socket_fd, write_now
-
-log = logging.getLogger("liveviews.gateway.ws")
 
 CLOSE_SEND_TIMEOUT = (rfc6455.CLOSE_POLICY, "send timeout")
 
@@ -50,8 +47,8 @@ class Socket(Protocol):
         """Closed, or closing: nothing more is written."""
 
     @property
-    def backlog(self) -> int:
-        """Messages written that the client has not taken yet (0 when it keeps up)."""
+    def unsent(self) -> bool:
+        """Does the socket hold written messages the client has not taken yet?"""
 
     def send(self, payload: bytes) -> bool:
         """Write one text message, never waiting; False if the socket is closing."""
@@ -77,7 +74,7 @@ class OwnedSocket(asyncio.Protocol):
     (and reset after ``server.edge``'s linger if the client takes nothing more).
     """
 
-    __slots__ = ("transport", "connections", "handler", "reader", "pending",
+    __slots__ = ("transport", "connections", "handler", "reader",
                  "ping_interval", "ping_timeout", "send_timeout", "now", "_ping", "_ping_at",
                  "_paused_at", "_close_at", "_fd", "_write_raw", "_is_closing", "_buffered",
                  "_gone")  # fmt: skip
@@ -94,7 +91,6 @@ class OwnedSocket(asyncio.Protocol):
         self.ping_timeout = ping_timeout
         self.send_timeout = send_timeout
         self.now = now
-        self.pending = 0  # messages written since the transport's buffer was last seen empty
         self._ping: bytes | None = None
         self._ping_at = now  # when the last ping went out (or the socket opened)
         self._paused_at: float | None = None
@@ -113,10 +109,8 @@ class OwnedSocket(asyncio.Protocol):
         return self._close_at is not None or self._is_closing()
 
     @property
-    def backlog(self) -> int:
-        if not self._buffered():
-            self.pending = 0
-        return self.pending
+    def unsent(self) -> bool:
+        return self._buffered() > 0
 
     def send(self, payload: bytes) -> bool:
         if self.closing:
@@ -157,10 +151,8 @@ class OwnedSocket(asyncio.Protocol):
 
     def _write(self, data: bytes) -> None:
         if self._buffered():
-            self.pending += 1
             self._write_raw(data)
         else:
-            self.pending = 1
             write_now(self._fd, data, self._write_raw)
 
     # The connection's protocol.
@@ -200,9 +192,6 @@ class OwnedSocket(asyncio.Protocol):
             self._write(rfc6455.close(code, reason))
         self.transport.close()
 
-    def eof_received(self) -> bool | None:
-        return None  # the transport closes itself
-
     def pause_writing(self) -> None:
         self._paused_at = self.now
 
@@ -241,8 +230,8 @@ class AsgiSocket:
         return self._closing
 
     @property
-    def backlog(self) -> int:
-        return len(self._out)
+    def unsent(self) -> bool:
+        return bool(self._out)
 
     def send(self, payload: bytes) -> bool:
         if self._closing:

@@ -287,7 +287,7 @@ class RecordingSocket:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
         self.closed: int | None = None
-        self.backlog = 0
+        self.unsent = False
 
     @property
     def closing(self) -> bool:
