@@ -15,7 +15,7 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from streaming import classarchive, localfs
+from streaming import classarchive, localfs, rocksdblib
 from streaming.app import App, Pipeline
 from streaming.changes import VIEWS_FRONTIER
 from streaming.errors import ConfigurationError
@@ -105,17 +105,22 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     }
     # Checkpoint files on a local disk without a chmod process per file (streaming/localfs.py).
     conf.update(localfs.spark_conf(settings.spark_master, localfs.jar_path()))
+    # RocksDB's library loaded from one extracted copy, not copied to /tmp at every start
+    # (streaming/rocksdblib.py).
+    conf.update(rocksdblib.spark_conf(settings.spark_master, rocksdblib.library_dir()))
     own = dict(settings.spark_conf)
     # The user's JVM options come after ours, so that each of them wins (the JVM keeps the
     # last of a repeated option) without turning off the class archive and the rest; the
-    # user's class path is added to ours, which the local file system's class needs.
+    # user's class path and library path are added to ours, which the local file system's
+    # class and RocksDB's library need.
     java_options = own.pop(JAVA_OPTIONS, None)
-    class_path = own.pop(CLASS_PATH, None)
+    paths = {name: own.pop(name, None) for name in (CLASS_PATH, rocksdblib.LIBRARY_PATH)}
     conf.update(own)
     if java_options:
         conf[JAVA_OPTIONS] = f"{conf[JAVA_OPTIONS]} {java_options}"
-    if class_path:
-        conf[CLASS_PATH] = os.pathsep.join(filter(None, [conf.get(CLASS_PATH), class_path]))
+    for name, path in paths.items():
+        if path:
+            conf[name] = os.pathsep.join(filter(None, [conf.get(name), path]))
     return conf
 
 
@@ -124,6 +129,7 @@ def build_session(settings: Settings) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     localfs.ensure_jar()
+    rocksdblib.ensure_library()
     builder = SparkSession.builder.master(settings.spark_master).appName(QUERY_NAME)
     for k, v in spark_conf(settings).items():
         builder = builder.config(k, v)

@@ -1,0 +1,84 @@
+"""RocksDB's native library, extracted once and loaded from there, not copied to /tmp per start."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streaming import rocksdblib
+from streaming.job import spark_conf
+from streaming.settings import Settings
+
+
+def settings(**env: str) -> Settings:
+    return Settings.from_env({"LV_DATA_DIR": "/tmp/lv-unused", "LV_CLASS_ARCHIVE": "off", **env})
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_the_pipelines_jvm_maps_rocksdb_from_the_extracted_library(spark: Any) -> None:
+    jvm = spark._jvm
+    jvm.org.rocksdb.RocksDB.loadLibrary()  # what Spark's state stores call; loads at most once
+    pid = jvm.java.lang.ProcessHandle.current().pid()
+    with open(f"/proc/{pid}/maps") as maps:
+        mapped = {line.split()[-1] for line in maps if "rocksdbjni" in line}
+    directory, name = rocksdblib.library_dir(), rocksdblib.library_name()
+    assert directory is not None and name is not None
+    # Not a copy RocksDB's loader made in the temporary directory, which a killed JVM leaves.
+    assert mapped == {str(directory / name)}
+
+
+def test_the_library_is_extracted_whole_once_per_rocksdb_jar(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    directory = rocksdblib.ensure_library()
+    jar, name = rocksdblib.rocksdb_jar(), rocksdblib.library_name()
+    assert directory is not None and jar is not None and name is not None
+    assert directory.parent == tmp_path / "liveviews"
+    assert directory.name.startswith("rocksdbjni-")
+    with zipfile.ZipFile(jar) as archive:
+        expected = sha256(archive.read(name))
+    extracted = directory / name
+    assert sha256(extracted.read_bytes()) == expected
+    assert [p.name for p in directory.iterdir()] == [name]  # nothing half-written left
+    written = extracted.stat().st_mtime_ns
+    assert rocksdblib.ensure_library() == directory
+    assert extracted.stat().st_mtime_ns == written  # extracted once
+    assert spark_conf(settings())[rocksdblib.LIBRARY_PATH] == str(directory)
+
+
+def test_a_failed_extraction_leaves_nothing_and_rocksdb_loads_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(rocksdblib, "library_name", lambda: "librocksdbjni-nowhere.so")
+    assert rocksdblib.ensure_library() is None  # the jar holds no such member
+    directory = rocksdblib.library_dir()
+    assert directory is not None and list(directory.iterdir()) == []
+    assert rocksdblib.LIBRARY_PATH not in spark_conf(settings())
+
+
+def test_an_unknown_platform_keeps_rocksdbs_own_loading(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rocksdblib.platform, "machine", lambda: "riscv64")
+    assert rocksdblib.library_name() is None
+    assert rocksdblib.library_dir() is None and rocksdblib.ensure_library() is None
+    assert rocksdblib.LIBRARY_PATH not in spark_conf(settings())
+
+
+def test_the_library_path_is_set_in_local_mode_only_and_keeps_the_users() -> None:
+    directory = rocksdblib.ensure_library()
+    assert directory is not None
+    assert rocksdblib.spark_conf("local[2]", directory) == {rocksdblib.LIBRARY_PATH: str(directory)}
+    assert rocksdblib.spark_conf("spark://master:7077", directory) == {}
+    conf = spark_conf(settings(LV_SPARK_CONF_spark__driver__extraLibraryPath="/opt/native"))
+    assert conf[rocksdblib.LIBRARY_PATH] == f"{directory}{os.pathsep}/opt/native"
+    cluster = spark_conf(settings(SPARK_MASTER="spark://master:7077"))
+    assert rocksdblib.LIBRARY_PATH not in cluster
