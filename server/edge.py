@@ -62,12 +62,12 @@ def socket_fd(transport: Any) -> int:
 def write_now(fd: int, data: bytes, write: Callable[[bytes], None]) -> None:
     """Write ``data`` to the socket ``fd`` itself, when its transport holds nothing unsent.
 
-    The transport's own ``write`` (passed as ``write``) makes the same system call, with a buffer list
-    and bookkeeping around it that cost more than the call at 100,000 writes a second. What the
-    socket does not take now (a full buffer, a partial write) and any error are handed to
-    ``write``, which queues the rest in order, or closes the transport on the error. The
-    descriptor is the socket's as long as the transport is not closing: both loops mark a
-    transport closing before they close its socket.
+    The transport's own ``write`` (passed as ``write``) makes the same system call, with a
+    buffer list and bookkeeping around it that cost more than the call at 100,000 writes a
+    second. What the socket does not take now (a full buffer, a partial write) and any error
+    are handed to ``write``, which queues the rest in order, or closes the transport on the
+    error. The descriptor is the socket's as long as the transport is not closing: both loops
+    mark a transport closing before they close its socket.
     """
     if fd < 0:
         write(data)
