@@ -15,7 +15,7 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from streaming import classarchive, localfs, rocksdblib
+from streaming import classarchive, localdir, localfs, rocksdblib
 from streaming.app import App, Pipeline
 from streaming.changes import VIEWS_FRONTIER
 from streaming.errors import ConfigurationError
@@ -131,7 +131,10 @@ def build_session(settings: Settings) -> SparkSession:
     localfs.ensure_jar()
     rocksdblib.ensure_library()
     builder = SparkSession.builder.master(settings.spark_master).appName(QUERY_NAME)
-    for k, v in spark_conf(settings).items():
+    conf = spark_conf(settings)
+    # Scratch files under the data directory, per process; a killed one's removed at start.
+    conf.update(localdir.spark_conf(settings.spark_master, settings.data_dir, settings.spark_conf))
+    for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
