@@ -18,14 +18,21 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pyspark import cloudpickle
+from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
 
+from demo.chirp.views import entity_input
 from streaming.app import App
 from streaming.events import LOG_PREFIX
+from streaming.views import CHANGE_SCHEMA
 
 if TYPE_CHECKING:
     import redis
-    from pyspark.sql import DataFrame, Row
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle, TimerValues
 
 KINDS = {
     "source": "the log source alone (no view)",
@@ -50,8 +57,6 @@ def app(kind: str) -> App:
 
 
 def _source(events: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
     # A condition no event meets, which Spark cannot fold away: every event is still read.
     kept = events.where(F.col("event_time_ms") < 0)
     return kept.select(
@@ -64,40 +69,24 @@ def _source(events: DataFrame) -> DataFrame:
 
 
 def _python_operator(events: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    from demo.chirp.views import bucket_of
-    from streaming.views import CHANGE_SCHEMA
-
-    bucketed = events.select(
-        bucket_of(F.col("key")).alias("bucket"), "key", "offset", "type", "payload",
-        "event_time_ms",
-    )  # fmt: skip
-    return bucketed.groupBy("bucket").transformWithState(
-        _nothing_processor(), CHANGE_SCHEMA, "Update", "None"
-    )
+    return entity_input(events).transformWithState(Nothing(), CHANGE_SCHEMA, "Update", "None")
 
 
-def _nothing_processor() -> Any:
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+class Nothing(StatefulProcessor):
+    """Reads each row Spark passes it; no state, no output."""
 
-    class Nothing(StatefulProcessor):
-        """Reads each row Spark passes it; no state, no output."""
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
 
-        def init(self, handle: StatefulProcessorHandle) -> None:
+    def handleInputRows(
+        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
+    ) -> Iterator[Row]:
+        for _ in rows:
             pass
+        return iter(())
 
-        def handleInputRows(
-            self, key: Any, rows: Iterator[Row], timerValues: TimerValues
-        ) -> Iterator[Row]:
-            for _ in rows:
-                pass
-            return iter(())
-
-        def close(self) -> None:
-            pass
-
-    return Nothing()
+    def close(self) -> None:
+        pass
 
 
 def forget_views(client: redis.Redis) -> None:

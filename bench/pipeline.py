@@ -250,9 +250,9 @@ def plot_drain(figures: dict[str, Any]) -> Path:
     left.barh(names, other, left=sink, label="planning, offsets, commit")
     left.set_xlabel(f"seconds in batches, draining {backlog['events']:,} events")
     left.legend(loc="lower right", fontsize=8)
-    labels = ["every view", *[ceilings.KINDS[k] for k in figures.get("ceilings", {})]]
-    rates = [backlog["events_per_s_wall"],
-             *[c["events_per_s_wall"] for c in figures.get("ceilings", {}).values()]]  # fmt: skip
+    bounds = figures["ceilings"]
+    labels = ["every view", *[ceilings.KINDS[k] for k in bounds]]
+    rates = [backlog["events_per_s_wall"], *[c["events_per_s_wall"] for c in bounds.values()]]
     right.barh([label.replace(" and ", "\nand ") for label in labels], rates)
     right.axvline(100_000, color="red", linestyle="--", label="target: 100,000 events/s")
     right.set_xlabel("events/s, same backlog, same run")

@@ -48,6 +48,17 @@ def spark_jars() -> Path:
     return (Path(pyspark.__file__).parent / "jars").resolve()
 
 
+def spark_jar(prefix: str) -> Path | None:
+    """The newest of Spark's jars whose name starts with ``prefix``, such as ``rocksdbjni-``."""
+    found = sorted(spark_jars().glob(f"{prefix}*.jar"))
+    return found[-1] if found else None
+
+
+def jar_stamp(jar: Path) -> str:
+    """What names a jar in a cache key: its path and modification time."""
+    return f"{jar}|{_mtime(jar)}"
+
+
 def default_path() -> Path | None:
     """``~/.cache/liveviews/spark-classes-<key>.jsa``, the key naming the jars and the JDK.
 

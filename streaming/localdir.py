@@ -30,11 +30,11 @@ def _running(pid: int) -> bool:
     return True
 
 
-def prepare(data_dir: Path, pid: int | None = None) -> Path:
+def prepare(data_dir: Path) -> Path:
     """This process's scratch directory, after removing those of processes that are gone."""
     root = data_dir / ROOT
     root.mkdir(parents=True, exist_ok=True)
-    mine = pid if pid is not None else os.getpid()
+    mine = os.getpid()
     for child in root.iterdir():
         if child.name.isdigit() and int(child.name) != mine and not _running(int(child.name)):
             shutil.rmtree(child, ignore_errors=True)

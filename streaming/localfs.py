@@ -41,10 +41,9 @@ def _sources() -> list[tuple[str, bytes]]:
 
 def hadoop_api_jar() -> Path | None:
     """The jar of Hadoop's client API among Spark's jars: what the classes compile against."""
-    from streaming.classarchive import spark_jars
+    from streaming.classarchive import spark_jar
 
-    found = sorted(spark_jars().glob("hadoop-client-api-*.jar"))
-    return found[-1] if found else None
+    return spark_jar("hadoop-client-api-")
 
 
 def jar_path() -> Path | None:
@@ -54,9 +53,9 @@ def jar_path() -> Path | None:
 
 
 def _jar_for(api: Path) -> Path:
-    from streaming.classarchive import cache_dir
+    from streaming.classarchive import cache_dir, jar_stamp
 
-    digest = hashlib.sha256(f"{api}|{api.stat().st_mtime_ns}".encode())
+    digest = hashlib.sha256(jar_stamp(api).encode())
     for name, text in _sources():
         digest.update(name.encode() + b"\0" + text)
     return cache_dir() / f"localfs-{digest.hexdigest()[:12]}.jar"

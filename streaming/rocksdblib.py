@@ -38,30 +38,36 @@ def library_name() -> str | None:
 
 
 def rocksdb_jar() -> Path | None:
-    from streaming.classarchive import spark_jars
+    from streaming.classarchive import spark_jar
 
-    found = sorted(spark_jars().glob("rocksdbjni-*.jar"))
-    return found[-1] if found else None
+    return spark_jar("rocksdbjni-")
+
+
+def _located() -> tuple[Path, str, Path] | None:
+    """RocksDB's jar, the library's name in it and the directory it is extracted to."""
+    from streaming.classarchive import cache_dir, jar_stamp
+
+    jar, name = rocksdb_jar(), library_name()
+    if jar is None or name is None:
+        return None
+    key = hashlib.sha256(jar_stamp(jar).encode()).hexdigest()[:12]
+    return jar, name, cache_dir() / f"rocksdbjni-{key}"
 
 
 def library_dir() -> Path | None:
     """``~/.cache/liveviews/rocksdbjni-<key>``, the key naming RocksDB's jar; None when this
     platform's library is not known or Spark ships no RocksDB."""
-    from streaming.classarchive import cache_dir
-
-    jar, name = rocksdb_jar(), library_name()
-    if jar is None or name is None:
-        return None
-    digest = hashlib.sha256(f"{jar}|{jar.stat().st_mtime_ns}".encode()).hexdigest()[:12]
-    return cache_dir() / f"rocksdbjni-{digest}"
+    located = _located()
+    return None if located is None else located[2]
 
 
 def ensure_library() -> Path | None:
     """The directory holding the extracted library, extracting it on first use; None when it
     cannot be had (logged: RocksDB then loads as it would without this module)."""
-    directory, jar, name = library_dir(), rocksdb_jar(), library_name()
-    if directory is None or jar is None or name is None:
+    located = _located()
+    if located is None:
         return None
+    jar, name, directory = located
     if (directory / name).is_file():
         return directory
     partial: Path | None = None

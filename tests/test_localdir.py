@@ -42,9 +42,7 @@ def test_local_mode_only_and_the_users_choice_wins(tmp_path: Path) -> None:
     assert not (tmp_path / "c").exists() and not (tmp_path / "u").exists()
 
 
-def test_the_pipelines_spark_keeps_its_scratch_files_in_the_data_directory(
-    spark: Any, tmp_path: Path
-) -> None:
+def test_the_pipelines_spark_keeps_its_scratch_files_in_the_data_directory(spark: Any) -> None:
     conf = spark.sparkContext.getConf()
     local = Path(conf.get(localdir.LOCAL_DIR))
     assert local.parent.name == localdir.ROOT and local.name == str(os.getpid())

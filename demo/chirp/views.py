@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame, GroupedData, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
@@ -286,13 +286,18 @@ def bucket_of(user: Column) -> Column:
     return F.crc32(user.cast("binary")) % BUCKETS
 
 
-def entities(events: DataFrame) -> DataFrame:
-    # Only the columns the entities need cross to Python, grouped by the user's bucket.
+def entity_input(events: DataFrame) -> GroupedData:
+    """What ``EntityProcessor`` reads: only the columns it needs cross to Python, grouped by
+    the user's bucket."""
     bucketed = events.select(
         bucket_of(F.col("key")).alias("bucket"), "key", "offset", "type", "payload",
         "event_time_ms",
     )  # fmt: skip
-    return bucketed.groupBy("bucket").transformWithState(
+    return bucketed.groupBy("bucket")
+
+
+def entities(events: DataFrame) -> DataFrame:
+    return entity_input(events).transformWithState(
         EntityProcessor(), CHANGE_SCHEMA, "Update", "None"
     )
 
