@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -55,6 +56,29 @@ class FeedDelta:
         """The frame and then ``progress``'s, as one chunk: one write, one system call."""
         assert self.progress is not None
         return http_chunk(self.frame.sse + self.progress.frame.sse)
+
+
+@dataclass(eq=False)
+class FeedRun:
+    """Two or more deltas of one (view, key) from one read of the feed, in their order, the
+    last with any frontier riding on it. A stream that has none of them yet takes them all in
+    one write: a gateway that falls behind makes fewer writes per delta, not more."""
+
+    items: list[FeedDelta]
+
+    @cached_property
+    def sse(self) -> bytes:
+        return b"".join(item.frame.sse for item in self.items)
+
+    @cached_property
+    def sse_chunk(self) -> bytes:
+        return http_chunk(self.sse)
+
+    @cached_property
+    def sse_chunk_with_progress(self) -> bytes:
+        progress = self.items[-1].progress
+        assert progress is not None
+        return http_chunk(self.sse + progress.frame.sse)
 
 
 def http_chunk(body: bytes) -> bytes:
@@ -108,6 +132,10 @@ class Sink(Protocol):
         """Hand ``item`` on; False if the subscriber fell too far behind to take it."""
         ...
 
+    def deliver_run(self, run: FeedRun) -> bool:
+        """Hand on every delta of ``run``; False if the subscriber fell too far behind."""
+        ...
+
     def deliver_progress(self, progress: Progress) -> None: ...
 
 
@@ -146,6 +174,22 @@ class Subscriber:
             self.overflow()
             return False
         self.buffer.append(item)
+        self.wake()
+        return True
+
+    def offer_run(self, run: FeedRun) -> bool:
+        """``offer`` for each delta of ``run``, which a sink takes in one go."""
+        if self.state is not SubscriberState.ATTACHED:
+            return False
+        if self.sink is not None:
+            if self.sink.deliver_run(run):
+                return True
+            self.overflow()
+            return False
+        if len(self.buffer) + len(run.items) > self.capacity:
+            self.overflow()
+            return False
+        self.buffer.extend(run.items)
         self.wake()
         return True
 
@@ -273,27 +317,36 @@ class Hub:
         subscriber gets it in the same write as that delta, never before a delta it covers);
         the subscribers that took it so are skipped when it is then passed on to all. A
         frontier not due yet waits for the first read after the interval, or at most half an
-        interval more, for a quiet feed.
+        interval more, for a quiet feed. A key's deltas in one read go to each of its
+        subscribers together (``FeedRun``): a stream writes them in one system call, so a read
+        that brings several, as one does once the gateway falls behind, costs a write each.
         """
         # A frontier no subscriber follows is dropped: a later subscriber reads its frontier
         # with its snapshot. (Chirp's views follow their pipelines', not every view's.)
         progress = [p for p in progress if self._lane(p.frontier_name).subscribers]
         riding = {p.frontier_name: p for p in progress if self._progress_due(p.frontier_name)}
-        last: dict[tuple[str, str], Delta] = {}
-        if riding:
-            last = {(d.view, d.key): d for d in deltas}
-        overflowed: list[Subscriber] = []
+        self.metrics.deltas_in += len(deltas)
+        by_key: dict[tuple[str, str], list[Delta]] = {}
         for d in deltas:
-            self.metrics.deltas_in += 1
-            subs = self.by_key.get((d.view, d.key))
+            by_key.setdefault((d.view, d.key), []).append(d)
+        overflowed: list[Subscriber] = []
+        for (view, key), key_deltas in by_key.items():
+            subs = self.by_key.get((view, key))
             if not subs:
                 continue
-            item = FeedDelta(epoch, d)
-            if riding and last[(d.view, d.key)] is d:
-                item.progress = riding.get(self.frontier_of(d.view))
-            for sub in subs:
-                if not sub.offer(item):
-                    overflowed.append(sub)
+            items = [FeedDelta(epoch, d) for d in key_deltas]
+            if riding:
+                items[-1].progress = riding.get(self.frontier_of(view))
+            if len(items) > 1 and _ascending(items):
+                run = FeedRun(items)
+                for sub in subs:
+                    if not sub.offer_run(run):
+                        overflowed.append(sub)
+                continue
+            for item in items:
+                for sub in subs:
+                    if not sub.offer(item):
+                        overflowed.append(sub)
         self._drop(overflowed)
         for p in progress:
             # Due or not as decided before the deltas went out: the hand-out takes time, and a
@@ -354,3 +407,8 @@ class Hub:
         if sub.state is SubscriberState.OVERFLOWED and sub in self.all:
             self.metrics.slow_consumers += 1
         self._forget(sub)
+
+
+def _ascending(items: list[FeedDelta]) -> bool:
+    """Are the positions of ``items`` ascending, as those of one shard's stream are?"""
+    return all(a.position < b.position for a, b in itertools.pairwise(items))

@@ -35,7 +35,7 @@ from starlette.types import Receive, Scope, Send
 from server import frames
 from server.edge import socket_fd, write_now
 from server.errors import SlowConsumer
-from server.hub import EpochChanged, Item, Progress, SubscriberState, http_chunk
+from server.hub import EpochChanged, FeedRun, Item, Progress, SubscriberState, http_chunk
 from server.metrics import Metrics
 from server.subscription import Subscription
 
@@ -197,18 +197,19 @@ class LiveStream:
         self._buffered = transport.get_write_buffer_size
         self._fd = socket_fd(transport)
 
-    def _write(self, chunk: bytes) -> bool:
+    def _write(self, chunk: bytes, deltas: int = 1) -> bool:
+        """Write ``chunk`` (of ``deltas`` deltas); False if the client does not keep up."""
         if self._is_closing():
             return False
         if self._buffered():
-            self.pending += 1
+            self.pending += deltas
             subscriber = self.sub.subscriber
             assert subscriber is not None
             if self.pending > subscriber.capacity:
                 return False  # the client does not read: the slow-consumer policy applies
             self._write_raw(chunk)
         else:
-            self.pending = 1
+            self.pending = deltas
             write_now(self._fd, chunk, self._write_raw)
         self.last_write = self.ticker.now
         self.metrics.bytes_out += len(chunk)
@@ -232,6 +233,23 @@ class LiveStream:
         self.sub.sent(item)
         self.metrics.frames_out += 1
         self.metrics.deltas_out += 1
+        return True
+
+    def deliver_run(self, run: FeedRun) -> bool:
+        if not self.sub.is_next(run.items[0]):
+            return all(self.deliver(item) for item in run.items)
+        n = len(run.items)
+        last = run.items[-1]
+        progress = last.progress
+        if progress is not None and self.sub.accept_progress(progress):
+            if not self._write(run.sse_chunk_with_progress, n):
+                return False
+            self.metrics.frames_out += 1
+        elif not self._write(run.sse_chunk, n):
+            return False
+        self.sub.sent(last)
+        self.metrics.frames_out += n
+        self.metrics.deltas_out += n
         return True
 
     def deliver_progress(self, progress: Progress) -> None:

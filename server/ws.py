@@ -30,7 +30,7 @@ from server.auth import PUBLISH, READ, Principal, token_from
 from server.errors import BadRequest, GatewayError, SlowConsumer, Unauthorized, Unavailable
 from server.eventid import EventId
 from server.gateway import Gateway
-from server.hub import EpochChanged, Item, Progress, SubscriberState
+from server.hub import EpochChanged, FeedRun, Item, Progress, SubscriberState
 from server.publish import events_of, offset_dict, publish
 from server.subscription import Subscription
 from server.wssocket import AsgiSocket, OwnedSocket, Socket
@@ -351,6 +351,10 @@ class WsStream:
         if progress is not None:
             self.deliver_progress(progress)
         return True
+
+    def deliver_run(self, run: FeedRun) -> bool:
+        # A message per delta, as the protocol frames them: a run saves no write here.
+        return all(self.deliver(item) for item in run.items)
 
     def deliver_progress(self, progress: Progress) -> None:
         if self.sub.accept_progress(progress):

@@ -12,7 +12,7 @@ import asyncio
 import time
 
 from server import frames
-from server.hub import FeedDelta, Hub, Item, Progress
+from server.hub import FeedDelta, FeedRun, Hub, Item, Progress, SubscriberState
 from server.metrics import Metrics
 from streaming.changes import VIEWS_FRONTIER, Delta
 
@@ -24,6 +24,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.got: list[str] = []
+        self.runs: list[list[str]] = []
         self.frontier = ""
 
     def deliver(self, item: Item) -> bool:
@@ -32,6 +33,10 @@ class Recorder:
         if item.progress is not None:
             self.deliver_progress(item.progress)
         return True
+
+    def deliver_run(self, run: FeedRun) -> bool:
+        self.runs.append([item.delta.id for item in run.items])
+        return all(self.deliver(item) for item in run.items)
 
     def deliver_progress(self, progress: Progress) -> None:
         if progress.entry != self.frontier:
@@ -63,6 +68,7 @@ def test_a_due_frontier_rides_with_the_last_delta_of_each_key() -> None:
         # With the last delta of each key, and not before: then to every other subscriber.
         assert a.got == ["1-0", "1-2", "progress 9-0"]
         assert b.got == ["1-1", "progress 9-0"]
+        assert a.runs == [["1-0", "1-2"]] and b.runs == [], "a key's deltas go out together"
         assert quiet.got == ["progress 9-0"]
         hub.close()
 
@@ -140,6 +146,37 @@ def test_each_view_follows_the_frontier_of_the_pipeline_that_writes_it() -> None
         # The views' frontier (every pipeline's oldest) reaches neither: each follows its own.
         hub.publish(EPOCH, [], progress("4-0"))
         assert likes.got[-1] == "progress 6-0" and activity.got == ["progress 3-0"]
+        hub.close()
+
+    asyncio.run(go())
+
+
+def test_a_subscriber_without_a_sink_buffers_a_run_or_overflows_on_it_as_on_its_deltas() -> None:
+    async def go() -> None:
+        metrics = Metrics()
+        hub = Hub(metrics)
+        fits = hub.attach("likes", "a", 3)
+        fits.buffer.append(FeedDelta(EPOCH, delta("0-9", "a")))
+        too_many = hub.attach("likes", "a", 3)
+        too_many.buffer.append(FeedDelta(EPOCH, delta("0-9", "a")))
+        too_many.capacity = 2
+        hub.publish(EPOCH, [delta("1-0", "a"), delta("1-1", "a")])
+        items, _ = fits.take()
+        assert [i.delta.id for i in items if isinstance(i, FeedDelta)] == ["0-9", "1-0", "1-1"]
+        # One buffered and two more is three, over a capacity of two: a slow consumer.
+        assert too_many.state is SubscriberState.OVERFLOWED
+        assert too_many not in hub.all and metrics.slow_consumers == 1
+        hub.close()
+
+    asyncio.run(go())
+
+
+def test_deltas_of_a_key_out_of_position_order_go_out_one_by_one_in_read_order() -> None:
+    async def go() -> None:
+        hub = Hub(Metrics())
+        a = attach(hub, "a")
+        hub.publish(EPOCH, [delta("2-0", "a"), delta("1-0", "a"), delta("3-0", "a")])
+        assert a.runs == [] and a.got == ["2-0", "1-0", "3-0"]
         hub.close()
 
     asyncio.run(go())

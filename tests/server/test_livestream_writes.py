@@ -17,9 +17,13 @@ from typing import Any, cast
 import pytest
 import uvloop
 
+from server import frames
+from server.eventid import position_tuple
+from server.hub import FeedDelta, Hub, Progress, http_chunk
 from server.livestream import LiveStream, Ticker
 from server.metrics import Metrics
-from server.subscription import Subscription
+from server.subscription import Source, Subscription
+from streaming.changes import VIEWS_FRONTIER, Delta
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "uvloop": uvloop.new_event_loop,
@@ -150,3 +154,89 @@ def test_a_transport_without_a_socket_gets_every_write() -> None:
     for chunk in (b"a", b"b", b"c"):
         assert stream._write(chunk)
     assert transport.written == [b"a", b"b", b"c"]
+
+
+EPOCH = "e"
+
+
+def delta(entry: str) -> Delta:
+    return Delta(entry, "likes", "a", [{"op": "delete", "row": entry}], "liveviews", 1)
+
+
+def subscribed(hub: Hub, transport: asyncio.Transport, after: str | None = None) -> LiveStream:
+    """A stream of likes/a up to date at ``after``, that the hub writes to."""
+    sub = Subscription(cast(Source, SimpleNamespace(hub=hub)), "likes", "a", None)
+    sub.subscriber = hub.attach("likes", "a", 16)
+    sub.epoch = EPOCH
+    if after is not None:
+        sub.position = position_tuple(after)
+    stream = LiveStream(sub, transport, Ticker(15.0, hub.metrics), hub.metrics, float("inf"),
+                        lambda: None)  # fmt: skip
+    sub.subscriber.sink = stream
+    return stream
+
+
+def unread(client: socket.socket) -> bytes:
+    client.setblocking(False)
+    try:
+        return client.recv(1 << 16)
+    except BlockingIOError:
+        return b""
+    finally:
+        client.setblocking(True)
+
+
+@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+def test_a_keys_deltas_of_one_read_and_their_frontier_go_out_in_one_chunk(loop_name: str) -> None:
+    async def main() -> None:
+        hub = Hub(Metrics())
+        transport, client = await connected_pair()
+        subscribed(hub, transport)
+        deltas = [delta("1-0"), delta("1-1"), delta("2-0")]
+        frontier = Progress(EPOCH, "2-0", frames.progress({"0": "2-0"}), VIEWS_FRONTIER)
+        hub.publish(EPOCH, deltas, [frontier])
+        body = b"".join(FeedDelta(EPOCH, d).frame.sse for d in deltas) + frontier.frame.sse
+        assert read_exactly(client, len(http_chunk(body))) == http_chunk(body)
+        assert unread(client) == b""
+        assert (hub.metrics.deltas_out, hub.metrics.frames_out) == (3, 4)
+        client.close()
+        transport.close()
+        hub.close()
+
+    run_on(loop_name, main)
+
+
+@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+def test_a_stream_that_has_part_of_a_run_gets_only_the_rest(loop_name: str) -> None:
+    async def main() -> None:
+        hub = Hub(Metrics())
+        transport, client = await connected_pair()
+        stream = subscribed(hub, transport, after="1-1")
+        hub.publish(EPOCH, [delta("1-0"), delta("1-1"), delta("2-0")])
+        expected = http_chunk(FeedDelta(EPOCH, delta("2-0")).frame.sse)
+        assert read_exactly(client, len(expected)) == expected
+        assert unread(client) == b""
+        assert stream.sub.last_event_id is not None and stream.sub.last_event_id.endswith("2-0")
+        client.close()
+        transport.close()
+        hub.close()
+
+    run_on(loop_name, main)
+
+
+@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+def test_a_run_counts_each_of_its_deltas_against_the_buffer_of_a_stream_behind(
+    loop_name: str,
+) -> None:
+    async def main() -> None:
+        transport, client = await connected_pair(rcvbuf=65_536)
+        stream = stream_on(transport, capacity=10)
+        while not transport.get_write_buffer_size():
+            assert stream._write(b"x" * 65_536)
+        stream.pending = 1  # the client has read nothing since the transport began to queue
+        assert stream._write(b"a run of 9", 9)
+        assert not stream._write(b"one more", 1), "11 deltas behind, with a buffer of 10"
+        client.close()
+        transport.close()
+
+    run_on(loop_name, main)
