@@ -93,6 +93,14 @@ class Connection:
         self.gw.metrics.bytes_out += len(message)
         return True
 
+    def send_all(self, messages: list[bytes]) -> bool:
+        """``send`` each of ``messages``, in one write to the socket."""
+        if self.closed or not self.sock.send_all(messages):
+            return False
+        self.last_write = self.gw.ticker.now
+        self.gw.metrics.bytes_out += sum(len(m) for m in messages)
+        return True
+
     # The socket's handler.
 
     def received(self, data: bytes) -> None:
@@ -300,14 +308,21 @@ class WsStream:
 
     def _write(self, message: bytes) -> bool:
         """Write one of the subscription's messages; False if it is too far behind."""
+        if not self._keeps_up(1):
+            return False
+        self.conn.send(message)
+        return True
+
+    def _keeps_up(self, messages: int) -> bool:
+        """Count ``messages`` about to be written; False if the subscription would then be too
+        far behind the client: more unsent than its subscriber buffer holds."""
         if self.conn.sock.unsent:
-            self.pending += 1
+            self.pending += messages
             subscriber = self.sub.subscriber
             if subscriber is not None and self.pending > subscriber.capacity:
                 return False
         else:
-            self.pending = 1
-        self.conn.send(message)
+            self.pending = messages
         return True
 
     def _write_frames(
@@ -353,8 +368,23 @@ class WsStream:
         return True
 
     def deliver_run(self, run: FeedRun) -> bool:
-        # A message per delta, as the protocol frames them: a run saves no write here.
-        return all(self.deliver(item) for item in run.items)
+        """A message per delta (and one for a frontier riding on the last), in one write."""
+        if not self.sub.is_next(run.items[0]):
+            return all(self.deliver(item) for item in run.items)
+        n = len(run.items)
+        messages = [item.frame.ws(self.sub_id) for item in run.items]
+        last = run.items[-1]
+        progress = last.progress
+        if progress is not None and self.sub.accept_progress(progress):
+            messages.append(progress.frame.ws(self.sub_id))
+        if not self._keeps_up(len(messages)):
+            return False
+        self.conn.send_all(messages)
+        self.sub.sent(last)
+        metrics = self.conn.gw.metrics
+        metrics.frames_out += len(messages)
+        metrics.deltas_out += n
+        return True
 
     def deliver_progress(self, progress: Progress) -> None:
         if self.sub.accept_progress(progress):

@@ -53,6 +53,10 @@ class Socket(Protocol):
     def send(self, payload: bytes) -> bool:
         """Write one text message, never waiting; False if the socket is closing."""
 
+    def send_all(self, payloads: list[bytes]) -> bool:
+        """Write each of ``payloads`` as a text message, in order and at once (one system call
+        where the socket writes itself); False if the socket is closing."""
+
     def close(self, code: int, reason: str = "") -> None:
         """Start the closing handshake; nothing more is written after it."""
 
@@ -116,6 +120,12 @@ class OwnedSocket(asyncio.Protocol):
         if self.closing:
             return False
         self._write(rfc6455.text(payload))
+        return True
+
+    def send_all(self, payloads: list[bytes]) -> bool:
+        if self.closing:
+            return False
+        self._write(b"".join(rfc6455.text(p) for p in payloads))
         return True
 
     def close(self, code: int, reason: str = "") -> None:
@@ -237,6 +247,13 @@ class AsgiSocket:
         if self._closing:
             return False
         self._out.append(payload)
+        self._ready.set()
+        return True
+
+    def send_all(self, payloads: list[bytes]) -> bool:
+        if self._closing:
+            return False
+        self._out.extend(payloads)
         self._ready.set()
         return True
 

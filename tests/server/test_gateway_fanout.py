@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from typing import Any
 
 import aiohttp
+import pytest
 import redis
 from lvclient import ServedGateway, State, Writer, open_sse, run, wait_for
 
-from server import frames
+from server import edge, frames
 
 
 def test_progress_is_coalesced_and_ends_at_the_newest_frontier(
@@ -103,3 +105,49 @@ def test_a_due_frontier_rides_in_the_same_write_as_the_delta_it_covers(
                 assert offset.encode() in chunk
 
     run(go())
+
+
+def test_a_keys_deltas_read_together_reach_each_stream_and_socket_in_one_write(
+    gateway: ServedGateway, writer: Writer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway that falls behind reads several deltas of a key at once; each subscriber then
+    gets them in order, in one system call (they share one chunk over SSE)."""
+    writes: list[bytes] = []
+    os_write = edge._os_write
+
+    def noting(fd: int, data: bytes) -> int:
+        writes.append(bytes(data))
+        return os_write(fd, data)
+
+    def names(ops: list[dict[str, Any]]) -> list[str]:
+        return [op["value"]["name"] for op in ops]
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s:
+            sse = await open_sse(s, gateway.url + "/v1/views/profiles/runs/live",
+                                 gateway.headers())  # fmt: skip
+            assert (await sse.next()).event == "snapshot"
+            ws = await s.ws_connect(f"{gateway.ws_url}?access_token={gateway.token('alice')}")
+            await ws.send_json({"type": "subscribe", "sub": "r", "view": "profiles", "key": "runs"})
+            while (await ws.receive_json(timeout=10))["type"] != "snapshot":
+                pass
+            monkeypatch.setattr(edge, "_os_write", noting)
+            # Both batches land while the gateway's loop is held: its feed reads them together.
+            gateway.in_loop(lambda: [writer.write([("profiles", "runs", "profile", {"name": n})])
+                                     for n in ("first", "second")])  # fmt: skip
+            got = [await sse.next(skip=("progress",)) for _ in range(2)]
+            assert [e.event for e in got] == ["delta", "delta"]
+            assert [names(e.data["ops"]) for e in got] == [["first"], ["second"]]
+            messages: list[dict[str, Any]] = []
+            while len(messages) < 2:
+                m = await ws.receive_json(timeout=10)
+                if m["type"] == "delta":
+                    messages.append(m)
+            assert [names(m["data"]["ops"]) for m in messages] == [["first"], ["second"]]
+            await ws.close()
+            await sse.close()
+
+    run(go())
+    together = [w for w in writes if b'"first"' in w and b'"second"' in w]
+    assert any(b"event: delta" in w for w in together), "SSE: the deltas in writes of their own"
+    assert any(w[0] == 0x81 for w in together), "WebSocket: the deltas in writes of their own"
