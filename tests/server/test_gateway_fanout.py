@@ -1,4 +1,5 @@
-"""Fan-out costs that a client can observe: coalesced progress, and what an idle stream keeps.
+"""Fan-out costs that a client can observe: coalesced progress, what an idle stream keeps, and
+one write for the deltas of a key that the gateway reads together.
 
 Progress is sent at most once per ``LV_PROGRESS_INTERVAL_MS`` (always the newest frontier,
 never one the subscriber already has). An open SSE stream must not keep its first frames (a
