@@ -11,6 +11,10 @@ RocksDB's loader looks first. On a cluster, executors load RocksDB as Spark ship
 
 Platforms whose library this module does not name (other than glibc Linux on x86-64 or
 AArch64) keep RocksDB's own loading.
+
+Each extracted directory has the path of its jar recorded beside it; a start removes the
+directories whose jar is gone (a deleted virtualenv or clone) or was replaced (an upgrade of
+pyspark), as the class archive's are (``streaming.classarchive.prune``).
 """
 
 from __future__ import annotations
@@ -61,13 +65,29 @@ def library_dir() -> Path | None:
     return None if located is None else located[2]
 
 
+def source_file(directory: Path) -> Path:
+    """Beside each extracted directory: the path of the jar it was extracted from."""
+    return directory.with_name(directory.name + ".source")
+
+
 def ensure_library() -> Path | None:
     """The directory holding the extracted library, extracting it on first use; None when it
-    cannot be had (logged: RocksDB then loads as it would without this module)."""
+    cannot be had (logged: RocksDB then loads as it would without this module). Removes the
+    directories of jars that are gone or replaced."""
     located = _located()
     if located is None:
         return None
     jar, name, directory = located
+    try:
+        # Recorded before the extraction: another installation's start keeps it meanwhile.
+        source = source_file(directory)
+        if not source.is_file():
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            source.write_text(str(jar))
+        for stale in prune(directory.parent, directory, jar):
+            log.info("removed %s, extracted from a jar that is gone or replaced", stale)
+    except OSError as exc:
+        log.warning("could not record or prune RocksDB's extracted libraries (%s)", exc)
     if (directory / name).is_file():
         return directory
     partial: Path | None = None
@@ -86,6 +106,25 @@ def ensure_library() -> Path | None:
         log.warning("could not extract RocksDB's library (%s); RocksDB extracts its own", exc)
         return None
     return directory
+
+
+def prune(cache: Path, current: Path, jar: Path) -> list[Path]:
+    """Remove the extracted directories in ``cache`` other than ``current`` whose jar is gone,
+    is ``jar`` (extracted before it was replaced), or was never recorded; returns them."""
+    removed = []
+    for directory in sorted(cache.glob("rocksdbjni-*")):
+        if directory == current or not directory.is_dir():
+            continue
+        source = source_file(directory)
+        try:
+            recorded: Path | None = Path(source.read_text().strip())
+        except OSError:
+            recorded = None  # extracted before jars were recorded
+        if recorded is None or recorded == jar or not recorded.is_file():
+            shutil.rmtree(directory, ignore_errors=True)
+            source.unlink(missing_ok=True)
+            removed.append(directory)
+    return removed
 
 
 def spark_conf(master: str, directory: Path | None) -> dict[str, str]:

@@ -82,3 +82,40 @@ def test_the_library_path_is_set_in_local_mode_only_and_keeps_the_users() -> Non
     assert conf[rocksdblib.LIBRARY_PATH] == f"{directory}{os.pathsep}/opt/native"
     cluster = spark_conf(settings(SPARK_MASTER="spark://master:7077"))
     assert rocksdblib.LIBRARY_PATH not in cluster
+
+
+def extracted(cache: Path, key: str, jar: Path | None) -> Path:
+    """A directory as an earlier start extracted it, from ``jar`` (None: not recorded)."""
+    directory = cache / f"rocksdbjni-{key}"
+    directory.mkdir(parents=True)
+    (directory / "librocksdbjni-linux64.so").write_bytes(b"\0" * 16)
+    if jar is not None:
+        rocksdblib.source_file(directory).write_text(str(jar))
+    return directory
+
+
+def test_a_start_removes_the_libraries_of_jars_that_are_gone_or_replaced(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "liveviews"
+    jar = rocksdblib.rocksdb_jar()
+    assert jar is not None
+    other_install = tmp_path / "other-venv" / "rocksdbjni-9.0.jar"
+    other_install.parent.mkdir()
+    other_install.write_bytes(b"a jar")
+    kept = extracted(cache, "0ther1nstall", other_install)
+    gone = extracted(cache, "de1etedc1one", tmp_path / "deleted-venv" / "rocksdbjni-9.0.jar")
+    replaced = extracted(cache, "bef0reupgrade", jar)  # this jar, before pyspark was reinstalled
+    unrecorded = extracted(cache, "unrec0rded00", None)
+    directory = rocksdblib.ensure_library()
+    assert directory is not None and rocksdblib.library_name() in {
+        p.name for p in directory.iterdir()
+    }
+    assert rocksdblib.source_file(directory).read_text() == str(jar)
+    assert kept.is_dir() and rocksdblib.source_file(kept).is_file()
+    for stale in (gone, replaced, unrecorded):
+        assert not stale.exists() and not rocksdblib.source_file(stale).exists(), stale
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [kept.name, f"{kept.name}.source", directory.name, f"{directory.name}.source"]
+    )
