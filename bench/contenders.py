@@ -107,13 +107,13 @@ def _python_server(
         stop(proc)
 
 
-def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = None
-              ) -> contextlib.AbstractContextManager[Server]:  # fmt: skip
+def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = None,
+              name: str | None = None) -> contextlib.AbstractContextManager[Server]:  # fmt: skip
     port = free_port()
     env = {"REDIS_URL": store_url, "LV_PORT": str(port), "LV_CHANGE_SHARDS": str(SHARDS),
            "LV_MAX_CONNECTIONS": "20000", "LV_LOG_FEED": "false", "LV_WORKERS": str(workers),
            **(extra or {})}  # fmt: skip
-    name = "liveviews" if workers == 1 else f"liveviews x{workers}"
+    name = name or ("liveviews" if workers == 1 else f"liveviews x{workers}")
     auth = {"Authorization": f"Bearer {token(scope='read')}"}
     return _python_server(name, port, ["-m", "server"], env, auth)
 

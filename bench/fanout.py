@@ -33,6 +33,9 @@ DRAIN_SECONDS = 2.0
 SPREAD_KEYS = 50
 SPREAD_SUBSCRIBERS = 5000
 SPREAD_PER_BATCH = 10  # 10 batches/s of 10 messages on 10 keys: 100 messages/s
+SPREAD_QUIET_PROGRESS_MS = 5000
+"""The spread setting again with progress this far apart: what the frontier's frames cost the
+subscribers whose key did not change (``LV_PROGRESS_INTERVAL_MS`` is 250 by default)."""
 CLIENT_PROCESSES = 2
 
 
@@ -128,6 +131,27 @@ def contenders(store_url: str, quick: bool) -> list[Contender]:
     return out
 
 
+def spread_over_keys(url: str, store_pids: list[int], seconds: float) -> list[dict[str, Any]]:
+    """5k subscribers on 50 keys, 100 messages/s: our gateway (and again with progress
+    ``SPREAD_QUIET_PROGRESS_MS`` apart), and nchan."""
+    keys = [f"k{i}" for i in range(SPREAD_KEYS)]
+    quiet = {"LV_PROGRESS_INTERVAL_MS": str(SPREAD_QUIET_PROGRESS_MS)}
+    makers: list[Contender] = [
+        lambda: c.liveviews(url),
+        lambda: c.liveviews(url, extra=quiet,
+                            name=f"liveviews, progress {SPREAD_QUIET_PROGRESS_MS} ms"),
+    ]  # fmt: skip
+    if c.nchan_installed():
+        makers.append(c.nchan)
+    rows = []
+    for make in makers:
+        with make() as server, publisher_for(server, url) as pub:
+            row, _ = measure(server, store_pids, pub, SPREAD_SUBSCRIBERS, keys,
+                             SPREAD_PER_BATCH, seconds)  # fmt: skip
+        rows.append(row)
+    return rows
+
+
 def run(quick: bool = False) -> Report:
     raise_open_files()
     sizes = [100] if quick else [1000, 5000, 10_000]
@@ -148,17 +172,7 @@ def run(quick: bool = False) -> Report:
                     rows.append(row)
                     if n == sizes[-1]:
                         cdfs[row["contender"]] = lat
-            spread: list[dict[str, Any]] = []
-            if not quick:
-                keys = [f"k{i}" for i in range(SPREAD_KEYS)]
-                spread_contenders: list[Contender] = [lambda: c.liveviews(url)]
-                if c.nchan_installed():
-                    spread_contenders.append(c.nchan)
-                for make in spread_contenders:
-                    with make() as server, publisher_for(server, url) as pub:
-                        row, _ = measure(server, store_pids, pub, SPREAD_SUBSCRIBERS, keys,
-                                         SPREAD_PER_BATCH, seconds)  # fmt: skip
-                    spread.append(row)
+            spread = [] if quick else spread_over_keys(url, store_pids, seconds)
         finally:
             store.stop()
     figures: dict[str, Any] = {
@@ -176,7 +190,7 @@ def run(quick: bool = False) -> Report:
         title="Gateway fan-out: deliveries, CPU per delivery, latency",
         command="python -m bench.fanout" + (" --quick" if quick else ""),
         figures=figures,
-        rows=_summary(rows, sizes[-1]),
+        rows=_summary(rows, sizes[-1]) + _spread_summary(spread),
         plots=plots,
         notes=[
             "Client and servers share the same 2 cores; the client's CPU is in the figures.",
@@ -220,6 +234,20 @@ def _summary(rows: list[dict[str, Any]], n: int) -> list[Row]:
                        f"{many['deliveries_per_second']} (p99 {many['latency_ms']['p99']} ms)",
                        "", f"{ours['deliveries_per_second']} (one process)"))  # fmt: skip
     return out
+
+
+def _spread_summary(spread: list[dict[str, Any]]) -> list[Row]:
+    ours = _find(spread, "liveviews", SPREAD_SUBSCRIBERS)
+    if ours is None:
+        return []
+    others = [r for r in spread if r is not ours]
+
+    def figures(r: dict[str, Any]) -> str:
+        return f"{r['server_cpu_us_per_delivery']} µs, p99 {r['latency_ms']['p99']} ms"
+
+    return [Row(f"spread: {SPREAD_SUBSCRIBERS} subscribers on {SPREAD_KEYS} keys, "
+                f"{RATE * SPREAD_PER_BATCH} msg/s: CPU per delivery, p99", figures(ours), "",
+                "; ".join(f"{figures(r)} ({r['contender']})" for r in others))]  # fmt: skip
 
 
 def _plots(rows: list[dict[str, Any]], cdfs: dict[str, list[float]], n: int) -> list[Path]:
