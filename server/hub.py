@@ -319,7 +319,8 @@ class Hub:
         frontier not due yet waits for the first read after the interval, or at most half an
         interval more, for a quiet feed. A key's deltas in one read go to each of its
         subscribers together (``FeedRun``): a stream writes them in one system call, so a read
-        that brings several, as one does once the gateway falls behind, costs a write each.
+        that brings several, as one does once the gateway falls behind, costs each stream one
+        write, not one per delta.
         """
         # A frontier no subscriber follows is dropped: a later subscriber reads its frontier
         # with its snapshot. (Chirp's views follow their pipelines', not every view's.)

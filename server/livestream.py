@@ -197,19 +197,20 @@ class LiveStream:
         self._buffered = transport.get_write_buffer_size
         self._fd = socket_fd(transport)
 
-    def _write(self, chunk: bytes, deltas: int = 1) -> bool:
-        """Write ``chunk`` (of ``deltas`` deltas); False if the client does not keep up."""
+    def _write(self, chunk: bytes, count: int = 1) -> bool:
+        """Write ``chunk``, which counts as ``count`` frames against the subscriber buffer while
+        the client has not taken what was written; False if the client does not keep up."""
         if self._is_closing():
             return False
         if self._buffered():
-            self.pending += deltas
+            self.pending += count
             subscriber = self.sub.subscriber
             assert subscriber is not None
             if self.pending > subscriber.capacity:
                 return False  # the client does not read: the slow-consumer policy applies
             self._write_raw(chunk)
         else:
-            self.pending = deltas
+            self.pending = count
             write_now(self._fd, chunk, self._write_raw)
         self.last_write = self.ticker.now
         self.metrics.bytes_out += len(chunk)
@@ -223,6 +224,8 @@ class LiveStream:
             return True
         if not self.sub.is_next(item):
             return True
+        # Written out here rather than shared with deliver_run: this is every delivery's path,
+        # and a call more cost ~0.15 µs of its ~1.4 (bench.floor's Python path, alternating).
         progress = item.progress
         if progress is not None and self.sub.accept_progress(progress):
             if not self._write(item.sse_chunk_with_progress):

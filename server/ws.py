@@ -30,7 +30,7 @@ from server.auth import PUBLISH, READ, Principal, token_from
 from server.errors import BadRequest, GatewayError, SlowConsumer, Unauthorized, Unavailable
 from server.eventid import EventId
 from server.gateway import Gateway
-from server.hub import EpochChanged, FeedRun, Item, Progress, SubscriberState
+from server.hub import EpochChanged, FeedDelta, FeedRun, Item, Progress, SubscriberState
 from server.publish import events_of, offset_dict, publish
 from server.subscription import Subscription
 from server.wssocket import AsgiSocket, OwnedSocket, Socket
@@ -356,24 +356,18 @@ class WsStream:
             return True
         if not self.sub.is_next(item):
             return True
-        metrics = self.conn.gw.metrics
-        if not self._write(item.frame.ws(self.sub_id)):
-            return False
-        self.sub.sent(item)
-        metrics.frames_out += 1
-        metrics.deltas_out += 1
-        progress = item.progress
-        if progress is not None:
-            self.deliver_progress(progress)
-        return True
+        return self._send([item])
 
     def deliver_run(self, run: FeedRun) -> bool:
-        """A message per delta (and one for a frontier riding on the last), in one write."""
         if not self.sub.is_next(run.items[0]):
             return all(self.deliver(item) for item in run.items)
-        n = len(run.items)
-        messages = [item.frame.ws(self.sub_id) for item in run.items]
-        last = run.items[-1]
+        return self._send(run.items)
+
+    def _send(self, items: list[FeedDelta]) -> bool:
+        """A message per delta of ``items``, and one for the frontier riding on the last if it
+        moves this subscription's, in one write."""
+        messages = [item.frame.ws(self.sub_id) for item in items]
+        last = items[-1]
         progress = last.progress
         if progress is not None and self.sub.accept_progress(progress):
             messages.append(progress.frame.ws(self.sub_id))
@@ -383,7 +377,7 @@ class WsStream:
         self.sub.sent(last)
         metrics = self.conn.gw.metrics
         metrics.frames_out += len(messages)
-        metrics.deltas_out += n
+        metrics.deltas_out += len(items)
         return True
 
     def deliver_progress(self, progress: Progress) -> None:

@@ -120,10 +120,16 @@ def prune(cache: Path, current: Path | None = None) -> list[Path]:
 
 
 def _recorded_jars(archive: Path) -> Path | None:
+    return recorded_path(source_file(archive))
+
+
+def recorded_path(record: Path) -> Path | None:
+    """The path a cache entry's ``record`` names (what it was made from); None when it has no
+    record (made before records were kept)."""
     try:
-        return Path(source_file(archive).read_text().strip())
+        return Path(record.read_text().strip())
     except OSError:
-        return None  # built before the jars were recorded beside it
+        return None
 
 
 def archive_path(settings: Settings) -> Path | None:

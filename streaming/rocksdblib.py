@@ -111,15 +111,14 @@ def ensure_library() -> Path | None:
 def prune(cache: Path, current: Path, jar: Path) -> list[Path]:
     """Remove the extracted directories in ``cache`` other than ``current`` whose jar is gone,
     is ``jar`` (extracted before it was replaced), or was never recorded; returns them."""
+    from streaming.classarchive import recorded_path
+
     removed = []
     for directory in sorted(cache.glob("rocksdbjni-*")):
         if directory == current or not directory.is_dir():
             continue
         source = source_file(directory)
-        try:
-            recorded: Path | None = Path(source.read_text().strip())
-        except OSError:
-            recorded = None  # extracted before jars were recorded
+        recorded = recorded_path(source)
         if recorded is None or recorded == jar or not recorded.is_file():
             shutil.rmtree(directory, ignore_errors=True)
             source.unlink(missing_ok=True)
