@@ -25,6 +25,7 @@ faults: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check server streaming demo tests bench
+	$(VENV)/bin/ruff format --check server streaming demo tests bench
 	$(VENV)/bin/mypy server streaming demo bench
 
 clean-data:

@@ -204,8 +204,10 @@ def _find(rows: list[dict[str, Any]], name: str, n: int) -> dict[str, Any] | Non
 
 
 def _summary(rows: list[dict[str, Any]], n: int) -> list[Row]:
-    ours, nchan, naive = _find(rows, "liveviews", n), _find(rows, "nginx+nchan", n), _find(
-        rows, "naive", n
+    ours, nchan, naive = (
+        _find(rows, "liveviews", n),
+        _find(rows, "nginx+nchan", n),
+        _find(rows, "naive", n),
     )
     many = next((r for r in rows if r["contender"].startswith("liveviews x")
                  and r["subscribers"] == n), None)  # fmt: skip

@@ -161,8 +161,10 @@ def run(quick: bool = False, name: str = "floor") -> Report:
         Row(f"the gateway's Python per delivery, hub to stream, {n:,} subscribers of one key",
             f"{python} µs"),
     ]  # fmt: skip
-    note = ("CPU per delivery in `bench.fanout` is about the socket write plus the Python path, "
-            "plus the loop's wake-ups and the kernel's work on the reader's side of loopback.")
+    note = (
+        "CPU per delivery in `bench.fanout` is about the socket write plus the Python path, "
+        "plus the loop's wake-ups and the kernel's work on the reader's side of loopback."
+    )
     return Report(name, "The floor under CPU per delivery", "python -m bench.floor", figures,
                   rows, notes=[note])  # fmt: skip
 

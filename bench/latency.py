@@ -289,8 +289,10 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
         "seconds_per_rate": seconds,
         "users": USERS,
         "untuned_settings": UNTUNED,
-        **{name: [{k: v for k, v in r.items() if not k.endswith("_ms")} for r in runs]
-           for name, runs in results.items()},  # fmt: skip
+        **{
+            name: [{k: v for k, v in r.items() if not k.endswith("_ms")} for r in runs]
+            for name, runs in results.items()
+        },  # fmt: skip
     }
     save("latency", figures)
     rows = []

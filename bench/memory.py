@@ -89,10 +89,13 @@ def run(quick: bool = False) -> Report:
             }
     save("memory", figures)
     rows = [
-        Row(f"memory per idle {kind.upper()} subscriber (RSS growth / N, N = {n})",
-            f"{figures[kind]['bytes_per_subscriber'] / 1024:.1f} KiB", "≤ 8 KiB",
+        Row(
+            f"memory per idle {kind.upper()} subscriber (RSS growth / N, N = {n})",
+            f"{figures[kind]['bytes_per_subscriber'] / 1024:.1f} KiB",
+            "≤ 8 KiB",
             f"bare ASGI app on the same uvicorn: "
-            f"{figures[kind]['bare_uvicorn_bytes_per_subscriber'] / 1024:.1f} KiB")  # fmt: skip
+            f"{figures[kind]['bare_uvicorn_bytes_per_subscriber'] / 1024:.1f} KiB",
+        )  # fmt: skip
         for kind in ("sse", "ws")
     ]
     return Report(
@@ -123,8 +126,12 @@ def _plot(figures: dict[str, Any]) -> Path:
             ("bare_uvicorn_points", "bare_uvicorn_bytes_per_subscriber", "bare uvicorn", "x--"),
         ):
             pts = figures[kind][points]
-            ax.plot([p["subscribers"] for p in pts], [p["rss_bytes"] / 2**20 for p in pts], style,
-                    label=f"{name} {kind.upper()} ({figures[kind][per] / 1024:.1f} KiB each)")
+            ax.plot(
+                [p["subscribers"] for p in pts],
+                [p["rss_bytes"] / 2**20 for p in pts],
+                style,
+                label=f"{name} {kind.upper()} ({figures[kind][per] / 1024:.1f} KiB each)",
+            )
     ax.set_xlabel("idle subscribers")
     ax.set_ylabel("server RSS, MiB")
     ax.grid(True, alpha=0.3)

@@ -128,8 +128,9 @@ def drain(
             "seconds_in_batches": round(
                 sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000, 1
             ),
-            "seconds_in_sink": round(sum(p["durationMs"].get("addBatch", 0) for p in batches)
-                                     / 1000, 1),  # fmt: skip
+            "seconds_in_sink": round(
+                sum(p["durationMs"].get("addBatch", 0) for p in batches) / 1000, 1
+            ),  # fmt: skip
         }
         query.stop()
     return {
@@ -140,9 +141,7 @@ def drain(
     }
 
 
-def drain_ceilings(
-    spark: Any, url: str, data: Path, client: redis.Redis, n: int
-) -> dict[str, Any]:
+def drain_ceilings(spark: Any, url: str, data: Path, client: redis.Redis, n: int) -> dict[str, Any]:
     """The same backlog through pipelines that do less than every view (``bench.ceilings``),
     each from an empty change topic, after the drain through every view: the JVM is warmer
     then, so if anything these bounds come out high."""
@@ -228,8 +227,12 @@ def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds
     ]  # fmt: skip
     for query, q in steady_q.items():
         if isinstance(q, dict):
-            rows.append(Row(f"{query}: micro-batch at {rate} events/s, p50 / p99 / max",
-                            f"{q['batch_ms_p50']} / {q['batch_ms_p99']} / {q['batch_ms_max']} ms"))
+            rows.append(
+                Row(
+                    f"{query}: micro-batch at {rate} events/s, p50 / p99 / max",
+                    f"{q['batch_ms_p50']} / {q['batch_ms_p99']} / {q['batch_ms_max']} ms",
+                )
+            )
     return Report("pipeline", "Pipeline throughput and cold start", "python -m bench.pipeline",
                   figures, rows, [plot_drain(figures)])  # fmt: skip
 

@@ -121,9 +121,7 @@ class Gateway:
         if not key or len(key) > 256:
             raise NotFound("a view key is 1 to 256 characters long.", code="invalid_key")
         if not v.readable(principal.subject, key):
-            raise Forbidden(
-                f"{principal.subject!r} may not read {view}/{key}.", code="forbidden"
-            )
+            raise Forbidden(f"{principal.subject!r} may not read {view}/{key}.", code="forbidden")
         return v
 
     def admit(self, transport: Transport) -> None:

@@ -53,9 +53,7 @@ async def post_events(request: Request) -> Response:
     principal = authenticate(request, gw.auth, PUBLISH)
     body = await read_body(request, gw.settings.max_body_bytes)
     raws = events_of(parse_body(body), gw.settings.max_batch_events)
-    offsets = await publish(
-        gw.client, gw.app, gw.settings.store.log_partitions, principal, raws
-    )
+    offsets = await publish(gw.client, gw.app, gw.settings.store.log_partitions, principal, raws)
     gw.metrics.events_published += len(offsets)
     return json_response({"offsets": [offset_dict(o) for o in offsets]}, 202)
 

@@ -111,13 +111,17 @@ def _event_schema(app: App | None) -> dict[str, Any]:
                 "type": "object",
                 "description": et.description,
                 "required": ["type", "payload"],
-                "properties": {"type": {"const": name}, "payload": _payload_schema(et.schema),
-                               "time": time},
+                "properties": {
+                    "type": {"const": name},
+                    "payload": _payload_schema(et.schema),
+                    "time": time,
+                },
                 "additionalProperties": False,
             }  # fmt: skip
             for name, et in sorted(app.event_types.items())
         ]
     }
+
 
 SCHEMAS: dict[str, Any] = {
     "Error": {

@@ -196,9 +196,7 @@ async def read_history(
     check_retained(_info(results[4]), after)
     entries, progress = results[5], results[6]
     wanted = (view.encode(), key.encode())
-    deltas = [
-        decode_delta(i, f) for i, f in entries if (f[b"view"], f[b"key"]) == wanted
-    ]
+    deltas = [decode_delta(i, f) for i, f in entries if (f[b"view"], f[b"key"]) == wanted]
     read_to = entries[-1][0].decode() if entries else after
     return HistoryPage(
         epoch,

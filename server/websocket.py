@@ -69,7 +69,7 @@ def text(payload: bytes) -> bytes:
 
 
 def close(code: int, reason: str = "") -> bytes:
-    body = struct.pack("!H", code) + reason.encode()[:_MAX_CONTROL - 2]
+    body = struct.pack("!H", code) + reason.encode()[: _MAX_CONTROL - 2]
     return frame(OP_CLOSE, body)
 
 
@@ -145,12 +145,12 @@ class Reader:
             head = 4
             if avail < head:
                 return None
-            length = int.from_bytes(buf[pos + 2:pos + 4], "big")
+            length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
         elif length == 127:
             head = 10
             if avail < head:
                 return None
-            length = int.from_bytes(buf[pos + 2:pos + 10], "big")
+            length = int.from_bytes(buf[pos + 2 : pos + 10], "big")
         if opcode in _CONTROL:
             if length > _MAX_CONTROL or not fin:
                 raise ProtocolError(CLOSE_PROTOCOL_ERROR, "invalid control frame")
@@ -169,8 +169,8 @@ class Reader:
         end = pos + head + 4 + length
         if len(buf) < end:
             return None
-        mask = bytes(buf[pos + head:pos + head + 4])
-        payload = unmask(mask, bytes(buf[pos + head + 4:end]))
+        mask = bytes(buf[pos + head : pos + head + 4])
+        payload = unmask(mask, bytes(buf[pos + head + 4 : end]))
         if opcode in _CONTROL:
             out.append(Message(opcode, payload))
         elif opcode != OP_CONTINUATION and fin:

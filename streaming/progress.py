@@ -59,9 +59,7 @@ class ProgressRecorder:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
-_recorders: weakref.WeakKeyDictionary[SparkSession, ProgressRecorder] = (
-    weakref.WeakKeyDictionary()
-)
+_recorders: weakref.WeakKeyDictionary[SparkSession, ProgressRecorder] = weakref.WeakKeyDictionary()
 
 
 def record_progress(spark: SparkSession, client: redis.Redis) -> ProgressRecorder:

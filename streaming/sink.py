@@ -89,9 +89,7 @@ class ChangeTopicSink:
             batch_id, len(rows), (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000,
         )  # fmt: skip
 
-    def write(
-        self, rows: list[Any], batch_id: int, read_to: dict[int, str] | None = None
-    ) -> None:
+    def write(self, rows: list[Any], batch_id: int, read_to: dict[int, str] | None = None) -> None:
         """Applies a batch's row changes, then advances the frontier to ``read_to``: the entry
         id each log partition was read to by the end of the batch."""
         read_to = read_to or {}

@@ -25,7 +25,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--redis-url", default=None, help="use this server instead of an embedded one")
 
 
-
 @pytest.fixture(scope="session")
 def store_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory

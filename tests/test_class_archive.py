@@ -26,7 +26,8 @@ def test_an_existing_archive_is_mapped(tmp_path: Path) -> None:
     archive = tmp_path / "classes.jsa"
     archive.write_bytes(b"x")
     assert classarchive.java_options(settings(LV_CLASS_ARCHIVE=str(archive))) == [
-        f"-XX:SharedArchiveFile={archive}", *QUIET
+        f"-XX:SharedArchiveFile={archive}",
+        *QUIET,
     ]
 
 

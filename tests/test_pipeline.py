@@ -66,9 +66,7 @@ def test_many_small_batches_match_recomputation(store, settings, pipeline):
     assert sum(w["late_total"] for w in late.values()) > 0
 
 
-def test_checkpoint_files_are_written_through_the_file_system_api(
-    store, settings, spark, pipeline
-):
+def test_checkpoint_files_are_written_through_the_file_system_api(store, settings, spark, pipeline):
     """Each batch writes its offset and commit logs, through Hadoop's FileSystem API: on a
     local disk its FileContext API starts a process per path check (``streaming.job``). The
     manager checked is the one Spark picks for each pipeline's checkpoint."""
@@ -184,9 +182,7 @@ def test_the_views_load_without_the_store_client() -> None:
     assert _imports("demo.chirp.views", "redis") == []
 
 
-def test_each_micro_batch_is_recorded_in_the_progress_stream(
-    spark, store, settings, pipeline
-):
+def test_each_micro_batch_is_recorded_in_the_progress_stream(spark, store, settings, pipeline):
     """The listener appends which query ran which batch, with how many events and where its
     time went; starting the pipelines again on the same session adds no second listener."""
     import orjson
@@ -257,9 +253,7 @@ def _counting_app(row_based: bool):
     return counting
 
 
-def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(
-    spark, store, settings
-):
+def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(spark, store, settings):
     """A checkpoint written by another shape of a pipeline (here Spark's pandas operator, then
     its row-based one) fails the query; the pipeline exits saying which checkpoint to remove."""
     from streaming.__main__ import query_failed
@@ -358,9 +352,11 @@ def test_stateful_operators_reach_the_state_server_over_a_unix_socket(spark):
     """Each state access is a round trip between a Python worker and the JVM; the session
     makes those over Unix domain sockets, which cost less than TCP on the loopback."""
     keys = spark.createDataFrame([("a",), ("b",)], "key string")
-    rows = keys.groupBy("key").transformWithState(
-        _socket_probe(), "family string", "Update", "None"
-    ).collect()
+    rows = (
+        keys.groupBy("key")
+        .transformWithState(_socket_probe(), "family string", "Update", "None")
+        .collect()
+    )
     assert {r.family for r in rows} == {"AF_UNIX"}
 
 

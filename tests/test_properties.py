@@ -34,7 +34,9 @@ def model_view(cands: dict[str, tuple[int, float]], limit: int | None) -> dict[s
     return {r: cands[r][0] for r in top}
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(batches=st.lists(st.lists(OP, max_size=12), min_size=1, max_size=6), data=st.data())
 def test_sink_matches_a_model_and_its_deltas_rebuild_it(store, batches, data):
     store.flushdb()
@@ -69,7 +71,9 @@ def test_sink_matches_a_model_and_its_deltas_rebuild_it(store, batches, data):
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 EVENTISH = st.fixed_dictionaries(
@@ -79,9 +83,13 @@ EVENTISH = st.fixed_dictionaries(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(batch=st.lists(EVENTISH | JSON, min_size=1, max_size=4))
-def test_validation_accepts_or_rejects_with_a_documented_error_and_writes_nothing_on_rejection(store, batch):
+def test_validation_accepts_or_rejects_with_a_documented_error_and_writes_nothing_on_rejection(
+    store, batch
+):
     store.flushdb()
     log = EventLog(store, chirp, 4)
     before = sum(store.xlen(log_stream(p)) for p in range(4))

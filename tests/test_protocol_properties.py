@@ -150,7 +150,9 @@ def any_frame(draw: st.DrawFn) -> tuple[frames.Frame, str, dict[str, Any], str |
 
 def same_json(a: Any, b: Any) -> bool:
     # orjson and json agree on every value here; compare through one canonical form.
-    return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+    return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+        b, option=orjson.OPT_SORT_KEYS
+    )
 
 
 @PROPERTY
@@ -184,7 +186,9 @@ def test_every_frame_reads_back_as_one_websocket_message(
 
 @PROPERTY
 @given(kind=TEXT, event_id=TEXT, data=JSON)
-def test_no_id_or_kind_can_forge_another_sse_field_or_event(kind: str, event_id: str, data: Any) -> None:
+def test_no_id_or_kind_can_forge_another_sse_field_or_event(
+    kind: str, event_id: str, data: Any
+) -> None:
     """Line breaks are taken out of ids and kinds, so a value can never start a new field."""
     f = frames.Frame(kind, orjson.dumps(data), event_id)
     events = parse_sse(f.sse.decode())
@@ -196,8 +200,13 @@ def test_no_id_or_kind_can_forge_another_sse_field_or_event(kind: str, event_id:
 
 
 @PROPERTY
-@given(code=TEXT, message=TEXT, sub=st.none() | TEXT, req=st.none() | TEXT,
-       extra=st.dictionaries(st.sampled_from(["index", "field", "last_event_id"]), JSON))
+@given(
+    code=TEXT,
+    message=TEXT,
+    sub=st.none() | TEXT,
+    req=st.none() | TEXT,
+    extra=st.dictionaries(st.sampled_from(["index", "field", "last_event_id"]), JSON),
+)
 def test_websocket_errors_and_replies_read_back(
     code: str, message: str, sub: str | None, req: str | None, extra: dict[str, Any]
 ) -> None:  # fmt: skip
@@ -420,7 +429,7 @@ GARBAGE_TEXT = [
     "{\"type\": \"auth\", \"token\": 5}", "[" * 2000 + "]" * 2000, "\ud800".encode("utf-8",
     "surrogatepass").decode("utf-8", "replace"), "{\"type\": \"" + "x" * 10_000 + "\"}",
 ]  # fmt: skip
-GARBAGE_BYTES = [b"", b"\xff\xfe\xfd", b"\x00" * 16, b"{\"type\": \"subscribe\"", b"\xc0\xae"]
+GARBAGE_BYTES = [b"", b"\xff\xfe\xfd", b"\x00" * 16, b'{"type": "subscribe"', b"\xc0\xae"]
 
 
 def test_garbage_over_a_real_socket_is_answered_and_the_socket_still_serves(

@@ -30,4 +30,8 @@ def test_the_users_jvm_options_follow_the_pipelines_own() -> None:
     """Each user option comes last, so the JVM takes it, and the pipeline's stay in place."""
     env = {"LV_SPARK_CONF_spark__driver__extraJavaOptions": "-XX:Tier4InvocationThreshold=5000"}
     options = spark_conf(settings(**env))["spark.driver.extraJavaOptions"].split()
-    assert options == ["-Duser.timezone=UTC", *DRIVER_JIT_OPTIONS, "-XX:Tier4InvocationThreshold=5000"]
+    assert options == [
+        "-Duser.timezone=UTC",
+        *DRIVER_JIT_OPTIONS,
+        "-XX:Tier4InvocationThreshold=5000",
+    ]

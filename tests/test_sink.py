@@ -94,7 +94,11 @@ def test_rows_entering_the_top_push_out_the_lowest_and_a_score_drop_lets_one_in(
     assert ops_of_last() == ["delete:r1", "delete:r2", "upsert:a", "upsert:b"]
     # A row of the top whose score drops below the others leaves; the next one comes back.
     sink.write([row("top", "k", "b", '"b"', -1.0)], 2)
-    assert read_snapshot(store, "top", "k", SHARDS).rows == {"a": "a", "r3": {"i": 3}, "r2": {"i": 2}}
+    assert read_snapshot(store, "top", "k", SHARDS).rows == {
+        "a": "a",
+        "r3": {"i": 3},
+        "r2": {"i": 2},
+    }
     assert ops_of_last() == ["delete:b", "upsert:r2"]
 
 

@@ -236,9 +236,7 @@ class ActivityProcessor(StatefulProcessor):
     def handleInputRows(
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
     ) -> Iterator[Row]:
-        events = sorted(
-            (r.partition, log_order(r.offset), r.event_time_ms, r.type) for r in rows
-        )
+        events = sorted((r.partition, log_order(r.offset), r.event_time_ms, r.type) for r in rows)
         newest: dict[int, int] = {}
         counts: dict[tuple[int, bool, str], int] = defaultdict(int)
         for part, _, time_ms, type_ in events:

@@ -92,6 +92,7 @@ def test_publishing_needs_the_publish_scope(gateway: ServedGateway, store: redis
 def test_an_oversize_declared_length_is_refused_before_reading(gateway: ServedGateway) -> None:
     async def go() -> tuple[int, Any]:
         async with aiohttp.ClientSession() as s:
+
             async def body() -> Any:
                 yield b"[" + b" " * 40_000
                 yield b" " * 40_000 + b"]"

@@ -87,8 +87,11 @@ def test_sigterm_ends_sse_and_ws_streams_at_once_and_sse_resumes(
             assert (await sse.next(skip=("progress",))).event == "snapshot"
             ws = await s.ws_connect(gateway.url.replace("http", "ws") + "/v1/ws")
             await ws.send_str(orjson.dumps({"type": "auth", "token": token}).decode())
-            await ws.send_str(orjson.dumps(
-                {"type": "subscribe", "sub": "a", "view": "profiles", "key": "sd1"}).decode())
+            await ws.send_str(
+                orjson.dumps(
+                    {"type": "subscribe", "sub": "a", "view": "profiles", "key": "sd1"}
+                ).decode()
+            )
             await _ws_next(ws, "snapshot")
             writer.write([("profiles", "sd1", "name", {"v": 1})])
             delta = await sse.next(skip=("progress",))

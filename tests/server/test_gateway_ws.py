@@ -138,9 +138,7 @@ def test_bad_messages_get_errors_and_the_socket_stays_open(
     run(go())
 
 
-def test_golden_client_messages_are_understood(
-    gateway: ServedGateway, store: redis.Redis
-) -> None:
+def test_golden_client_messages_are_understood(gateway: ServedGateway, store: redis.Redis) -> None:
     async def go() -> None:
         async with aiohttp.ClientSession() as s:
             sock = await connect(s, gateway)

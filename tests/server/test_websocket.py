@@ -72,7 +72,7 @@ def test_client_frames_are_read_whatever_the_pieces_they_arrive_in(
     for text in texts:
         data = text.encode()
         size = max(1, -(-len(data) // parts))
-        chunks = [data[i:i + size] for i in range(0, len(data), size)] or [b""]
+        chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
         for i, chunk in enumerate(chunks):
             opcode = Opcode.TEXT if i == 0 else Opcode.CONT
             raw += client_frame(opcode, chunk, fin=i == len(chunks) - 1)
