@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 from bench.common import RESULTS, Report, machine, results_dir
+from bench.moment import describe
 
 BENCHMARKS = ["fanout", "floor", "memory", "latency", "browser", "pipeline"]
 """In order: the gateway's own figures first, then those with Spark in the loop."""
@@ -44,6 +45,8 @@ def summary(reports: list[Report], failures: dict[str, str], quick: bool) -> str
         lines.append("")
         for note in report.notes:
             lines += [note, ""]
+        if report.moment:
+            lines += [describe(report.moment), ""]
         for plot in report.plots:
             lines += [f"![{plot.stem}]({plot.name})", ""]
     for name, error in failures.items():

@@ -25,6 +25,7 @@ from typing import Any
 
 from bench.common import Report, Row, save, token
 from bench.latency import USERS, Phase, latency_stats, publish, seed
+from bench.moment import Moment
 from bench.system import running_store
 
 CHROMIUM = "/usr/bin/chromium"
@@ -92,13 +93,14 @@ def run(quick: bool = False, rate: int = 100, seconds: float = 60,
         lead_in: float = LEAD_IN_S) -> Report:  # fmt: skip
     if quick:
         rate, seconds, lead_in = 10, 4, 0
+    moment = Moment()
     with running_store() as system:
         seed(system)
         system.start_gateway()
         system.start_pipeline()
         system.wait_until_caught_up(timeout=300)
         figures = asyncio.run(measure(system.base, rate, seconds, lead_in))
-    save("browser", figures)
+    save("browser", figures, moment)
     rows = [
         Row(f"POST to change event in Chromium ({t.upper()}), {rate} events/s, "
             "p50 / p95 / p99 / max (ms)",
@@ -108,7 +110,7 @@ def run(quick: bool = False, rate: int = 100, seconds: float = 60,
         for t in ("sse", "ws")
     ]  # fmt: skip
     return Report("browser", "End-to-end latency in Chromium", "python -m bench.browser",
-                  figures, rows)  # fmt: skip
+                  figures, rows, moment=moment.finish())  # fmt: skip
 
 
 def main() -> int:

@@ -18,6 +18,7 @@ from typing import Any
 import jwt
 import orjson
 
+from bench.moment import Moment
 from server.settings import DEV_JWT_SECRET
 from streaming.embedded import free_port as free_port
 
@@ -37,9 +38,8 @@ def machine() -> dict[str, Any]:
         for line in f:
             if line.startswith("MemTotal:"):
                 mem_kib = int(line.split()[1])
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.split("\n")[
-        0
-    ]
+    version = subprocess.run(["java", "-version"], capture_output=True, text=True)
+    java = version.stderr.split("\n")[0]
     versions = {}
     for pkg in (
         "pyspark",
@@ -71,9 +71,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def save(name: str, figures: dict[str, Any]) -> Path:
+def save(name: str, figures: dict[str, Any], moment: Moment) -> Path:
+    """Write ``bench/results/<name>.json``: the figures, the machine and its moment."""
     path = results_dir() / f"{name}.json"
-    payload = {"benchmark": name, "machine": machine(), "figures": figures}
+    payload = {
+        "benchmark": name,
+        "machine": machine(),
+        "moment": moment.finish(),
+        "figures": figures,
+    }
     path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
     print(f"written to {path}")
@@ -95,7 +101,8 @@ class Report:
     """What one benchmark of the harness returns to ``python -m bench``.
 
     ``figures`` is what :func:`save` writes to ``bench/results/<name>.json``; ``rows`` go into
-    ``bench/results/SUMMARY.md``; ``plots`` are PNG files the benchmark drew.
+    ``bench/results/SUMMARY.md``; ``plots`` are PNG files the benchmark drew; ``moment`` is how
+    fast and how busy the machine was meanwhile (``bench.moment``).
     """
 
     name: str
@@ -105,6 +112,7 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    moment: dict[str, Any] = field(default_factory=dict)
 
 
 def save_plot(fig: Any, name: str) -> Path:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from bench import contenders as c
 from bench.common import Report, Row, percentile, raise_open_files, save, save_plot
 from bench.loadclient import Clients
+from bench.moment import Moment
 from streaming.embedded import EmbeddedStore
 
 RATE = 10  # messages per second
@@ -154,6 +155,7 @@ def spread_over_keys(url: str, store_pids: list[int], seconds: float) -> list[di
 
 def run(quick: bool = False) -> Report:
     raise_open_files()
+    moment = Moment()
     sizes = [100] if quick else [1000, 5000, 10_000]
     seconds = 2.5 if quick else 6.0
     drain = 1.0 if quick else DRAIN_SECONDS
@@ -183,7 +185,7 @@ def run(quick: bool = False) -> Report:
         "wall_seconds": round(time.monotonic() - started, 1),
         "client_processes": CLIENT_PROCESSES,
     }
-    save("fanout", figures)
+    save("fanout", figures, moment)
     plots = _plots(rows, cdfs, sizes[-1])
     return Report(
         name="fanout",
@@ -196,6 +198,7 @@ def run(quick: bool = False) -> Report:
             "Client and servers share the same 2 cores; the client's CPU is in the figures.",
             "Server CPU is utime+stime of the server's processes; the store's is apart.",
         ],
+        moment=moment.finish(),
     )
 
 

@@ -29,6 +29,7 @@ import time
 from typing import Any, cast
 
 from bench.common import Report, Row, raise_open_files, save
+from bench.moment import Moment
 
 CHUNK = b"8d\r\n" + b"x" * 141 + b"\r\n"
 """An HTTP chunk the size of a small delta frame (a counter's upsert with its event id)."""
@@ -147,12 +148,13 @@ def python_path_cost(n: int, rounds: int = 50) -> float:
 
 
 def run(quick: bool = False, name: str = "floor") -> Report:
+    moment = Moment()
     n = 200 if quick else 10_000
     writes = write_cost(n, 5 if quick else ROUNDS)
     python = python_path_cost(n, 5 if quick else 50)
     figures = {"connections": n, "write_us": writes, "python_path_us": python,
                "chunk_bytes": len(CHUNK)}  # fmt: skip
-    save(name, figures)
+    save(name, figures, moment)
     rows = [
         Row(f"a {len(CHUNK)}-byte write to one of {n:,} loopback connections, by the loop's "
             "transport", f"{writes['transport']} µs CPU"),
@@ -166,7 +168,7 @@ def run(quick: bool = False, name: str = "floor") -> Report:
         "plus the loop's wake-ups and the kernel's work on the reader's side of loopback."
     )
     return Report(name, "The floor under CPU per delivery", "python -m bench.floor", figures,
-                  rows, notes=[note])  # fmt: skip
+                  rows, notes=[note], moment=moment.finish())  # fmt: skip
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import aiohttp
 import orjson
 
 from bench.common import Report, Row, percentile, save, save_plot, token
+from bench.moment import Moment
 from bench.system import UNTUNED, System, running_store
 from demo.chirp import app
 from streaming.log import EventLog
@@ -280,6 +281,7 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
         baseline: bool = True) -> Report:  # fmt: skip
     if quick:
         seconds, rates, baseline = 4, [10], False
+    moment = Moment()
     rates = rates or [10, 100, 1000]
     results = {"tuned": run_configuration("tuned", {}, rates, seconds)}
     if baseline:
@@ -294,7 +296,7 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
             for name, runs in results.items()
         },  # fmt: skip
     }
-    save("latency", figures)
+    save("latency", figures, moment)
     rows = []
     for i, r in enumerate(results["tuned"]):
         push, polled = r["push"], r["polling"]
@@ -314,7 +316,7 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
             baseline=base,
         ))  # fmt: skip
     return Report("latency", "End-to-end latency", "python -m bench.latency", figures, rows,
-                  plots)  # fmt: skip
+                  plots, moment=moment.finish())  # fmt: skip
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ import orjson
 from bench import contenders as c
 from bench.common import Report, Row, raise_open_files, save, save_plot
 from bench.loadclient import Clients, Request, ws_text_frame
+from bench.moment import Moment
 from streaming.embedded import EmbeddedStore
 
 KEYS = 50
@@ -74,6 +75,7 @@ def grow(
 
 def run(quick: bool = False) -> Report:
     raise_open_files()
+    moment = Moment()
     n = 200 if quick else 10_000
     steps = [20, n // 2, n] if quick else [100, 2500, 5000, 7500, n]
     figures: dict[str, Any] = {"subscribers": n, "target_bytes_per_subscriber": TARGET_BYTES}
@@ -87,7 +89,7 @@ def run(quick: bool = False) -> Report:
                 "bare_uvicorn_points": [{"subscribers": a, "rss_bytes": b} for a, b in floor],
                 "bare_uvicorn_bytes_per_subscriber": _per_subscriber(floor),
             }
-    save("memory", figures)
+    save("memory", figures, moment)
     rows = [
         Row(
             f"memory per idle {kind.upper()} subscriber (RSS growth / N, N = {n})",
@@ -105,6 +107,7 @@ def run(quick: bool = False) -> Report:
         figures=figures,
         rows=rows,
         plots=[_plot(figures)],
+        moment=moment.finish(),
     )
 
 

@@ -27,6 +27,7 @@ import redis
 
 from bench import ceilings
 from bench.common import Report, Row, free_port, percentile, save, save_plot, token
+from bench.moment import Moment
 from demo.chirp import app
 from demo.chirp.generate import Activity
 from streaming.app import App
@@ -190,6 +191,7 @@ def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds
         name: str = "pipeline") -> Report:  # fmt: skip
     if quick:
         backlog, rate, seconds = 20_000, 100, 5
+    moment = Moment()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp:
@@ -208,7 +210,7 @@ def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds
             figures["steady"] = steady(spark, settings_for(url, data / "steady"), client,
                                        rate, seconds)  # fmt: skip
             spark.stop()
-    save(name, figures)
+    save(name, figures, moment)
     back, steady_q = figures["backlog"], figures["steady"]
     cold = figures["cold_start"]
     rows = [
@@ -234,7 +236,7 @@ def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds
                 )
             )
     return Report("pipeline", "Pipeline throughput and cold start", "python -m bench.pipeline",
-                  figures, rows, [plot_drain(figures)])  # fmt: skip
+                  figures, rows, [plot_drain(figures)], moment=moment.finish())  # fmt: skip
 
 
 def plot_drain(figures: dict[str, Any]) -> Path:

@@ -35,6 +35,7 @@ import orjson
 import redis
 
 from bench.common import free_port, percentile, raise_open_files, results_dir, save, token
+from bench.moment import Moment
 from streaming.embedded import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -381,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.subscribers, args.minutes, args.sample = 200, 1 / 3, 1.0
+    moment = Moment()
     figures = soak(args)
-    save("soak", figures)
+    save("soak", figures, moment)
     path = results_dir() / "soak.png"
     plot(figures["samples"], path,
          f"Soak: {args.subscribers} SSE subscribers, {args.rate:g} deltas/s")  # fmt: skip

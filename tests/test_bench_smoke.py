@@ -27,6 +27,8 @@ def test_quick_run_of_every_benchmark(tmp_path: Path) -> None:
         result = json.loads((tmp_path / f"{name}.json").read_text())
         assert result["figures"], name
         assert result["machine"]["cores"] >= 1
+        assert result["moment"]["probe_before"]["round_trip_us"] > 0, name
     assert "| figure | measured | target | same-run baseline |" in summary
     assert "failed" not in summary
+    assert summary.count("The machine during this benchmark") == len(BENCHMARKS)
     assert list(tmp_path.glob("*.png")), "no plot was drawn"
