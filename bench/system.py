@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import redis
 
 from bench.common import free_port, wait_listening
@@ -43,6 +44,25 @@ UNTUNED = {
 PARTITIONS = 4
 """Log partitions of the benchmarks' stores (the default of ``LV_LOG_PARTITIONS``)."""
 
+COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+"""How HotSpot's JIT compiler threads name themselves (``/proc/<pid>/task/<tid>/comm``)."""
+
+
+def jvm_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds a JVM has used so far: in all, and in its JIT compiler threads (on two
+    cores HotSpot runs one of each kind, and keeps them for the JVM's life)."""
+    process = psutil.Process(pid)
+    times = process.cpu_times()
+    jit = 0.0
+    for thread in process.threads():
+        try:
+            name = Path(f"/proc/{pid}/task/{thread.id}/comm").read_text()
+        except OSError:  # the thread ended since
+            continue
+        if name.startswith(COMPILER_THREADS):
+            jit += thread.user_time + thread.system_time
+    return {"cpu_s": times.user + times.system, "jit_cpu_s": jit}
+
 
 @dataclass
 class System:
@@ -63,6 +83,16 @@ class System:
             [sys.executable, "-m", "streaming"], cwd=ROOT, env=self.env(extra),
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
+
+    def driver_jvm(self) -> int | None:
+        """The pid of the pipeline's driver JVM, which ``python -m streaming`` starts."""
+        if self.pipeline is None:
+            return None
+        try:
+            children = psutil.Process(self.pipeline.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return None
+        return next((c.pid for c in children if c.name() == "java"), None)
 
     def stop_pipeline(self) -> None:
         if self.pipeline is not None:

@@ -28,6 +28,9 @@ def test_quick_run_of_every_benchmark(tmp_path: Path) -> None:
         assert result["figures"], name
         assert result["machine"]["cores"] >= 1
         assert result["moment"]["probe_before"]["round_trip_us"] > 0, name
+    phase = json.loads((tmp_path / "latency.json").read_text())["figures"]["tuned"][0]
+    assert phase["after_pipeline_start_s"] > 0
+    assert phase["driver_jvm_cpu_s"] > phase["driver_jit_cpu_s"] > 0  # found the pipeline's JVM
     assert "| figure | measured | target | same-run baseline |" in summary
     assert "failed" not in summary
     assert summary.count("The machine during this benchmark") == len(BENCHMARKS)
