@@ -281,7 +281,6 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
 
     rates = [r["rate"] for r in results["tuned"]]
     fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
-    titles = [phase_title(rates, i) for i in range(len(rates))]
     for ax, i in zip(axes[0], range(len(rates)), strict=True):
         lines = [("Liveviews (push)", results["tuned"][i]["pushed_ms"]),
                  ("polling every 1 s", results["tuned"][i]["polled_ms"])]  # fmt: skip
@@ -293,7 +292,7 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
                 ys = [(k + 1) / len(ordered) for k in range(len(ordered))]
                 ax.plot(ordered, ys, label=label)
         ax.set_xscale("log")
-        ax.set_title(titles[i])
+        ax.set_title(phase_title(rates, i))
         ax.set_xlabel("POST to delta at the subscriber (ms)")
         ax.set_ylabel("fraction of deliveries")
         ax.grid(True, alpha=0.3)
@@ -333,10 +332,10 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
                          f" {seconds:.0f} s + 5 s")  # fmt: skip
             else:
                 base += f"; Spark defaults: p50 {u['p50_ms']:.0f} / p99 {u['p99_ms']:.0f}"
-        title = phase_title([p["rate"] for p in results["tuned"]], i)
         rows.append(Row(
-            figure=f"POST to SSE delta at {title}, from {r['after_pipeline_start_s']:.0f} s"
-                   " after the pipeline's start, p50 / p95 / p99 / max (ms)",
+            figure=f"POST to SSE delta at {phase_title(rates, i)},"
+                   f" from {r['after_pipeline_start_s']:.0f} s after the pipeline's start,"
+                   " p50 / p95 / p99 / max (ms)",
             measured=f"{push['p50_ms']:.0f} / {push['p95_ms']:.0f} / {push['p99_ms']:.0f}"
                      f" / {push['max_ms']:.0f}",
             target="p50 <= 200, p99 <= 500" if r["rate"] == 100 else "",
