@@ -15,7 +15,7 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from streaming import classarchive, localdir, localfs, rocksdblib
+from streaming import classarchive, localdir, localfs, pythonlauncher, rocksdblib
 from streaming.app import App, Pipeline
 from streaming.changes import VIEWS_FRONTIER
 from streaming.errors import ConfigurationError
@@ -126,7 +126,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
 
 def build_session(settings: Settings) -> SparkSession:
     """A SparkSession on ``SPARK_MASTER``, with the log source registered."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    pythonlauncher.configure(settings.spark_master, settings.python_launcher)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     localfs.ensure_jar()
     rocksdblib.ensure_library()

@@ -29,6 +29,14 @@ def env_int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
+def env_switch(env: dict[str, str], name: str, default: bool) -> bool:
+    """An ``on``/``off`` setting, with a message naming the variable when it is neither."""
+    raw = env.get(name) or ("on" if default else "off")
+    if raw not in ("on", "off"):
+        raise ConfigurationError(f"{name} must be on or off, not {raw!r}.")
+    return raw == "on"
+
+
 def spark_setting_name(name: str) -> str:
     """The Spark setting an ``LV_SPARK_CONF_<NAME>`` variable sets: ``__`` stands for ``.``.
 
@@ -64,6 +72,8 @@ class Settings:
     """The JVM class archive: "" for the default file, "off", or a path (streaming.classarchive)."""
     dump_class_archive: Path | None = None
     """Write the class archive here when the JVM exits (set by its builder only)."""
+    python_launcher: bool = True
+    """Spark's Python processes import the installed PySpark (streaming.pythonlauncher)."""
 
     @property
     def store_url(self) -> str:
@@ -104,4 +114,5 @@ class Settings:
             dump_class_archive=Path(env["LV_CLASS_ARCHIVE_DUMP"])
             if env.get("LV_CLASS_ARCHIVE_DUMP")
             else None,
+            python_launcher=env_switch(env, "LV_PYTHON_LAUNCHER", True),
         )
