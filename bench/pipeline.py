@@ -66,24 +66,30 @@ COLD_STARTS = 3
 """Cold starts per variant, alternating: one start varies by ±1.5 s on the shared machine."""
 
 
+COLD_VARIANTS: dict[str, dict[str, str]] = {
+    "class_archive": {},  # as ``make run`` starts
+    "no_class_archive": {"LV_CLASS_ARCHIVE": "off"},
+    "no_python_launcher": {"LV_PYTHON_LAUNCHER": "off"},  # Spark's zipped PySpark imported
+}
+"""Cold starts measured in turn: the default, and the same-run baselines without the JVM class
+archive, and without the launcher of Spark's Python processes (streaming.pythonlauncher)."""
+
+
 def cold_starts(data: Path, runs: int = COLD_STARTS) -> dict[str, Any]:
-    """Cold starts with the JVM class archive (as ``make run`` starts) and without it
-    (``LV_CLASS_ARCHIVE=off``, the same-run baseline), alternating; medians and every run."""
-    times: dict[str, list[float]] = {"class_archive": [], "no_class_archive": []}
+    """Cold starts of each of ``COLD_VARIANTS``, in turn ``runs`` times; medians and every run."""
+    times: dict[str, list[float]] = {name: [] for name in COLD_VARIANTS}
     for i in range(runs):
-        times["class_archive"].append(round(cold_start(data / f"a{i}"), 2))
-        times["no_class_archive"].append(round(cold_start(data / f"n{i}", archive=False), 2))
+        for name, env in COLD_VARIANTS.items():
+            times[name].append(round(cold_start(data / f"{name}-{i}", env), 2))
     return {k: {"median_s": round(percentile(v, 50), 2), "runs_s": v} for k, v in times.items()}
 
 
-def cold_start(data: Path, archive: bool = True) -> float:
+def cold_start(data: Path, extra: dict[str, str] | None = None) -> float:
     """Seconds from ``scripts/run.sh`` to the first delta an SSE subscriber receives."""
     port = free_port()
     env = {**os.environ, "LV_DATA_DIR": str(data / "cold"), "LV_PORT": str(port),
-           "LV_EMBEDDED_PORT": str(free_port())}  # fmt: skip
+           "LV_EMBEDDED_PORT": str(free_port()), **(extra or {})}  # fmt: skip
     env.pop("REDIS_URL", None)
-    if not archive:
-        env["LV_CLASS_ARCHIVE"] = "off"
     t0 = time.monotonic()
     run = subprocess.Popen(["bash", "scripts/run.sh"], cwd=ROOT, env=env, start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -218,7 +224,9 @@ def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds
             f"{cold['class_archive']['median_s']} s (runs: {cold['class_archive']['runs_s']})",
             "<= 15 s",
             f"without the class archive: {cold['no_class_archive']['median_s']} s "
-            f"(runs: {cold['no_class_archive']['runs_s']})"),
+            f"(runs: {cold['no_class_archive']['runs_s']}); Spark's Python processes importing"
+            f" its zipped PySpark: {cold['no_python_launcher']['median_s']} s "
+            f"(runs: {cold['no_python_launcher']['runs_s']})"),
         Row(f"backlog drain, {back['events']:,} Chirp events through every view",
             f"{back['events_per_s_wall']:,} events/s ({back['seconds_wall']} s)",
             ">= 100,000 events/s"),

@@ -31,6 +31,10 @@ def test_quick_run_of_every_benchmark(tmp_path: Path) -> None:
     phase = json.loads((tmp_path / "latency.json").read_text())["figures"]["tuned"][0]
     assert phase["after_pipeline_start_s"] > 0
     assert phase["driver_jvm_cpu_s"] > phase["driver_jit_cpu_s"] > 0  # found the pipeline's JVM
+    from bench.pipeline import COLD_VARIANTS
+
+    cold = json.loads((tmp_path / "pipeline.json").read_text())["figures"]["cold_start"]
+    assert cold.keys() == COLD_VARIANTS.keys() and all(v["median_s"] > 0 for v in cold.values())
     assert "| figure | measured | target | same-run baseline |" in summary
     assert "failed" not in summary
     assert summary.count("The machine during this benchmark") == len(BENCHMARKS)
