@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming.errors import ConfigurationError
-from streaming.settings import Settings, env_int
+from streaming.settings import Settings, env_bool, env_int
 
 DEV_JWT_SECRET = "liveviews-dev-secret-never-use-in-production"
 """The signing secret in dev mode when ``LV_JWT_SECRET`` is unset; public, so never safe."""
@@ -37,17 +37,6 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
     if value <= 0:
         raise ConfigurationError(f"{name} must be more than 0, not {value}.")
     return value
-
-
-def _bool(env: dict[str, str], name: str, default: bool) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if raw == "":
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(f"{name} must be true or false, not {raw!r}.")
 
 
 def _dir(env: dict[str, str], name: str, default: Path) -> Path | None:
@@ -126,7 +115,7 @@ class GatewaySettings:
             environment=environment,
             jwt_secret=secret,
             jwt_audience=env.get("LV_JWT_AUDIENCE") or "liveviews",
-            dev_tokens=_bool(env, "LV_DEV_TOKENS", dev),
+            dev_tokens=env_bool(env, "LV_DEV_TOKENS", dev),
             dev_token_ttl=env_int(env, "LV_DEV_TOKEN_TTL", 3600),
             cors_origins=origins,
             max_body_bytes=env_int(env, "LV_MAX_BODY_BYTES", 1_048_576),
@@ -140,9 +129,9 @@ class GatewaySettings:
             send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
             header_timeout_seconds=_float(env, "LV_HEADER_TIMEOUT_SECONDS", 10.0),
             ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),
-            ws_compression=_bool(env, "LV_WS_COMPRESSION", False),
+            ws_compression=env_bool(env, "LV_WS_COMPRESSION", False),
             feed_block_ms=env_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),
-            log_feed=_bool(env, "LV_LOG_FEED", dev),
+            log_feed=env_bool(env, "LV_LOG_FEED", dev),
             static_dir=_dir(env, "LV_STATIC_DIR", DEFAULT_STATIC_DIR),
             client_js_dir=_dir(env, "LV_CLIENT_JS_DIR", DEFAULT_CLIENT_JS_DIR),
         )

@@ -29,12 +29,17 @@ def env_int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
-def env_switch(env: dict[str, str], name: str, default: bool) -> bool:
-    """An ``on``/``off`` setting, with a message naming the variable when it is neither."""
-    raw = env.get(name) or ("on" if default else "off")
-    if raw not in ("on", "off"):
-        raise ConfigurationError(f"{name} must be on or off, not {raw!r}.")
-    return raw == "on"
+def env_bool(env: dict[str, str], name: str, default: bool) -> bool:
+    """An on/off setting (also true/false, yes/no, 1/0), with a message naming the variable
+    when it is none of them."""
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be on or off (true or false), not {raw!r}.")
 
 
 def spark_setting_name(name: str) -> str:
@@ -114,5 +119,5 @@ class Settings:
             dump_class_archive=Path(env["LV_CLASS_ARCHIVE_DUMP"])
             if env.get("LV_CLASS_ARCHIVE_DUMP")
             else None,
-            python_launcher=env_switch(env, "LV_PYTHON_LAUNCHER", True),
+            python_launcher=env_bool(env, "LV_PYTHON_LAUNCHER", True),
         )

@@ -114,4 +114,4 @@ def test_the_setting_is_on_or_off() -> None:
     assert Settings.from_env(base).python_launcher
     assert not Settings.from_env({**base, "LV_PYTHON_LAUNCHER": "off"}).python_launcher
     with pytest.raises(ConfigurationError, match="LV_PYTHON_LAUNCHER must be on or off"):
-        Settings.from_env({**base, "LV_PYTHON_LAUNCHER": "no"})
+        Settings.from_env({**base, "LV_PYTHON_LAUNCHER": "sometimes"})
