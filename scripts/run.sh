@@ -7,8 +7,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export LV_WAIT_FOR_STORE="${LV_WAIT_FOR_STORE:-30}"
-python -m streaming --check
-python -m streaming.classarchive || echo "Starting without the class archive." >&2
+python -m streaming --prepare  # Java and the application checked, the class archive built once
 formation=()
 if [ -n "${REDIS_URL:-}" ]; then formation=(-c store=0); fi
 exec honcho -f Procfile start "${formation[@]}"

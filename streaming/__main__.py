@@ -111,15 +111,29 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+USAGE = "usage: python -m streaming [--check | --prepare]"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m streaming [--check]``: with --check, only verify Java and the application."""
+    """``python -m streaming [--check | --prepare]``: run the pipeline; with ``--check``, only
+    verify Java and the application; with ``--prepare``, verify them and then build the JVM
+    class archive if it is missing (``streaming.classarchive``), in this one process, as
+    ``scripts/run.sh`` does before it starts the pipeline."""
     args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--check"], ["--prepare"]):
+        print(USAGE, file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         settings = Settings.from_env()
-        if args == ["--check"]:
+        if args:
             require_java()
             load_app(settings.app)
+            if args == ["--prepare"]:
+                from streaming import classarchive
+
+                if classarchive.main([]) != 0:
+                    print("Starting without the class archive.", file=sys.stderr)
             return 0
         run(settings)
     except LiveviewsError as exc:

@@ -128,6 +128,24 @@ def test_bad_arguments_get_the_usage(capsys: pytest.CaptureFixture[str]) -> None
     assert "usage: python -m streaming.classarchive" in capsys.readouterr().err
 
 
+def test_prepare_checks_the_application_then_the_archive(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m streaming --prepare``, which ``scripts/run.sh`` runs before the pipeline."""
+    from streaming.__main__ import main
+
+    monkeypatch.setenv("LV_CLASS_ARCHIVE", "off")
+    assert main(["--prepare"]) == 0
+    assert "The class archive is turned off" in capsys.readouterr().out
+    monkeypatch.setenv("LV_APP", "nowhere:app")
+    assert main(["--prepare"]) == 2  # a bad application stops it before the archive
+    out, err = capsys.readouterr()
+    assert "LV_APP='nowhere:app' does not name an application" in err
+    assert "class archive" not in out
+    assert main(["--prepare", "--check"]) == 2
+    assert "usage: python -m streaming [--check | --prepare]" in capsys.readouterr().err
+
+
 def test_the_pipeline_jvm_maps_the_class_archive(spark: Any) -> None:
     path = classarchive.archive_path(Settings.from_env(dict(os.environ)))
     assert path is not None and path.is_file(), "scripts/test.sh builds the archive first"
