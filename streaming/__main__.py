@@ -114,6 +114,20 @@ def exit_now(code: int) -> NoReturn:
 USAGE = "usage: python -m streaming [--check | --prepare]"
 
 
+def prepare_class_archive() -> None:
+    """Build the JVM class archive if it is missing. It only saves start-up time, so no failure
+    of it stops a start."""
+    from streaming import classarchive
+
+    try:
+        ready = classarchive.main([]) == 0
+    except Exception as exc:  # noqa: BLE001 - reported; the pipeline starts without it
+        print(f"Could not prepare the class archive: {exc}", file=sys.stderr)
+        ready = False
+    if not ready:
+        print("Starting without the class archive.", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m streaming [--check | --prepare]``: run the pipeline; with ``--check``, only
     verify Java and the application; with ``--prepare``, verify them and then build the JVM
@@ -130,10 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             require_java()
             load_app(settings.app)
             if args == ["--prepare"]:
-                from streaming import classarchive
-
-                if classarchive.main([]) != 0:
-                    print("Starting without the class archive.", file=sys.stderr)
+                prepare_class_archive()
             return 0
         run(settings)
     except LiveviewsError as exc:

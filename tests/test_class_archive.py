@@ -146,6 +146,21 @@ def test_prepare_checks_the_application_then_the_archive(
     assert "usage: python -m streaming [--check | --prepare]" in capsys.readouterr().err
 
 
+def test_prepare_starts_without_an_archive_it_cannot_make(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streaming.__main__ import main
+
+    def unwritable_cache(argv: list[str]) -> int:
+        raise PermissionError(13, "Permission denied", "/root/.cache/liveviews")
+
+    monkeypatch.setattr(classarchive, "main", unwritable_cache)
+    assert main(["--prepare"]) == 0
+    err = capsys.readouterr().err
+    assert "Could not prepare the class archive: [Errno 13] Permission denied" in err
+    assert "Starting without the class archive." in err
+
+
 def test_the_pipeline_jvm_maps_the_class_archive(spark: Any) -> None:
     path = classarchive.archive_path(Settings.from_env(dict(os.environ)))
     assert path is not None and path.is_file(), "scripts/test.sh builds the archive first"
