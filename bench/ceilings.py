@@ -1,5 +1,7 @@
-"""Upper bounds of a backlog drain on this machine: the same backlog through pipelines that do
-less than Chirp's views, on the same SparkSession, source and sink.
+"""Bounds on this machine: the same load through pipelines that do less than Chirp's views,
+on the same source and sink.
+
+Of a backlog drain (``bench.pipeline``, on the same SparkSession):
 
 - ``source``: the log source alone. Every event is read from the store and handed to Spark;
   the pipeline keeps none of them, and the sink writes no change, only the frontier.
@@ -9,6 +11,20 @@ less than Chirp's views, on the same SparkSession, source and sink.
   state access or change row.
 
 A drain through every view cannot be faster than either.
+
+Of the latency from a write to its delta (``bench.latency``, the whole system in processes):
+one view, ``profiles``, each user's newest name, and nothing else; Chirp's entities pipeline
+also keeps tweets, likes, followers and timelines, and a rename rewrites the user's tweets.
+
+- ``spark_state``: Spark's own streaming aggregation, the newest profile event of each user
+  (``max_by`` in log order), its state in the JVM: no Python process in a micro-batch's tasks.
+- ``python_state``: a Python stateful processor grouped as Chirp's entities are, with a map
+  state keyed by user as theirs: per user of a batch one state read, a write when the
+  profile changed, and the profile row. What any view written as a Python stateful operator
+  pays per micro-batch.
+
+The applications are module attributes, for ``LV_APP``: ``bench.ceilings:SPARK_STATE`` and
+``bench.ceilings:PYTHON_STATE``.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
@@ -26,10 +43,10 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from demo.chirp.views import entity_input
+from demo.chirp.views import ENTITY_STATE, USER, entity_input, profile_value
 from streaming.app import App
 from streaming.events import LOG_PREFIX
-from streaming.views import CHANGE_SCHEMA
+from streaming.views import CHANGE_SCHEMA, Changes, log_order
 
 if TYPE_CHECKING:
     import redis
@@ -87,6 +104,82 @@ class Nothing(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+LATENCY_KINDS = {
+    "spark_state": "one view (each user's newest profile) as Spark's own aggregation",
+    "python_state": "one view (each user's newest profile) as a Python stateful operator",
+}
+PROFILE_EVENT = "user string, name string, avatar string"
+
+
+def profile_app(kind: str) -> App:
+    """An application with Chirp's event types and one view, ``profiles``, built by ``kind``."""
+    from demo.chirp import app as chirp
+
+    builds = {"spark_state": _spark_state, "python_state": _python_state}
+    if kind not in builds:
+        raise ValueError(f"unknown latency bound {kind!r}; known: {', '.join(builds)}")
+    bound = App(f"bound_{kind}", event_types=dict(chirp.event_types))
+    bound.view("profiles", description=chirp.views["profiles"].description)
+    bound.pipeline(kind, views=["profiles"])(builds[kind])
+    return bound
+
+
+def _spark_state(events: DataFrame) -> DataFrame:
+    ms, seq = F.split("offset", "-").getItem(0), F.split("offset", "-").getItem(1)
+    order = F.struct(ms.cast("long").alias("ms"), seq.cast("long").alias("seq"))
+    p = F.from_json("payload", PROFILE_EVENT)
+    # The keys sorted, and a missing avatar written as null, as the sink's other values are.
+    value = F.to_json(
+        F.struct(p["avatar"].alias("avatar"), p["name"].alias("name"), F.col("key").alias("user")),
+        {"ignoreNullFields": "false"},
+    )
+    renames = events.where(F.col("type") == "profile_set")
+    newest = renames.groupBy("key").agg(F.max_by(value, order).alias("value"))
+    return newest.select(
+        F.lit("profiles").alias("view"),
+        "key",
+        F.lit("profile").alias("row"),
+        "value",
+        F.lit(0.0).alias("score"),
+    )
+
+
+def _python_state(events: DataFrame) -> DataFrame:
+    return entity_input(events).transformWithState(Profiles(), CHANGE_SCHEMA, "Update", "None")
+
+
+class Profiles(StatefulProcessor):
+    """Each user's newest profile, in a map state keyed by user as Chirp's entities are."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.profiles = handle.getMapState("profiles", USER, ENTITY_STATE)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
+    ) -> Iterator[Row]:
+        newest: dict[str, tuple[tuple[int, int], str]] = {}
+        for _, user, offset, type_, payload, _ in rows:  # the columns of ``entity_input``
+            order = log_order(offset)
+            if type_ == "profile_set" and (user not in newest or order > newest[user][0]):
+                newest[user] = (order, payload)
+        changes = Changes()
+        for user, (_, payload) in newest.items():
+            p = orjson.loads(payload)
+            profile = [p["name"], p.get("avatar")]
+            stored = self.profiles.getValue((user,))
+            if stored is None or orjson.loads(stored[0]) != profile:
+                self.profiles.updateValue((user,), (orjson.dumps(profile),))
+            changes.upsert("profiles", user, "profile", profile_value(user, profile))
+        yield from changes.rows()
+
+    def close(self) -> None:
+        pass
+
+
+SPARK_STATE = profile_app("spark_state")
+PYTHON_STATE = profile_app("python_state")
 
 
 def forget_views(client: redis.Redis) -> None:

@@ -9,7 +9,10 @@ Every change yields a delta (a timeline, by contrast, keeps only its newest 50 t
 In the same run, on the same system and load, a second client polls each user's profile
 snapshot once a second, as a request/response application would (baseline "polling"). Then the
 same rates run again against a pipeline with Spark's defaults instead of Liveviews' tuning
-(baseline "untuned").
+(baseline "untuned"). Last, the run's first two rates (10 and 100 events/s) run through two
+pipelines that do less than Chirp's views, tuned as they are (``bench.ceilings``): the one
+view the observer reads, as Spark's own aggregation and as a Python stateful operator. Chirp
+cannot be faster than the second on this machine while its views are Python operators.
 
 The rates run one after the other on one pipeline, and 100 events/s runs twice: once a minute
 after the pipeline's start, and again at the end, on a driver JVM whose JIT compiler has had
@@ -17,6 +20,7 @@ minutes to compile what each micro-batch runs. Each phase records when it starte
 CPU the driver JVM used in it, its JIT compiler threads apart.
 
     .venv/bin/python -m bench.latency [--quick] [--seconds 60] [--rates 10,100,1000,100]
+        [--configurations tuned,untuned,spark_state,python_state]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench import ceilings
 from bench.common import Report, Row, percentile, save, save_plot, token
 from bench.moment import Moment
 from bench.system import UNTUNED, System, jvm_cpu, running_store
@@ -42,6 +47,10 @@ from streaming.progress import PIPELINE_PROGRESS_STREAM
 USERS = 40
 RATES = [10, 100, 1000, 100]
 """Events per second of each phase, in order; the second 100 is the same load on a warm JVM."""
+BOUND_PHASES = 2
+"""The bounds run the first phases of the run only: 10 events/s, then 100 a minute after the
+pipeline's start, as Chirp's views do."""
+CONFIGURATIONS = ["tuned", "untuned", *ceilings.LATENCY_KINDS]
 POLL_INTERVAL_S = 1.0
 TICK_S = 0.02
 
@@ -238,7 +247,7 @@ def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds:
                       ) -> list[dict[str, Any]]:  # fmt: skip
     with running_store() as system:
         seed(system)
-        system.start_gateway()
+        system.start_gateway({"LV_APP": env["LV_APP"]} if "LV_APP" in env else None)
         started = time.monotonic()
         system.start_pipeline(env)
         system.wait_until_caught_up(timeout=300)
@@ -279,13 +288,15 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rates = [r["rate"] for r in results["tuned"]]
+    rates = [r["rate"] for r in max(results.values(), key=len)]
+    labels = {"tuned": "Liveviews (push)", "untuned": "Spark defaults (push)",
+              **{k: f"bound: {v}" for k, v in ceilings.LATENCY_KINDS.items()}}  # fmt: skip
     fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
     for ax, i in zip(axes[0], range(len(rates)), strict=True):
-        lines = [("Liveviews (push)", results["tuned"][i]["pushed_ms"]),
-                 ("polling every 1 s", results["tuned"][i]["polled_ms"])]  # fmt: skip
-        if "untuned" in results:
-            lines.append(("Spark defaults (push)", results["untuned"][i]["pushed_ms"]))
+        lines = [(labels[name], runs[i]["pushed_ms"]) for name, runs in results.items()
+                 if i < len(runs)]  # fmt: skip
+        if "tuned" in results:
+            lines.insert(1, ("polling every 1 s", results["tuned"][i]["polled_ms"]))
         for label, values in lines:
             if values:
                 ordered = sorted(values)
@@ -296,20 +307,29 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
         ax.set_xlabel("POST to delta at the subscriber (ms)")
         ax.set_ylabel("fraction of deliveries")
         ax.grid(True, alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return [save_plot(fig, "latency_cdf")]
 
 
+def configuration_env(name: str) -> dict[str, str]:
+    if name == "untuned":
+        return UNTUNED
+    if name in ceilings.LATENCY_KINDS:
+        return {"LV_APP": f"bench.ceilings:{name.upper()}"}
+    return {}
+
+
 def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None,
-        baseline: bool = True) -> Report:  # fmt: skip
+        configurations: list[str] | None = None) -> Report:  # fmt: skip
     if quick:
-        seconds, rates, baseline = 4, [10], False
+        seconds, rates, configurations = 4, [10], ["tuned"]
     moment = Moment()
     rates = rates or RATES
-    results = {"tuned": run_configuration("tuned", {}, rates, seconds)}
-    if baseline:
-        results["untuned"] = run_configuration("untuned", UNTUNED, rates, seconds)
+    results = {}
+    for name in configurations or CONFIGURATIONS:
+        phases = rates[:BOUND_PHASES] if name in ceilings.LATENCY_KINDS else rates
+        results[name] = run_configuration(name, configuration_env(name), phases, seconds)
     plots = plot(results)
     figures = {
         "seconds_per_rate": seconds,
@@ -322,7 +342,7 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
     }
     save("latency", figures, moment)
     rows = []
-    for i, r in enumerate(results["tuned"]):
+    for i, r in enumerate(results.get("tuned", [])):
         push, polled = r["push"], r["polling"]
         base = f"polling 1 s: p50 {polled['p50_ms']:.0f} / p99 {polled['p99_ms']:.0f}"
         if "untuned" in results:
@@ -341,6 +361,17 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
             target="p50 <= 200, p99 <= 500" if r["rate"] == 100 else "",
             baseline=base,
         ))  # fmt: skip
+    for kind in ceilings.LATENCY_KINDS:
+        for i, r in enumerate(results.get(kind, [])):
+            push, chirp = r["push"], results["tuned"][i]["push"] if "tuned" in results else None
+            rows.append(Row(
+                figure=f"bound: POST to SSE delta at {phase_title(rates, i)} through"
+                       f" {ceilings.LATENCY_KINDS[kind]}, p50 / p95 / p99 / max (ms)",
+                measured=f"{push['p50_ms']:.0f} / {push['p95_ms']:.0f} / {push['p99_ms']:.0f}"
+                         f" / {push['max_ms']:.0f}",
+                baseline=f"every Chirp view, same phase: p50 {chirp['p50_ms']:.0f} / p99"
+                         f" {chirp['p99_ms']:.0f}" if chirp else "",
+            ))  # fmt: skip
     return Report("latency", "End-to-end latency", "python -m bench.latency", figures, rows,
                   plots, moment=moment.finish())  # fmt: skip
 
@@ -350,10 +381,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--rates", default=",".join(map(str, RATES)))
-    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--configurations", default=",".join(CONFIGURATIONS),
+                        help="comma-separated, from: " + ",".join(CONFIGURATIONS))  # fmt: skip
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
-    run(args.quick, args.seconds, rates, not args.no_baseline)
+    configurations = [c for c in args.configurations.split(",") if c]
+    unknown = sorted(set(configurations) - set(CONFIGURATIONS))
+    if unknown:
+        parser.error(f"unknown configuration {', '.join(unknown)}; choose from"
+                     f" {', '.join(CONFIGURATIONS)}")  # fmt: skip
+    run(args.quick, args.seconds, rates, configurations)
     return 0
 
 

@@ -1,0 +1,51 @@
+"""The bounds' pipelines compute what they stand in for: a bound that computed less, or
+something else, would be no bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from bench import ceilings
+from streaming.views import EVENT_SCHEMA
+
+T0 = 1_767_225_600_000
+
+
+def renames(spark: Any) -> Any:
+    """Two renames of ``a`` listed newest first (log order is by offset, not by row), one of
+    ``b`` without an avatar, and events of other types."""
+    rows = [
+        (1, f"{T0}-1", "profile_set", "a", '{"user":"a","name":"newer","avatar":"x.png"}', T0),
+        (1, f"{T0}-0", "profile_set", "a", '{"user":"a","name":"older"}', T0),
+        (2, f"{T0 + 5}-0", "profile_set", "b", '{"user":"b","name":"bee"}', T0),
+        (2, f"{T0 + 6}-0", "tweet_posted", "b", '{"user":"b","tweet":"b:1","text":"hi"}', T0),
+        (1, f"{T0 + 7}-0", "follow", "a", '{"user":"b","followee":"a"}', T0),
+    ]
+    return spark.createDataFrame([(*r, T0) for r in rows], EVENT_SCHEMA)
+
+
+@pytest.mark.parametrize("kind", list(ceilings.LATENCY_KINDS))
+def test_latency_bound_keeps_each_users_newest_profile(spark: Any, kind: str) -> None:
+    app = ceilings.profile_app(kind)
+    assert list(app.views) == ["profiles"]
+    out = app.pipelines[kind].build(renames(spark)).collect()
+    assert {(r["view"], r["key"], r["row"]): orjson.loads(r["value"]) for r in out} == {
+        ("profiles", "a", "profile"): {"user": "a", "name": "newer", "avatar": "x.png"},
+        ("profiles", "b", "profile"): {"user": "b", "name": "bee", "avatar": None},
+    }
+    # The sink compares values as text: both bounds write the keys in the same order.
+    assert {r["value"] for r in out if r["key"] == "b"} == {
+        '{"avatar":null,"name":"bee","user":"b"}'
+    }
+
+
+def test_latency_bounds_are_applications_lv_app_can_name() -> None:
+    from streaming.app import load_app
+
+    for kind in ceilings.LATENCY_KINDS:
+        assert load_app(f"bench.ceilings:{kind.upper()}").pipelines.keys() == {kind}
+    with pytest.raises(ValueError, match="unknown latency bound"):
+        ceilings.profile_app("nothing")
