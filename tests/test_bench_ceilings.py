@@ -49,3 +49,26 @@ def test_latency_bounds_are_applications_lv_app_can_name() -> None:
         assert load_app(f"bench.ceilings:{kind.upper()}").pipelines.keys() == {kind}
     with pytest.raises(ValueError, match="unknown latency bound"):
         ceilings.profile_app("nothing")
+
+
+def test_latency_benchmark_runs_each_bound_on_its_application(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import latency
+    from streaming.app import load_app
+
+    for kind in ceilings.LATENCY_KINDS:
+        assert load_app(latency.configuration_env(kind)["LV_APP"]).name == f"bound_{kind}"
+    assert latency.configuration_env("tuned") == {}
+    assert latency.configuration_env("untuned") is latency.UNTUNED
+    # The plot takes bounds that ran fewer phases than Chirp's views.
+    monkeypatch.setenv("LV_BENCH_RESULTS", str(tmp_path))
+
+    def phases(n: int) -> list[dict[str, Any]]:
+        return [{"rate": r, "pushed_ms": [120.0, 150.0], "polled_ms": [700.0]}
+                for r in latency.RATES[:n]]  # fmt: skip
+
+    results = {"tuned": phases(4), **{k: phases(latency.BOUND_PHASES)
+                                      for k in ceilings.LATENCY_KINDS}}  # fmt: skip
+    (path,) = latency.plot(results)
+    assert path.parent == tmp_path and path.stat().st_size > 0
