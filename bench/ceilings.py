@@ -30,7 +30,7 @@ The applications are module attributes, for ``LV_APP``: ``bench.ceilings:SPARK_S
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -61,16 +61,22 @@ KINDS = {
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def app(kind: str) -> App:
-    """An application with one pipeline of ``kind`` and the event types of Chirp."""
+def _one_pipeline(name: str, view: str, kind: str, build: Callable[[DataFrame], DataFrame]) -> App:
+    """An application with Chirp's event types and one pipeline, ``kind``, writing ``view``."""
     from demo.chirp import app as chirp
 
+    one = App(name, event_types=dict(chirp.event_types))
+    one.view(view, description=chirp.views[view].description if view in chirp.views else "")
+    one.pipeline(kind, views=[view])(build)
+    return one
+
+
+def app(kind: str) -> App:
+    """An application with one pipeline of ``kind`` and the event types of Chirp."""
     if kind not in KINDS:
         raise ValueError(f"unknown ceiling {kind!r}; known: {', '.join(KINDS)}")
-    ceiling = App(f"ceiling_{kind}", event_types=dict(chirp.event_types))
-    ceiling.view("nothing")
-    ceiling.pipeline(kind, views=["nothing"])(_source if kind == "source" else _python_operator)
-    return ceiling
+    build = _source if kind == "source" else _python_operator
+    return _one_pipeline(f"ceiling_{kind}", "nothing", kind, build)
 
 
 def _source(events: DataFrame) -> DataFrame:
@@ -115,19 +121,15 @@ PROFILE_EVENT = "user string, name string, avatar string"
 
 def profile_app(kind: str) -> App:
     """An application with Chirp's event types and one view, ``profiles``, built by ``kind``."""
-    from demo.chirp import app as chirp
-
-    builds = {"spark_state": _spark_state, "python_state": _python_state}
-    if kind not in builds:
-        raise ValueError(f"unknown latency bound {kind!r}; known: {', '.join(builds)}")
-    bound = App(f"bound_{kind}", event_types=dict(chirp.event_types))
-    bound.view("profiles", description=chirp.views["profiles"].description)
-    bound.pipeline(kind, views=["profiles"])(builds[kind])
-    return bound
+    if kind not in LATENCY_KINDS:
+        raise ValueError(f"unknown latency bound {kind!r}; known: {', '.join(LATENCY_KINDS)}")
+    build = _spark_state if kind == "spark_state" else _python_state
+    return _one_pipeline(f"bound_{kind}", "profiles", kind, build)
 
 
 def _spark_state(events: DataFrame) -> DataFrame:
-    ms, seq = F.split("offset", "-").getItem(0), F.split("offset", "-").getItem(1)
+    entry_id = F.split("offset", "-")
+    ms, seq = entry_id.getItem(0), entry_id.getItem(1)
     order = F.struct(ms.cast("long").alias("ms"), seq.cast("long").alias("seq"))
     p = F.from_json("payload", PROFILE_EVENT)
     # The keys sorted, and a missing avatar written as null, as the sink's other values are.
@@ -161,16 +163,19 @@ class Profiles(StatefulProcessor):
     ) -> Iterator[Row]:
         newest: dict[str, tuple[tuple[int, int], str]] = {}
         for _, user, offset, type_, payload, _ in rows:  # the columns of ``entity_input``
+            if type_ != "profile_set":
+                continue
             order = log_order(offset)
-            if type_ == "profile_set" and (user not in newest or order > newest[user][0]):
+            if user not in newest or order > newest[user][0]:
                 newest[user] = (order, payload)
         changes = Changes()
         for user, (_, payload) in newest.items():
             p = orjson.loads(payload)
             profile = [p["name"], p.get("avatar")]
+            encoded = orjson.dumps(profile)
             stored = self.profiles.getValue((user,))
-            if stored is None or orjson.loads(stored[0]) != profile:
-                self.profiles.updateValue((user,), (orjson.dumps(profile),))
+            if stored is None or stored[0] != encoded:
+                self.profiles.updateValue((user,), (encoded,))
             changes.upsert("profiles", user, "profile", profile_value(user, profile))
         yield from changes.rows()
 
