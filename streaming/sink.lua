@@ -11,6 +11,10 @@
 --       then per group: view, key, limit (0 = all rows), op count,
 --       then per op: kind ("u" upsert | "d" delete), row id, value JSON, score.
 -- Returns the number of deltas appended.
+--
+-- Each group's reads and writes are one variadic command per hash or sorted set, not one per
+-- row: every command a script runs costs the store its own dispatch and its own entry in the
+-- append-only file, whatever it carries.
 local changes, batches, positions = KEYS[1], KEYS[2], KEYS[3]
 local pipeline, batch, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local final, groups = ARGV[4] == '1', tonumber(ARGV[5])
@@ -27,75 +31,147 @@ local function delete(row)
   return '{"op":"delete","row":' .. cjson.encode(row) .. '}'
 end
 
+-- Commands take at most this many arguments after the key: Lua's unpack is bounded. It is
+-- even, so that pairs (field and value, score and member) are never split.
+local STEP = 2000
+
+-- One command per STEP arguments of `args` (a flat list), after `key`.
+local function variadic(command, key, args)
+  for i = 1, #args, STEP do
+    redis.call(command, key, unpack(args, i, math.min(i + STEP - 1, #args)))
+  end
+end
+
+-- The values of `fields` in hash `key`, by field (false for a missing one).
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, STEP do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + STEP - 1, #fields)))
+    for j, value in ipairs(part) do
+      out[fields[i + j - 1]] = value
+    end
+  end
+  return out
+end
+
 local emitted, a, k = 0, 6, 4
+local moved = {}  -- for the positions hash: view/key, entry id, ...
 for _ = 1, groups do
   local view, key, limit, nops = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   a = a + 4
   local rows, cand, rank = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   k = k + 3
   local ops = {}
+  -- The group's rows in the order first changed, and the last change of each.
+  local first, order, kind_of, value_of, score_of = a, {}, {}, {}, {}
+  for _ = 1, nops do
+    local row = ARGV[a + 1]
+    if kind_of[row] == nil then
+      order[#order + 1] = row
+    end
+    kind_of[row], value_of[row], score_of[row] = ARGV[a], ARGV[a + 2], ARGV[a + 3]
+    a = a + 4
+  end
   if limit == 0 then
-    for _ = 1, nops do
-      local kind, row, value = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-      a = a + 4
-      local old = redis.call('HGET', rows, row)
+    -- Each change is compared with the row as the changes before it left it, so the delta
+    -- holds every change that changed something, in order; the hash gets the outcome.
+    local stored = hmget(rows, order)
+    local cur = {}
+    for _, row in ipairs(order) do
+      cur[row] = stored[row]
+    end
+    for i = first, a - 1, 4 do
+      local kind, row, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
       if kind == 'd' then
-        if old then
-          redis.call('HDEL', rows, row)
+        if cur[row] then
+          cur[row] = false
           ops[#ops + 1] = delete(row)
         end
-      elseif old ~= value then
-        redis.call('HSET', rows, row, value)
+      elseif cur[row] ~= value then
+        cur[row] = value
         ops[#ops + 1] = upsert(row, value)
       end
     end
-  else
-    local before = redis.call('ZREVRANGE', rank, 0, limit - 1)
-    local touched = {}
-    for _ = 1, nops do
-      local kind, row, value, score = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-      a = a + 4
-      touched[row] = true
-      if kind == 'd' then
-        redis.call('ZREM', rank, row)
-        redis.call('HDEL', cand, row)
-      else
-        redis.call('ZADD', rank, score, row)
-        redis.call('HSET', cand, row, value)
+    local set, gone = {}, {}
+    for _, row in ipairs(order) do
+      if cur[row] then
+        if cur[row] ~= stored[row] then
+          set[#set + 1] = row
+          set[#set + 1] = cur[row]
+        end
+      elseif stored[row] then
+        gone[#gone + 1] = row
       end
     end
+    variadic('HSET', rows, set)
+    variadic('HDEL', rows, gone)
+  else
+    local before = redis.call('ZREVRANGE', rank, 0, limit - 1)
+    local scored, valued, gone = {}, {}, {}
+    for _, row in ipairs(order) do
+      if kind_of[row] == 'd' then
+        gone[#gone + 1] = row
+      else
+        scored[#scored + 1] = score_of[row]
+        scored[#scored + 1] = row
+        valued[#valued + 1] = row
+        valued[#valued + 1] = value_of[row]
+      end
+    end
+    variadic('ZREM', rank, gone)
+    variadic('HDEL', cand, gone)
+    variadic('ZADD', rank, scored)
+    variadic('HSET', cand, valued)
     local was = {}
     for _, row in ipairs(before) do
       was[row] = true
     end
-    local after = {}
+    -- A row that stays in the top rows and that this call did not change is already in the
+    -- view as it is among the candidates: only rows that enter or change are compared.
+    local after, compared, entering = {}, {}, {}
     for _, row in ipairs(redis.call('ZREVRANGE', rank, 0, limit - 1)) do
       after[row] = true
-      -- A row that stays in the top rows and that this call did not change is already in the
-      -- view as it is among the candidates: only rows that enter or change are compared.
-      if touched[row] or not was[row] then
-        local value = redis.call('HGET', cand, row)
-        if redis.call('HGET', rows, row) ~= value then
-          redis.call('HSET', rows, row, value)
-          ops[#ops + 1] = upsert(row, value)
-        end
+      if kind_of[row] then
+        compared[#compared + 1] = row
+      elseif not was[row] then
+        compared[#compared + 1] = row
+        entering[#entering + 1] = row
+      end
+    end
+    local value = hmget(cand, entering)
+    for _, row in ipairs(compared) do
+      if kind_of[row] then
+        value[row] = value_of[row]
+      end
+    end
+    local served = hmget(rows, compared)
+    local set, out = {}, {}
+    for _, row in ipairs(compared) do
+      if served[row] ~= value[row] then
+        set[#set + 1] = row
+        set[#set + 1] = value[row]
+        ops[#ops + 1] = upsert(row, value[row])
       end
     end
     for _, row in ipairs(before) do
       if not after[row] then
-        redis.call('HDEL', rows, row)
+        out[#out + 1] = row
         ops[#ops + 1] = delete(row)
       end
     end
+    variadic('HSET', rows, set)
+    variadic('HDEL', rows, out)
   end
   if #ops > 0 then
     local id = redis.call('XADD', changes, 'MAXLEN', '~', retention, '*',
       'view', view, 'key', key, 'ops', '[' .. table.concat(ops, ',') .. ']',
       'pipeline', pipeline, 'batch', batch)
-    redis.call('HSET', positions, view .. '/' .. key, id)
+    moved[#moved + 1] = view .. '/' .. key
+    moved[#moved + 1] = id
     emitted = emitted + 1
   end
 end
+variadic('HSET', positions, moved)
 if final then
   redis.call('HSET', batches, pipeline, batch)
 end

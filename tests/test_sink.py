@@ -107,6 +107,42 @@ def test_equal_scores_rank_by_row_id(store, sink):
     assert sorted(read_snapshot(store, "top", "k", SHARDS).rows) == ["b", "c", "d"]
 
 
+def test_a_row_changed_twice_in_a_batch_emits_each_change_and_stores_the_last(store, sink):
+    sink.write([row("plain", "k", "r", '"old"')], 0)
+    sink.write([row("plain", "k", "r", None), row("plain", "k", "r", '"new"'),
+                row("plain", "k", "r", '"new"'), row("top", "k", "t", '"x"', 1.0),
+                row("top", "k", "t", None)], 1)  # fmt: skip
+    assert deltas_of(store, "plain", "k")[-1].ops == [
+        {"op": "delete", "row": "r"},
+        {"op": "upsert", "row": "r", "value": "new"},
+    ]
+    assert read_snapshot(store, "plain", "k", SHARDS).rows == {"r": "new"}
+    assert deltas_of(store, "top", "k") == []  # in and out of the top within the batch
+    assert read_snapshot(store, "top", "k", SHARDS).rows == {}
+
+
+def test_a_key_with_more_rows_than_one_store_command_takes(store):
+    # The script writes a key's rows in commands of at most a few thousand arguments each.
+    app = App("t")
+    app.view("plain")
+    app.view("top", limit=2500)
+    sink = ChangeTopicSink(store, app, "q", SHARDS, retention=1000)
+    n = 6000
+    sink.write([row("plain", "big", f"r{i}", str(i)) for i in range(n)], 0)
+    sink.write([row("top", "big", f"r{i}", str(i), float(i)) for i in range(n)], 0)
+    assert read_snapshot(store, "plain", "big", SHARDS).rows == {f"r{i}": i for i in range(n)}
+    top = {f"r{i}": i for i in range(n - 2500, n)}
+    assert read_snapshot(store, "top", "big", SHARDS).rows == top
+    (delta,) = deltas_of(store, "top", "big")
+    assert len(delta.ops) == 2500
+    sink.write([row("plain", "big", f"r{i}", None) for i in range(n)], 1)
+    sink.write([row("top", "big", f"r{i}", None) for i in range(n - 3000, n)], 1)
+    assert read_snapshot(store, "plain", "big", SHARDS).rows == {}
+    assert read_snapshot(store, "top", "big", SHARDS).rows == {
+        f"r{i}": i for i in range(n - 5500, n - 3000)
+    }
+
+
 def test_frontier_advances_per_partition_and_never_back(store, sink):
     sink.write([], 0, {0: "10-0", 1: "3-1"})
     sink.write([], 1, {0: "9-5"})  # cannot happen, but must not move the frontier back
