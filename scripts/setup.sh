@@ -9,6 +9,8 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser tests drive Debian's Chromium
+# The embedded store allocates with jemalloc when the machine has it (streaming/embedded.py).
+compgen -G '/usr/lib/*-linux-gnu/libjemalloc.so.2' >/dev/null || need_apt+=(libjemalloc2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

