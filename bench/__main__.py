@@ -22,8 +22,9 @@ from pathlib import Path
 from bench.common import RESULTS, Report, machine, results_dir
 from bench.moment import describe
 
-BENCHMARKS = ["fanout", "floor", "memory", "latency", "browser", "pipeline"]
-"""In order: the gateway's own figures first, then those with Spark in the loop."""
+BENCHMARKS = ["fanout", "floor", "memory", "store", "latency", "browser", "pipeline"]
+"""In order: the gateway's own figures first, then the store's, then those with Spark in the
+loop."""
 
 
 def summary(reports: list[Report], failures: dict[str, str], quick: bool) -> str:
