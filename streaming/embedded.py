@@ -7,8 +7,9 @@ second run picks up where the first stopped. ``LV_STORE_FSYNC`` (``always`` by d
 
 The wheel's server is built with the C library's allocator; when jemalloc (Debian's
 ``libjemalloc2``, which ``scripts/setup.sh`` installs) is on the machine, the store runs with
-it instead, as Redis and Valkey are built by default: the C library's allocator took about half
-of the store's CPU while it applied a batch of row changes (docs/PERFORMANCE.md).
+it instead, as Redis and Valkey are built by default: with the C library's, about a third of
+the store's time applying row changes went to allocating and freeing, and with jemalloc the
+store used about half the CPU per row change (docs/PERFORMANCE.md).
 ``LV_STORE_ALLOCATOR=builtin`` runs the server with the allocator it was built with.
 ``python -m streaming.embedded`` runs it in the foreground, as the Procfile's ``store``
 process does.
@@ -152,8 +153,8 @@ class EmbeddedStore:
         self.data_dir = Path(data_dir)
         self.port = port
         self.appendfsync = appendfsync or fsync_policy()
-        self.allocator_setting = allocator_setting({"LV_STORE_ALLOCATOR": allocator or ""}
-                                                   if allocator else None)  # fmt: skip
+        env = {"LV_STORE_ALLOCATOR": allocator} if allocator else None
+        self.allocator_setting = allocator_setting(env)
         self.allocator = ""
         """What the started server allocates with: ``jemalloc``, ``builtin``, or ``libc (...)``."""
         self.process: subprocess.Popen[bytes] | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
+from streaming import embedded
 from streaming.embedded import EmbeddedStore, allocator_env, allocator_setting
 from streaming.errors import ConfigurationError
 from tests.conftest import free_port
@@ -63,3 +64,19 @@ def test_a_server_with_its_own_jemalloc_gets_none_preloaded(tmp_path):
     fake.chmod(0o755)
     assert allocator_env(str(fake), "jemalloc") == ("builtin", {})
     assert allocator_env(str(fake), "builtin") == ("builtin", {})
+
+
+def test_a_server_on_the_c_librarys_allocator_gets_jemalloc_when_the_machine_has_it(
+    tmp_path, monkeypatch
+):
+    fake = tmp_path / "valkey-server"
+    fake.write_text("#!/bin/sh\necho 'Valkey server v=9.1.2 malloc=libc bits=64'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(embedded, "jemalloc_library", lambda: "/usr/lib/x/libjemalloc.so.2")
+    assert allocator_env(str(fake), "jemalloc") == (
+        "jemalloc",
+        {"LD_PRELOAD": "/usr/lib/x/libjemalloc.so.2"},
+    )
+    assert allocator_env(str(fake), "builtin") == ("builtin", {})
+    monkeypatch.setattr(embedded, "jemalloc_library", lambda: None)
+    assert allocator_env(str(fake), "jemalloc") == ("libc (no jemalloc on this machine)", {})
