@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 from server import store
 from server.auth import Authenticator, Principal
 from server.changefeed import ChangeFeed
+from server.cohort import StreamCohort
 from server.errors import Forbidden, NotFound, Unavailable
 from server.hub import Hub
 from server.livestream import Ticker
@@ -45,8 +46,13 @@ class Gateway:
         # A view's subscribers follow the frontier of the pipeline that writes it: a pipeline
         # that runs its micro-batches seconds apart does not hold back the others' views.
         self.frontiers = {v: self.app.owner_of(v) or VIEWS_FRONTIER for v in self.app.views}
-        self.hub = Hub(self.metrics, settings.progress_interval_ms / 1000, self.frontier_of)
         self.ticker = Ticker(settings.heartbeat_seconds, self.metrics)
+        self.hub = Hub(
+            self.metrics,
+            settings.progress_interval_ms / 1000,
+            self.frontier_of,
+            new_cohort=lambda: StreamCohort(self.ticker, self.metrics),
+        )
         self.feed = ChangeFeed(
             self.feed_client,
             self.hub,

@@ -9,6 +9,14 @@ bounded by ``subscribers x buffer`` references to frames that are shared between
 Progress is not buffered: a subscriber keeps only the newest one, which replaces older ones.
 Everything here runs on the event loop's thread and never awaits, so a delta batch is handed
 out atomically with respect to a subscriber registering.
+
+Subscribers of one key that were sent the same frames and write straight to their connections
+form the key's ``Cohort`` (``server.cohort``): the hub hands each item to the cohort once, and
+it writes the item to every member in one loop, with one cursor for all. A member the cohort
+cannot write to as the others (a full socket, a closing connection) is given back to the hub,
+with its own cursor as it was before the item, and takes the item the usual way; a woken
+subscriber leaves its cohort, since its reader looks at its cursor. A subscriber asks to join
+(``Hub.settle``) when it is up to date, and joins once its cursor is the cohort's.
 """
 
 from __future__ import annotations
@@ -139,6 +147,33 @@ class Sink(Protocol):
     def deliver_progress(self, progress: Progress) -> None: ...
 
 
+class Cohort(Protocol):
+    """Subscribers of one (view, key) in step: each was sent the same frames, so each takes the
+    next item the same way (``server.cohort.StreamCohort``)."""
+
+    last_write: float
+    """When the cohort last wrote to its members (the ticker's clock)."""
+
+    def __len__(self) -> int: ...
+
+    def admit(self, sub: Subscriber) -> bool:
+        """Take ``sub`` in if it is in step with the members (the first one always is)."""
+        ...
+
+    def remove(self, sub: Subscriber) -> None:
+        """Let ``sub`` go, its own cursor now the cohort's."""
+        ...
+
+    def deliver(self, items: list[FeedDelta], run: FeedRun | None) -> list[Subscriber]:
+        """Write a key's ``items`` of one read (``run`` if they go as one) to every member; the
+        members it could not write to leave, their cursors as before the items."""
+        ...
+
+    def deliver_progress(self, progress: Progress) -> list[Subscriber]:
+        """The same for a frontier on its own."""
+        ...
+
+
 class Subscriber:
     """The hub's side of one subscription: a bounded buffer, or a sink that takes items at once.
 
@@ -147,9 +182,11 @@ class Subscriber:
     """
 
     __slots__ = ("view", "key", "frontier_name", "capacity", "buffer", "progress", "state",
-                 "sink", "woken", "on_wake", "_waiter")  # fmt: skip
+                 "sink", "woken", "on_wake", "_waiter", "hub", "cohort")  # fmt: skip
 
-    def __init__(self, view: str, key: str, capacity: int, frontier_name: str) -> None:
+    def __init__(
+        self, view: str, key: str, capacity: int, frontier_name: str, hub: Hub | None = None
+    ) -> None:
         self.view = view
         self.key = key
         self.frontier_name = frontier_name
@@ -161,6 +198,9 @@ class Subscriber:
         self.woken = False
         self.on_wake: Callable[[], None] | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self.hub = hub
+        self.cohort: Cohort | None = None
+        """The cohort this subscriber is in, if any; the hub hands it nothing itself then."""
 
     def offer(self, item: Item) -> bool:
         if self.state is not SubscriberState.ATTACHED:
@@ -217,6 +257,8 @@ class Subscriber:
 
     def wake(self) -> None:
         self.woken = True
+        if self.cohort is not None and self.hub is not None:
+            self.hub.unsettle(self)  # its reader will look at its own cursor
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -268,9 +310,16 @@ class Hub:
         metrics: Metrics,
         progress_interval: float = 0.0,
         frontier_of: Callable[[str], str] = lambda view: VIEWS_FRONTIER,
+        new_cohort: Callable[[], Cohort] | None = None,
     ) -> None:
         self.metrics = metrics
         self.by_key: dict[tuple[str, str], set[Subscriber]] = {}
+        """Subscribers by key that are in no cohort."""
+        self.cohorts: dict[tuple[str, str], Cohort] = {}
+        self.new_cohort = new_cohort
+        self.settling: dict[tuple[str, str], set[Subscriber]] = {}
+        """Subscribers that asked to join their key's cohort and are not in step yet."""
+        self._handing_out = False
         self.all: set[Subscriber] = set()
         self.progress_interval = progress_interval
         self.frontier_of = frontier_of
@@ -283,7 +332,7 @@ class Hub:
         return lane
 
     def attach(self, view: str, key: str, capacity: int) -> Subscriber:
-        sub = Subscriber(view, key, capacity, self.frontier_of(view))
+        sub = Subscriber(view, key, capacity, self.frontier_of(view), self)
         self.by_key.setdefault((view, key), set()).add(sub)
         self.all.add(sub)
         self._lane(sub.frontier_name).subscribers.add(sub)
@@ -295,11 +344,59 @@ class Hub:
             sub.state = SubscriberState.CLOSED
         self._forget(sub)
 
+    def settle(self, sub: Subscriber) -> None:
+        """``sub`` is up to date and its sink takes items at once: let it join its key's cohort
+        as soon as its cursor is the cohort's (now, or after the hand-out under way)."""
+        if self.new_cohort is None or sub.cohort is not None or sub not in self.all:
+            return
+        key = (sub.view, sub.key)
+        self.settling.setdefault(key, set()).add(sub)
+        if not self._handing_out:
+            self._admit(key)
+
+    def unsettle(self, sub: Subscriber) -> None:
+        """Take ``sub`` out of its cohort, its cursor now its own."""
+        cohort = sub.cohort
+        if cohort is None:
+            return
+        cohort.remove(sub)
+        sub.cohort = None
+        key = (sub.view, sub.key)
+        if not cohort and self.cohorts.get(key) is cohort:
+            del self.cohorts[key]
+        self.by_key.setdefault(key, set()).add(sub)
+
+    def _admit(self, key: tuple[str, str]) -> None:
+        waiting = self.settling.get(key)
+        if not waiting or self.new_cohort is None:
+            return
+        cohort = self.cohorts.get(key)
+        if cohort is None:
+            cohort = self.new_cohort()
+        loose = self.by_key.get(key, set())
+        for sub in list(waiting):
+            if sub.state is not SubscriberState.ATTACHED or sub not in self.all:
+                waiting.discard(sub)
+            elif cohort.admit(sub):
+                waiting.discard(sub)
+                sub.cohort = cohort
+                loose.discard(sub)
+        if not waiting:
+            del self.settling[key]
+        if not loose:
+            self.by_key.pop(key, None)
+        if cohort:
+            self.cohorts[key] = cohort
+
     def _forget(self, sub: Subscriber) -> None:
         if sub not in self.all:
             return
+        self.unsettle(sub)
         self.all.discard(sub)
         self._lane(sub.frontier_name).subscribers.discard(sub)
+        waiting = self.settling.get((sub.view, sub.key))
+        if waiting is not None:
+            waiting.discard(sub)
         peers = self.by_key.get((sub.view, sub.key))
         if peers is not None:
             peers.discard(sub)
@@ -331,24 +428,36 @@ class Hub:
         for d in deltas:
             by_key.setdefault((d.view, d.key), []).append(d)
         overflowed: list[Subscriber] = []
-        for (view, key), key_deltas in by_key.items():
-            subs = self.by_key.get((view, key))
-            if not subs:
-                continue
-            items = [FeedDelta(epoch, d) for d in key_deltas]
-            if riding:
-                items[-1].progress = riding.get(self.frontier_of(view))
-            if len(items) > 1 and _ascending(items):
-                run = FeedRun(items)
-                for sub in subs:
-                    if not sub.offer_run(run):
-                        overflowed.append(sub)
-                continue
-            for item in items:
-                for sub in subs:
-                    if not sub.offer(item):
-                        overflowed.append(sub)
-        self._drop(overflowed)
+        self._handing_out = True
+        try:
+            for (view, key), key_deltas in by_key.items():
+                cohort = self.cohorts.get((view, key))
+                if cohort is None and not self.by_key.get((view, key)):
+                    continue
+                items = [FeedDelta(epoch, d) for d in key_deltas]
+                if riding:
+                    items[-1].progress = riding.get(self.frontier_of(view))
+                run = FeedRun(items) if len(items) > 1 and _ascending(items) else None
+                if cohort is not None:
+                    for sub in cohort.deliver(items, run):
+                        self._given_back(sub, cohort)
+                subs = self.by_key.get((view, key))
+                if not subs:
+                    continue
+                if run is not None:
+                    for sub in subs:
+                        if not sub.offer_run(run):
+                            overflowed.append(sub)
+                    continue
+                for item in items:
+                    for sub in subs:
+                        if not sub.offer(item):
+                            overflowed.append(sub)
+            self._drop(overflowed)
+        finally:
+            self._handing_out = False
+        for waiting in list(self.settling):
+            self._admit(waiting)
         for p in progress:
             # Due or not as decided before the deltas went out: the hand-out takes time, and a
             # frontier that fell due meanwhile did not ride with them.
@@ -389,11 +498,34 @@ class Hub:
         if progress is None:
             return
         overflowed = []
-        for sub in lane.subscribers:
-            sub.offer_progress(progress)
-            if sub.state is SubscriberState.OVERFLOWED:
-                overflowed.append(sub)
-        self._drop(overflowed)
+        self._handing_out = True
+        try:
+            following = [cohort for (view, _), cohort in self.cohorts.items()
+                         if self.frontier_of(view) == progress.frontier_name]  # fmt: skip
+            for cohort in following:
+                for sub in cohort.deliver_progress(progress):
+                    self._given_back(sub, cohort)
+            for sub in lane.subscribers:
+                if sub.cohort is not None:
+                    continue
+                sub.offer_progress(progress)
+                if sub.state is SubscriberState.OVERFLOWED:
+                    overflowed.append(sub)
+            self._drop(overflowed)
+        finally:
+            self._handing_out = False
+        for key in list(self.settling):
+            self._admit(key)
+
+    def _given_back(self, sub: Subscriber, cohort: Cohort) -> None:
+        """A member ``cohort`` could not write to as the others: it takes items the usual
+        way, and joins again once it is in step (its socket took what it was sent)."""
+        sub.cohort = None
+        key = (sub.view, sub.key)
+        if not cohort and self.cohorts.get(key) is cohort:
+            del self.cohorts[key]
+        self.by_key.setdefault(key, set()).add(sub)
+        self.settling.setdefault(key, set()).add(sub)
 
     def epoch_changed(self, epoch: str) -> None:
         notice = EpochChanged(epoch)

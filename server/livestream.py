@@ -173,7 +173,7 @@ class LiveStream:
     (``server.edge.Owner``) of its connection once the HTTP protocol has released it."""
 
     __slots__ = ("sub", "transport", "ticker", "metrics", "expires_at", "last_write", "pending",
-                 "_fd", "_write_raw", "_is_closing", "_buffered", "_end", "_running",
+                 "fd", "_write_raw", "is_closing", "_buffered", "_end", "_running",
                  "_task")  # fmt: skip
 
     def __init__(
@@ -193,14 +193,15 @@ class LiveStream:
         self._task: asyncio.Task[None] | None = None
         # Bound once: the server may wrap its transport, and these run on every delivery.
         self._write_raw = transport.write
-        self._is_closing = transport.is_closing
+        self.is_closing: Callable[[], bool] = transport.is_closing
         self._buffered = transport.get_write_buffer_size
-        self._fd = socket_fd(transport)
+        self.fd = socket_fd(transport)
+        """The socket's descriptor (-1 if none), written to while the transport holds nothing."""
 
     def _write(self, chunk: bytes, count: int = 1) -> bool:
         """Write ``chunk``, which counts as ``count`` frames against the subscriber buffer while
         the client has not taken what was written; False if the client does not keep up."""
-        if self._is_closing():
+        if self.is_closing():
             return False
         if self._buffered():
             self.pending += count
@@ -211,10 +212,28 @@ class LiveStream:
             self._write_raw(chunk)
         else:
             self.pending = count
-            write_now(self._fd, chunk, self._write_raw)
+            write_now(self.fd, chunk, self._write_raw)
         self.last_write = self.ticker.now
         self.metrics.bytes_out += len(chunk)
         return True
+
+    def writes_at_once(self) -> bool:
+        """Does the stream write straight to its socket, with nothing queued on its transport,
+        and the hub hands it its items (it may join its key's cohort, ``server.cohort``)?"""
+        subscriber = self.sub.subscriber
+        return (
+            self.fd >= 0
+            and self._end is not None
+            and not self._running
+            and subscriber is not None
+            and subscriber.sink is self
+            and not self.is_closing()
+            and not self._buffered()
+        )
+
+    def queue(self, rest: bytes) -> None:
+        """Queue ``rest`` of a chunk whose start the socket took (``server.cohort``)."""
+        self._write_raw(rest)
 
     def deliver(self, item: Item) -> bool:
         if isinstance(item, EpochChanged):
@@ -282,10 +301,16 @@ class LiveStream:
         subscriber = self.sub.subscriber
         if subscriber is None:
             return
+        cohort = subscriber.cohort
+        last_write = self.last_write if cohort is None else max(self.last_write, cohort.last_write)
         if self.transport.is_closing() or wall >= self.expires_at:
             subscriber.wake()
-        elif now - self.last_write >= heartbeat and self._write(HEARTBEAT_CHUNK):
+        elif now - last_write >= heartbeat and self._write(HEARTBEAT_CHUNK):
             self.pending = 0
+            if cohort is not None and self._buffered() and subscriber.hub is not None:
+                # The rest of the heartbeat is queued: the cohort's next write must not pass it.
+                subscriber.hub.unsettle(subscriber)
+                subscriber.hub.settle(subscriber)
 
     # The connection's owner (``server.edge.Owner``).
 
@@ -313,6 +338,7 @@ class LiveStream:
         sub = self.sub
         subscriber = sub.subscriber
         assert subscriber is not None
+        up_to_date = False
         try:
             while True:
                 subscriber.clear()
@@ -323,6 +349,7 @@ class LiveStream:
                     self.finish(body)
                     return
                 if not subscriber.woken:
+                    up_to_date = True
                     return  # the hub writes to the stream; the next wake runs this again
         except Exception:
             # A reset could not read the store: the client resumes from its last event id.
@@ -334,6 +361,8 @@ class LiveStream:
         finally:
             self._running = False
             self._task = None
+            if up_to_date and subscriber.hub is not None:
+                subscriber.hub.settle(subscriber)  # it may join its key's cohort
 
     def finish(self, body: bytes | None) -> None:
         """End the stream: ``body`` and the last chunk, unless None; then close the connection
@@ -344,6 +373,8 @@ class LiveStream:
         self.ticker.remove(self)
         subscriber = self.sub.subscriber
         if subscriber is not None:
+            if subscriber.hub is not None:
+                subscriber.hub.unsettle(subscriber)
             subscriber.sink = None
             subscriber.on_wake = None
         transport = self.transport

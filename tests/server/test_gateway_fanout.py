@@ -19,7 +19,7 @@ import pytest
 import redis
 from lvclient import ServedGateway, State, Writer, open_sse, run, wait_for
 
-from server import edge, frames
+from server import cohort, edge, frames
 
 
 def test_progress_is_coalesced_and_ends_at_the_newest_frontier(
@@ -132,7 +132,9 @@ def test_a_keys_deltas_read_together_reach_each_stream_and_socket_in_one_write(
             await ws.send_json({"type": "subscribe", "sub": "r", "view": "profiles", "key": "runs"})
             while (await ws.receive_json(timeout=10))["type"] != "snapshot":
                 pass
+            # Every write to a socket: a stream's own, or its cohort's (server.cohort).
             monkeypatch.setattr(edge, "_os_write", noting)
+            monkeypatch.setattr(cohort, "_os_write", noting)
             # Both batches land while the gateway's loop is held: its feed reads them together.
             gateway.in_loop(lambda: [writer.write([("profiles", "runs", "profile", {"name": n})])
                                      for n in ("first", "second")])  # fmt: skip
