@@ -10,7 +10,10 @@ between the change feed and that write. This measures each part on its own, on t
   over; CPU time per write, through the event loop's transport and straight to the socket
   (``os.write``), which is what the gateway does while the transport holds nothing unsent;
 - **the gateway's Python per delivery**: the hub hands deltas to N ``LiveStream``s whose
-  connection does nothing, so only the Python path is timed (best of 5).
+  connection does nothing, so only the Python path is timed (best of 5): for streams on their
+  own, as each took its deltas before cohorts and as one out of step still does, and for streams
+  in their key's cohort (``server.cohort``), each writing to ``/dev/null``: a system call
+  that moves nothing.
 
 nginx+nchan pays the same system call per delivery; what separates the gateway from it is the
 Python path and what the loop does around the call.
@@ -100,9 +103,11 @@ def write_cost(n: int, rounds: int = ROUNDS) -> dict[str, float]:
     return uvloop.run(_write_cost(n, rounds))
 
 
-def python_path_cost(n: int, rounds: int = 50) -> float:
-    """µs of the hub→stream path per delivery to ``n`` subscribers of one key, without I/O."""
+def python_path_cost(n: int, rounds: int = 50, cohort: bool = False) -> float:
+    """µs of the hub→stream path per delivery to ``n`` subscribers of one key, without I/O;
+    with ``cohort``, the streams are in their key's cohort and write to ``/dev/null``."""
     from server import frames
+    from server.cohort import StreamCohort
     from server.hub import Hub, Progress
     from server.livestream import LiveStream, Ticker
     from server.metrics import Metrics
@@ -119,18 +124,38 @@ def python_path_cost(n: int, rounds: int = 50) -> float:
         def get_extra_info(self, name: str, default: Any = None) -> Any:
             return default
 
+    class NullSocket:
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+
+        def fileno(self) -> int:
+            return self.fd
+
+    class NullTransport(IdleTransport):
+        """Its socket is ``/dev/null``: the cohort's writes are system calls that move nothing."""
+
+        def __init__(self, fd: int) -> None:
+            self.socket = NullSocket(fd)
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return self.socket if name == "socket" else default
+
     async def run() -> float:
         metrics = Metrics()
-        hub = Hub(metrics, 0.25)
         ticker = Ticker(15.0, metrics)
+        hub = Hub(metrics, 0.25, new_cohort=lambda: StreamCohort(ticker, metrics))
+        null = os.open(os.devnull, os.O_WRONLY)
         for _ in range(n):
             # A started subscription as the stream sees it; no store is read after the start.
             sub = Subscription(cast(Source, None), "v", "k", None)
             sub.epoch = "e"
             subscriber = sub.subscriber = hub.attach("v", "k", 100)
+            transport = NullTransport(null) if cohort else IdleTransport()
             subscriber.sink = LiveStream(
-                sub, IdleTransport(), ticker, metrics, float("inf"), lambda: None
+                sub, transport, ticker, metrics, float("inf"), lambda: None
             )
+            hub.settle(subscriber)
+        assert len(hub.cohorts.get(("v", "k"), ())) == (n if cohort else 0)
         best = float("inf")
         seq = 0
         for _ in range(5):
@@ -142,9 +167,25 @@ def python_path_cost(n: int, rounds: int = 50) -> float:
                 hub.publish("e", [delta], [Progress("e", f"{seq}-0", frames.progress({"p": "1"}))])
             best = min(best, (time.perf_counter() - t0) / (n * rounds) * 1e6)
         assert metrics.deltas_out == n * rounds * 5, "every delivery was made"
+        os.close(null)
         return round(best, 3)
 
     return asyncio.run(run())
+
+
+def null_write_cost(n: int) -> float:
+    """µs per ``os.write`` of ``CHUNK`` to ``/dev/null`` in a plain loop (best of 5)."""
+    fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                os.write(fd, CHUNK)
+            best = min(best, (time.perf_counter() - t0) / n * 1e6)
+        return round(best, 3)
+    finally:
+        os.close(fd)
 
 
 def run(quick: bool = False, name: str = "floor") -> Report:
@@ -152,7 +193,10 @@ def run(quick: bool = False, name: str = "floor") -> Report:
     n = 200 if quick else 10_000
     writes = write_cost(n, 5 if quick else ROUNDS)
     python = python_path_cost(n, 5 if quick else 50)
+    in_cohort = python_path_cost(n, 5 if quick else 50, cohort=True)
+    null_write = null_write_cost(n * (5 if quick else 50))
     figures = {"connections": n, "write_us": writes, "python_path_us": python,
+               "cohort_path_us": in_cohort, "null_write_us": null_write,
                "chunk_bytes": len(CHUNK)}  # fmt: skip
     save(name, figures, moment)
     rows = [
@@ -160,8 +204,11 @@ def run(quick: bool = False, name: str = "floor") -> Report:
             "transport", f"{writes['transport']} µs CPU"),
         Row("the same write straight to the socket (the gateway's path)",
             f"{writes['socket']} µs CPU"),
-        Row(f"the gateway's Python per delivery, hub to stream, {n:,} subscribers of one key",
-            f"{python} µs"),
+        Row(f"the gateway's Python per delivery, hub to stream, {n:,} subscribers of one key, "
+            "each stream on its own", f"{python} µs"),
+        Row("the same, the streams in their key's cohort, each delivery a write to /dev/null",
+            f"{in_cohort} µs"),
+        Row("a write to /dev/null alone, in a Python loop", f"{null_write} µs"),
     ]  # fmt: skip
     note = (
         "CPU per delivery in `bench.fanout` is about the socket write plus the Python path, "
