@@ -22,9 +22,10 @@ subscriber leaves its cohort, since its reader looks at its cursor. A subscriber
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -428,8 +429,7 @@ class Hub:
         for d in deltas:
             by_key.setdefault((d.view, d.key), []).append(d)
         overflowed: list[Subscriber] = []
-        self._handing_out = True
-        try:
+        with self._handing_out_items():
             for (view, key), key_deltas in by_key.items():
                 cohort = self.cohorts.get((view, key))
                 if cohort is None and not self.by_key.get((view, key)):
@@ -454,10 +454,6 @@ class Hub:
                         if not sub.offer(item):
                             overflowed.append(sub)
             self._drop(overflowed)
-        finally:
-            self._handing_out = False
-        for waiting in list(self.settling):
-            self._admit(waiting)
         for p in progress:
             # Due or not as decided before the deltas went out: the hand-out takes time, and a
             # frontier that fell due meanwhile did not ride with them.
@@ -498,8 +494,7 @@ class Hub:
         if progress is None:
             return
         overflowed = []
-        self._handing_out = True
-        try:
+        with self._handing_out_items():
             following = [cohort for (view, _), cohort in self.cohorts.items()
                          if self.frontier_of(view) == progress.frontier_name]  # fmt: skip
             for cohort in following:
@@ -512,6 +507,14 @@ class Hub:
                 if sub.state is SubscriberState.OVERFLOWED:
                     overflowed.append(sub)
             self._drop(overflowed)
+
+    @contextlib.contextmanager
+    def _handing_out_items(self) -> Iterator[None]:
+        """While items are handed out, subscribers that ask to join a cohort wait; after it,
+        each that is in step joins."""
+        self._handing_out = True
+        try:
+            yield
         finally:
             self._handing_out = False
         for key in list(self.settling):
