@@ -9,8 +9,13 @@ Of a backlog drain (``bench.pipeline``, on the same SparkSession):
   entities are (by bucket of users, with the same columns) that reads every event and keeps
   and returns nothing: what Spark's Python ``transformWithState`` costs before any view logic,
   state access or change row.
+- ``spark_aggregation``: the source, then Spark's own streaming aggregation of every event,
+  each key's (the user an event is partitioned by) count of events and newest offset, its
+  state in the JVM, and a change row per key of a batch through the sink: what a view that
+  Spark computes without Python costs.
 
-A drain through every view cannot be faster than either.
+A drain through every view cannot be faster than the first two; the third says how far views
+written as Spark's own operators could go on the same machine.
 
 Of the latency from a write to its delta (``bench.latency``, the whole system in processes):
 one view, ``profiles``, each user's newest name, and nothing else; Chirp's entities pipeline
@@ -35,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from pyspark import cloudpickle
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessor,
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
 KINDS = {
     "source": "the log source alone (no view)",
     "python_operator": "the log source and a Python stateful operator that does nothing",
+    "spark_aggregation": "the log source and Spark's own aggregation of every event by key",
 }
 
 # Spark's Python workers unpickle the processor; ``bench`` is not an installed package, so its
@@ -75,6 +81,8 @@ def app(kind: str) -> App:
     """An application with one pipeline of ``kind`` and the event types of Chirp."""
     if kind not in KINDS:
         raise ValueError(f"unknown ceiling {kind!r}; known: {', '.join(KINDS)}")
+    if kind == "spark_aggregation":
+        return _one_pipeline(f"ceiling_{kind}", "event_counts", kind, _spark_aggregation)
     build = _source if kind == "source" else _python_operator
     return _one_pipeline(f"ceiling_{kind}", "nothing", kind, build)
 
@@ -87,6 +95,26 @@ def _source(events: DataFrame) -> DataFrame:
         "key",
         F.col("offset").alias("row"),
         F.lit(None).cast("string").alias("value"),
+        F.lit(0.0).alias("score"),
+    )
+
+
+def _log_order(offset: str) -> Column:
+    entry_id = F.split(offset, "-")
+    ms, seq = entry_id.getItem(0), entry_id.getItem(1)
+    return F.struct(ms.cast("long").alias("ms"), seq.cast("long").alias("seq"))
+
+
+def _spark_aggregation(events: DataFrame) -> DataFrame:
+    counted = events.groupBy("key").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.max_by("offset", _log_order("offset")).alias("newest"),
+    )
+    return counted.select(
+        F.lit("event_counts").alias("view"),
+        "key",
+        F.lit("count").alias("row"),
+        F.to_json(F.struct("events", "newest")).alias("value"),
         F.lit(0.0).alias("score"),
     )
 
@@ -128,9 +156,7 @@ def profile_app(kind: str) -> App:
 
 
 def _spark_state(events: DataFrame) -> DataFrame:
-    entry_id = F.split("offset", "-")
-    ms, seq = entry_id.getItem(0), entry_id.getItem(1)
-    order = F.struct(ms.cast("long").alias("ms"), seq.cast("long").alias("seq"))
+    order = _log_order("offset")
     p = F.from_json("payload", PROFILE_EVENT)
     # The keys sorted, and a missing avatar written as null, as the sink's other values are.
     value = F.to_json(

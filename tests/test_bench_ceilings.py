@@ -42,6 +42,22 @@ def test_latency_bound_keeps_each_users_newest_profile(spark: Any, kind: str) ->
     }
 
 
+def test_drain_bound_counts_each_keys_events_in_log_order(spark: Any) -> None:
+    app = ceilings.app("spark_aggregation")
+    assert list(app.views) == ["event_counts"]
+    # Log order compares an offset's sequence as a number: 10 comes after 9.
+    later = [(1, f"{T0 + 7}-{seq}", "like", "a", '{"user":"a","tweet":"b:1"}', T0, T0)
+             for seq in (10, 9)]  # fmt: skip
+    events = renames(spark).union(spark.createDataFrame(later, EVENT_SCHEMA))
+    out = app.pipelines["spark_aggregation"].build(events).collect()
+    assert {(r["view"], r["key"], r["row"]): orjson.loads(r["value"]) for r in out} == {
+        ("event_counts", "a", "count"): {"events": 5, "newest": f"{T0 + 7}-10"},
+        ("event_counts", "b", "count"): {"events": 2, "newest": f"{T0 + 6}-0"},
+    }
+    with pytest.raises(ValueError, match="unknown ceiling"):
+        ceilings.app("nothing")
+
+
 def test_latency_bounds_are_applications_lv_app_can_name() -> None:
     from streaming.app import load_app
 
