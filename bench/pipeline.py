@@ -268,6 +268,7 @@ def plot_drain(figures: dict[str, Any]) -> Path:
     rates = [backlog["events_per_s_wall"], *[c["events_per_s_wall"] for c in bounds.values()]]
     right.barh([label.replace(" and ", "\nand ") for label in labels], rates)
     right.axvline(100_000, color="red", linestyle="--", label="target: 100,000 events/s")
+    right.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
     right.set_xlabel("events/s, same backlog, same run")
     right.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
