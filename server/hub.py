@@ -370,6 +370,7 @@ class Hub:
     def _admit(self, key: tuple[str, str]) -> None:
         waiting = self.settling.get(key)
         if not waiting or self.new_cohort is None:
+            self.settling.pop(key, None)
             return
         cohort = self.cohorts.get(key)
         if cohort is None:
@@ -398,6 +399,8 @@ class Hub:
         waiting = self.settling.get((sub.view, sub.key))
         if waiting is not None:
             waiting.discard(sub)
+            if not waiting:
+                del self.settling[(sub.view, sub.key)]
         peers = self.by_key.get((sub.view, sub.key))
         if peers is not None:
             peers.discard(sub)

@@ -218,6 +218,32 @@ def test_a_member_whose_socket_takes_nothing_gets_the_item_queued(loop_name: str
 
 
 @pytest.mark.parametrize("loop_name", sorted(LOOPS))
+def test_a_stream_that_ends_while_waiting_to_rejoin_leaves_nothing_behind(loop_name: str) -> None:
+    async def main() -> None:
+        hub, ticker = make_hub(cohorts=True)
+        transport, client = await connected_pair(rcvbuf=4_096)
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4_608)
+        stream = open_stream(hub, ticker, transport)
+        subscriber = stream.sub.subscriber
+        assert subscriber is not None and subscriber.cohort is not None
+        while True:  # the client's socket full
+            try:
+                os.write(stream.fd, b"." * 4_096)
+            except BlockingIOError:
+                break
+        hub.publish(EPOCH, [delta("5-0")], [frontier("5-0")])
+        assert subscriber.cohort is None and subscriber in hub.settling[KEY], "given back"
+        stream.sub.close()  # its client went away before it was in step again
+        hub.publish(EPOCH, [delta("6-0")], [frontier("6-0")])
+        assert (hub.all, hub.by_key, hub.cohorts, hub.settling) == (set(), {}, {}, {})
+        transport.abort()
+        client.close()
+        hub.close()
+
+    run_on(loop_name, main)
+
+
+@pytest.mark.parametrize("loop_name", sorted(LOOPS))
 def test_a_woken_member_leaves_with_the_cohorts_cursor(loop_name: str) -> None:
     async def main() -> None:
         hub, ticker = make_hub(cohorts=True)
