@@ -328,8 +328,10 @@ class LiveStream:
             subscriber.wake()
 
     def woken(self) -> None:
-        """The subscriber was woken (``Subscriber.on_wake``): run the stream, unless it runs."""
-        if not self._running and self._end is not None:
+        """The subscriber was woken (``Subscriber.on_wake``): run the stream, unless it runs or
+        is about to (a task made for an earlier wake that has not started yet)."""
+        if (not self._running and self._end is not None
+                and (self._task is None or self._task.done())):  # fmt: skip
             self._task = asyncio.get_running_loop().create_task(self.run())
 
     async def run(self) -> None:

@@ -240,3 +240,34 @@ def test_a_run_counts_each_of_its_deltas_against_the_buffer_of_a_stream_behind(
         transport.close()
 
     run_on(loop_name, main)
+
+
+@pytest.mark.parametrize("loop_name", sorted(LOOPS))
+def test_wakes_before_the_streams_task_starts_make_one_task(loop_name: str) -> None:
+    """A stream behind is run by one task at a time: two tasks reading one subscription could
+    write its frames out of order, the second's while the first awaits a reset."""
+
+    async def main() -> None:
+        hub = Hub(Metrics())
+        transport, client = await connected_pair()
+        stream = subscribed(hub, transport)
+        subscriber = stream.sub.subscriber
+        assert subscriber is not None
+        subscriber.sink = None  # behind: the hub buffers its items and wakes its reader
+        subscriber.on_wake = stream.woken
+        before = asyncio.all_tasks()
+        hub.publish(EPOCH, [delta("1-0")])
+        hub.publish(EPOCH, [delta("2-0")])
+        assert len(asyncio.all_tasks() - before) == 1
+        while subscriber.sink is not stream:
+            await asyncio.sleep(0.01)
+        expected = b"".join(http_chunk(FeedDelta(EPOCH, delta(e)).frame.sse)
+                            for e in ("1-0", "2-0"))  # fmt: skip
+        assert read_exactly(client, len(expected)) == expected
+        hub.publish(EPOCH, [delta("3-0")])  # up to date again: written by the hub, no task
+        assert len(asyncio.all_tasks() - before) == 0
+        client.close()
+        transport.close()
+        hub.close()
+
+    run_on(loop_name, main)
