@@ -28,6 +28,7 @@ from server.livestream import LiveStream, Ticker
 from server.metrics import Metrics
 from server.subscription import Source, Subscription
 from streaming.changes import VIEWS_FRONTIER, Delta
+from tests.server.test_cohort import sse_frames
 from tests.server.test_livestream_writes import LOOPS, connected_pair, run_on
 
 EPOCH = "e"
@@ -61,15 +62,8 @@ class Reader(threading.Thread):
             self.data += part
 
 
-def sse_frames(data: bytes) -> list[bytes]:
-    body, rest = bytearray(), bytes(data)
-    while rest:
-        size_line, rest = rest.split(b"\r\n", 1)
-        size = int(size_line, 16)
-        body += rest[:size]
-        assert rest[size : size + 2] == b"\r\n", "chunk framing broken"
-        rest = rest[size + 2 :]
-    return [f for f in bytes(body).split(b"\n\n") if f and f != b": heartbeat"]
+def frames_without_heartbeats(data: bytes) -> list[bytes]:
+    return [f for f in sse_frames(data) if f != b": heartbeat"]
 
 
 def check_invariants(hub: Hub, streams: list[LiveStream]) -> None:
@@ -165,7 +159,7 @@ async def scenario(cohorts: bool, seed: int) -> list[list[bytes]]:
     for rd in readers:
         await asyncio.to_thread(rd.join, 10)
     hub.close()
-    return [sse_frames(bytes(rd.data)) for rd in readers]
+    return [frames_without_heartbeats(bytes(rd.data)) for rd in readers]
 
 
 @pytest.mark.parametrize("seed", range(3))
