@@ -370,7 +370,6 @@ class Hub:
     def _admit(self, key: tuple[str, str]) -> None:
         waiting = self.settling.get(key)
         if not waiting or self.new_cohort is None:
-            self.settling.pop(key, None)
             return
         cohort = self.cohorts.get(key)
         if cohort is None:

@@ -112,7 +112,7 @@ async def scenario(cohorts: bool, seed: int) -> list[list[bytes]]:
         stream = LiveStream(sub, t, ticker, metrics, float("inf"), lambda: None)
         sub.subscriber.sink = stream
         sub.subscriber.on_wake = stream.woken
-        ticker.streams.add(stream)
+        ticker.streams.add(stream)  # ticked by the script below, not by the ticker's task
         hub.settle(sub.subscriber)
         streams.append(stream)
     seq = 10
