@@ -49,9 +49,9 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from demo.chirp.views import ENTITY_STATE, USER, entity_input, profile_value
-from streaming.app import App
-from streaming.events import LOG_PREFIX
-from streaming.views import CHANGE_SCHEMA, Changes, log_order
+from streaming.core.app import App
+from streaming.core.events import LOG_PREFIX
+from streaming.job.views import CHANGE_SCHEMA, Changes, log_order
 
 if TYPE_CHECKING:
     import redis

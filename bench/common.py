@@ -20,7 +20,7 @@ import orjson
 
 from bench.moment import Moment
 from server.settings import DEV_JWT_SECRET
-from streaming.embedded import free_port as free_port
+from streaming.core.embedded import free_port as free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -30,7 +30,7 @@ import redis
 from bench.common import free_port, raise_open_files, token, wait_listening
 from bench.loadclient import marker
 from demo.chirp import app as chirp
-from streaming.sink import ChangeTopicSink
+from streaming.job.sink import ChangeTopicSink
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = Path(__file__).resolve().parent / "baselines"
@@ -121,7 +121,7 @@ def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = N
 def idle_asgi() -> contextlib.AbstractContextManager[Server]:
     """``bench/baselines/idle_asgi.py`` under the gateway's own uvicorn settings."""
     port = free_port()
-    code = ("from server.settings import GatewaySettings; from server.workers import config, "
+    code = ("from server.settings import GatewaySettings; from server.serve import config, "
             "raise_open_files; import uvicorn; from bench.baselines.idle_asgi import app; "
             "raise_open_files(); s = GatewaySettings.from_env(); "
             "uvicorn.Server(config(s, app)).run()")  # fmt: skip

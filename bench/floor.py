@@ -9,10 +9,10 @@ between the change feed and that write. This measures each part on its own, on t
   reads them all, and the first writes one delta-sized HTTP chunk to each connection, 60 times
   over; CPU time per write, through the event loop's transport and straight to the socket
   (``os.write``), which is what the gateway does while the transport holds nothing unsent;
-- **the gateway's Python per delivery**: the hub hands deltas to N ``LiveStream``s whose
+- **the gateway's Python per delivery**: the hub hands deltas to N ``SseSender``s whose
   connection does nothing, so only the Python path is timed (best of 5): for streams on their
   own, as each took its deltas before cohorts and as one out of step still does, and for streams
-  in their key's cohort (``server.cohort``), each writing to ``/dev/null``: a system call
+  in their key's cohort (``server.fanout.cohort``), each writing to ``/dev/null``: a system call
   that moves nothing.
 
 nginx+nchan pays the same system call per delivery; what separates the gateway from it is the
@@ -106,13 +106,14 @@ def write_cost(n: int, rounds: int = ROUNDS) -> dict[str, float]:
 def python_path_cost(n: int, rounds: int = 50, cohort: bool = False) -> float:
     """µs of the hub→stream path per delivery to ``n`` subscribers of one key, without I/O;
     with ``cohort``, the streams are in their key's cohort and write to ``/dev/null``."""
-    from server import frames
-    from server.cohort import StreamCohort
-    from server.hub import Hub, Progress
-    from server.livestream import LiveStream, Ticker
+    from server.fanout.hub import Hub
+    from server.fanout.items import Progress
+    from server.fanout.subscription import Source, Subscription
+    from server.live.sse import SseSender, sse_cohort
+    from server.live.ticker import Ticker
     from server.metrics import Metrics
-    from server.subscription import Source, Subscription
-    from streaming.changes import Delta
+    from server.wire import frames
+    from streaming.core.changes import Delta
 
     class IdleTransport:
         """Takes writes and does nothing: only the Python around them is timed."""
@@ -143,7 +144,7 @@ def python_path_cost(n: int, rounds: int = 50, cohort: bool = False) -> float:
     async def run() -> float:
         metrics = Metrics()
         ticker = Ticker(15.0, metrics)
-        hub = Hub(metrics, 0.25, new_cohort=lambda: StreamCohort(ticker, metrics))
+        hub = Hub(metrics, 0.25, new_cohort=lambda: sse_cohort(ticker, metrics))
         null = os.open(os.devnull, os.O_WRONLY)
         for _ in range(n):
             # A started subscription as the stream sees it; no store is read after the start.
@@ -151,9 +152,7 @@ def python_path_cost(n: int, rounds: int = 50, cohort: bool = False) -> float:
             sub.epoch = "e"
             subscriber = sub.subscriber = hub.attach("v", "k", 100)
             transport = NullTransport(null) if cohort else IdleTransport()
-            subscriber.sink = LiveStream(
-                sub, transport, ticker, metrics, float("inf"), lambda: None
-            )
+            subscriber.sink = SseSender(sub, transport, ticker, metrics, float("inf"), lambda: None)
             hub.settle(subscriber)
         assert len(hub.cohorts.get(("v", "k"), ())) == (n if cohort else 0)
         best = float("inf")

@@ -42,8 +42,8 @@ from bench.common import Report, Row, percentile, save, save_plot, token
 from bench.moment import Moment
 from bench.system import UNTUNED, System, jvm_cpu, running_store
 from demo.chirp import app
-from streaming.log import EventLog
-from streaming.progress import PIPELINE_PROGRESS_STREAM
+from streaming.core.log import EventLog
+from streaming.job.progress import PIPELINE_PROGRESS_STREAM
 
 USERS = 40
 RATES = [10, 100, 1000, 100]

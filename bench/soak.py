@@ -36,7 +36,7 @@ import redis
 
 from bench.common import free_port, percentile, raise_open_files, results_dir, save, token
 from bench.moment import Moment
-from streaming.embedded import EmbeddedStore
+from streaming.core.embedded import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -141,7 +141,7 @@ def _client_process(port: int, paths: list[str], pipe: Connection) -> None:
 class Pump:
     def __init__(self, store_url: str, keys: list[str], rate: float, progress_every: float):
         from demo.chirp import app
-        from streaming.sink import ChangeTopicSink
+        from streaming.job.sink import ChangeTopicSink
 
         self.client = redis.Redis.from_url(store_url)
         # Through the sink of the pipeline that writes "likes": its subscribers follow its frontier.
@@ -339,7 +339,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     steady = [s for s in samples if s["t"] >= WARM_UP * samples[-1]["t"]]
     return {
         "command": "python -m bench.soak " + " ".join(sys.argv[1:]),
-        "writes": "deltas through streaming.sink.ChangeTopicSink (no Spark)",
+        "writes": "deltas through streaming.job.sink.ChangeTopicSink (no Spark)",
         "subscribers": args.subscribers,
         "subscribers_connected": connected,
         "connect_seconds": round(connect_s, 1),

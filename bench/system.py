@@ -17,8 +17,8 @@ import psutil
 import redis
 
 from bench.common import free_port, wait_listening
-from streaming.embedded import EmbeddedStore
-from streaming.log import views_caught_up
+from streaming.core.embedded import EmbeddedStore
+from streaming.core.log import views_caught_up
 
 ROOT = Path(__file__).resolve().parent.parent
 

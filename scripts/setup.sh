@@ -5,11 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-# A JDK rather than a JRE: javac compiles the pipeline's local file system (streaming/localfs.py).
+# A JDK rather than a JRE: javac compiles the pipeline's local file system (streaming/tuning/localfs.py).
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser tests drive Debian's Chromium
-# The embedded store allocates with jemalloc when the machine has it (streaming/embedded.py).
+# The embedded store allocates with jemalloc when the machine has it (streaming/core/embedded.py).
 compgen -G '/usr/lib/*-linux-gnu/libjemalloc.so.2' >/dev/null || need_apt+=(libjemalloc2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
@@ -34,7 +34,7 @@ fi
 
 command -v javac >/dev/null 2>&1 || echo "No javac (a JDK's compiler): the pipeline writes checkpoint files through Hadoop's slower local file system." >&2
 
-# The JVM class archive the pipeline starts from (streaming/classarchive.py): built once per
+# The JVM class archive the pipeline starts from (streaming/tuning/classarchive.py): built once per
 # pyspark installation and JDK, in ~1 min. Without it everything works; the pipeline starts ~4-5 s slower.
-PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/python -m streaming.classarchive \
+PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/python -m streaming.tuning.classarchive \
   || echo "Continuing without the class archive." >&2

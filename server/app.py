@@ -15,14 +15,16 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
-from server import http, livestream, sse, ws
-from server.cors import GatewayCORS
+from server._uvicorn import SERVER_SEND
+from server.api import rest, sessions, streams
+from server.api.cors import GatewayCORS
+from server.api.responses import HELD, Rest, json_response
+from server.api.static import static_routes
 from server.errors import INTERNAL_MESSAGE, GatewayError, Unavailable
 from server.gateway import Gateway
 from server.settings import GatewaySettings
-from server.static import static_routes
-from streaming.app import App
-from streaming.errors import StoreMismatch
+from streaming.core.app import App
+from streaming.core.errors import StoreMismatch
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -30,28 +32,28 @@ HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 def routes(dev_tokens: bool, log_feed: bool = True) -> list[BaseRoute]:
-    """The API's routes; static files (``server.static``) come after them."""
+    """The API's routes; static files (``server.api.static``) come after them."""
     out: list[BaseRoute] = [
-        Route("/v1/events", http.post_events, methods=["POST"]),
-        Route("/v1/views/{view}/{key}", http.get_view, methods=["GET"]),
-        Route("/v1/views/{view}/{key}/live", sse.live, methods=["GET"]),
-        WebSocketRoute("/v1/ws", ws.socket),
-        Route("/healthz", http.healthz, methods=["GET"]),
-        Route("/readyz", http.readyz, methods=["GET"]),
-        Route("/metrics", http.metrics, methods=["GET"]),
-        Route("/openapi.json", http.openapi, methods=["GET"]),
+        Route("/v1/events", rest.post_events, methods=["POST"]),
+        Route("/v1/views/{view}/{key}", rest.get_view, methods=["GET"]),
+        Route("/v1/views/{view}/{key}/live", streams.live, methods=["GET"]),
+        WebSocketRoute("/v1/ws", sessions.socket),
+        Route("/healthz", rest.healthz, methods=["GET"]),
+        Route("/readyz", rest.readyz, methods=["GET"]),
+        Route("/metrics", rest.metrics, methods=["GET"]),
+        Route("/openapi.json", rest.openapi, methods=["GET"]),
     ]
     if dev_tokens:
-        out.append(Route("/v1/dev/token", http.dev_token, methods=["POST"]))
+        out.append(Route("/v1/dev/token", rest.dev_token, methods=["POST"]))
     if log_feed:
-        out.append(Route("/v1/log/live", sse.log_live, methods=["GET"]))
+        out.append(Route("/v1/log/live", streams.log_live, methods=["GET"]))
     return out
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return http.json_response(exc.to_dict(), exc.status, headers)
+    return json_response(exc.to_dict(), exc.status, headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -61,7 +63,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         404: f"there is no endpoint at {request.url.path}; see /openapi.json.",
         405: f"{request.method} is not allowed here; see /openapi.json.",
     }.get(exc.status_code, str(exc.detail))
-    return http.json_response({"code": code, "message": message}, exc.status_code, exc.headers)
+    return json_response({"code": code, "message": message}, exc.status_code, exc.headers)
 
 
 async def _store_error(request: Request, exc: Exception) -> Response:
@@ -75,28 +77,28 @@ async def _store_error(request: Request, exc: Exception) -> Response:
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.error("unhandled error on %s", request.url.path, exc_info=exc)
-    return http.json_response({"code": "internal_error", "message": INTERNAL_MESSAGE}, 500)
+    return json_response({"code": "internal_error", "message": INTERNAL_MESSAGE}, 500)
 
 
 class GatewayApp(Starlette):
     """The Starlette application, which also keeps the server's own ``send`` in the scope, and
     runs the rest of a started SSE stream or WebSocket once Starlette has returned.
 
-    SSE streams write straight to the connection under uvicorn (``server.livestream``); every
+    SSE streams write straight to the connection under uvicorn (``server.live``); every
     middleware wraps ``send``, so the server's is taken here, before any of them. A stream's
     head goes out through the middleware (CORS adds its headers there), as does a WebSocket's
     accept; the rest of their life, which for most is waiting, is held here, in one small
     coroutine, rather than under Starlette's stack of middleware, routing and exception
-    wrappers (``livestream.hand_over``).
+    wrappers (``server.api.responses.hand_over``).
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope[livestream.SERVER_SEND] = send
+        scope[SERVER_SEND] = send
         if scope["type"] == "lifespan":
             await super().__call__(scope, receive, send)
             return
-        held: list[livestream.Rest] = []
-        scope[livestream.HELD] = held
+        held: list[Rest] = []
+        scope[HELD] = held
         try:
             await super().__call__(scope, receive, send)
             if held:
@@ -104,7 +106,7 @@ class GatewayApp(Starlette):
         finally:
             # The server's ``send`` is bound to the request's cycle, which holds this scope:
             # a reference cycle that would keep both until the garbage collector's next pass.
-            del scope[livestream.SERVER_SEND]
+            del scope[SERVER_SEND]
 
 
 def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:

@@ -13,19 +13,19 @@ from typing import Literal
 
 from redis.exceptions import RedisError
 
-from server import store
 from server.auth import Authenticator, Principal
-from server.changefeed import ChangeFeed
-from server.cohort import StreamCohort
 from server.errors import Forbidden, NotFound, Unavailable
-from server.hub import Hub
-from server.livestream import Ticker
-from server.logfeed import LogFeed
+from server.fanout.hub import Hub
+from server.fanout.subscription import Source
+from server.feed import store
+from server.feed.changes import ChangeFeed
+from server.feed.log import LogFeed
+from server.live.sse import sse_cohort
+from server.live.ticker import Ticker
 from server.metrics import Metrics
 from server.settings import GatewaySettings
-from server.subscription import Source
-from streaming.app import App, View, load_app
-from streaming.changes import VIEWS_FRONTIER
+from streaming.core.app import App, View, load_app
+from streaming.core.changes import VIEWS_FRONTIER
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -51,7 +51,7 @@ class Gateway:
             self.metrics,
             settings.progress_interval_ms / 1000,
             self.frontier_of,
-            new_cohort=lambda: StreamCohort(self.ticker, self.metrics),
+            new_cohort=lambda: sse_cohort(self.ticker, self.metrics),
         )
         self.feed = ChangeFeed(
             self.feed_client,

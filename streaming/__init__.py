@@ -1,19 +1,27 @@
 """Liveviews' pipeline side: declare an application, append events, run its views on Spark.
 
-This package's top level does not import Spark; ``streaming.job`` and ``streaming.views`` do.
+This package's top level and ``streaming.core`` do not import Spark; ``streaming.job`` does.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from streaming.app import App, EventType, Pipeline, View, anyone_signed_in, load_app, only_owner
-from streaming.errors import ConfigurationError, InvalidEvent, LiveviewsError, StoreMismatch
-from streaming.events import Event, LoggedEvent, Offset
-from streaming.schema import Integer, Schema, String
+from streaming.core.app import (
+    App,
+    EventType,
+    Pipeline,
+    View,
+    anyone_signed_in,
+    load_app,
+    only_owner,
+)
+from streaming.core.errors import ConfigurationError, InvalidEvent, LiveviewsError, StoreMismatch
+from streaming.core.events import Event, LoggedEvent, Offset
+from streaming.core.schema import Integer, Schema, String
 
 if TYPE_CHECKING:
-    from streaming.log import EventLog
+    from streaming.core.log import EventLog
 
 __all__ = [
     "App",
@@ -43,7 +51,7 @@ def __getattr__(name: str) -> Any:
     imports this package through the application, and none of them appends to the log. The
     client library alone takes ~140 ms to import, on each of those starts."""
     if name == "EventLog":
-        from streaming.log import EventLog
+        from streaming.core.log import EventLog
 
         return EventLog
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

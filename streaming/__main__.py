@@ -10,11 +10,11 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from streaming.app import load_app
-from streaming.embedded import ensure_store
-from streaming.errors import LiveviewsError
-from streaming.java import require_java
-from streaming.settings import Settings
+from streaming.core.app import load_app
+from streaming.core.embedded import ensure_store
+from streaming.core.errors import LiveviewsError
+from streaming.core.settings import Settings
+from streaming.job.java import require_java
 
 log = logging.getLogger("liveviews.pipeline")
 
@@ -44,7 +44,8 @@ def run(settings: Settings) -> None:
     require_java()
     app = load_app(settings.app)
     with ensure_store(settings):
-        from streaming.job import build_session, start
+        from streaming.job.queries import start
+        from streaming.job.session import build_session
 
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -83,7 +84,7 @@ def query_failed(query: str, failure: str, settings: Settings) -> LiveviewsError
     """The error a failed pipeline query exits with; a checkpoint written by another version of
     the pipeline (an upgrade, a changed processor) says how to start again."""
     if any(f"[{cls}]" in failure for cls in CHECKPOINT_MISMATCHES):
-        from streaming.job import QUERY_NAME
+        from streaming.job.session import QUERY_NAME
 
         pipeline = query.removeprefix(f"{QUERY_NAME}.")
         return LiveviewsError(
@@ -117,7 +118,7 @@ USAGE = "usage: python -m streaming [--check | --prepare]"
 def prepare_class_archive() -> None:
     """Build the JVM class archive if it is missing. It only saves start-up time, so no failure
     of it stops a start."""
-    from streaming import classarchive
+    from streaming.tuning import classarchive
 
     try:
         ready = classarchive.main([]) == 0
@@ -131,7 +132,7 @@ def prepare_class_archive() -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m streaming [--check | --prepare]``: run the pipeline; with ``--check``, only
     verify Java and the application; with ``--prepare``, verify them and then build the JVM
-    class archive if it is missing (``streaming.classarchive``), in this one process, as
+    class archive if it is missing (``streaming.tuning.classarchive``), in this one process, as
     ``scripts/run.sh`` does before it starts the pipeline."""
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["--check"], ["--prepare"]):

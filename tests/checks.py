@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import redis
 
-from streaming.changes import (
+from streaming.core.changes import (
     Delta,
     changes_stream,
     positions_key,

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import redis
 
-from streaming.embedded import EmbeddedStore, free_port
-from streaming.settings import Settings
+from streaming.core.embedded import EmbeddedStore, free_port
+from streaming.core.settings import Settings
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,7 +65,7 @@ def settings(store_url: str, tmp_path: Path) -> Settings:
 def spark() -> Iterator[Any]:
     """The run's one SparkSession, in local mode."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from streaming.job import build_session
+    from streaming.job.session import build_session
 
     session = build_session(
         Settings.from_env({"LV_DATA_DIR": tempfile.mkdtemp(prefix="lv-spark-")})
@@ -79,14 +79,14 @@ class RunningPipeline:
 
     def __init__(self, spark: Any, settings: Settings) -> None:
         from demo.chirp import app
-        from streaming.job import start
+        from streaming.job.queries import start
 
         self.settings = settings
         self.queries = start(spark, app, settings)
 
     def wait_until_caught_up(self, client: redis.Redis, timeout: float = 60.0) -> None:
         """Block until the views reflect every event in the log."""
-        from streaming.log import views_caught_up
+        from streaming.core.log import views_caught_up
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

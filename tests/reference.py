@@ -1,6 +1,6 @@
 """Chirp's views recomputed offline from the whole log, in plain Python.
 
-Independent of the Spark code on purpose: it shares only the log format (``streaming.events``)
+Independent of the Spark code on purpose: it shares only the log format (``streaming.core.events``)
 and the written definition of each view, so a bug in the pipeline cannot hide in both.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from streaming.events import decode_entry, entry_id_tuple, log_stream
+from streaming.core.events import decode_entry, entry_id_tuple, log_stream
 
 Views = dict[tuple[str, str], dict[str, Any]]  # (view, key) -> rows
 

@@ -10,8 +10,8 @@ import pytest
 
 from demo.chirp.app import app
 from demo.chirp.views import BUCKETS, activity, bucket_of, entities
-from streaming.events import partition_for
-from streaming.views import EVENT_SCHEMA
+from streaming.core.events import partition_for
+from streaming.job.views import EVENT_SCHEMA
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

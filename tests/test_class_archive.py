@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from streaming import classarchive
-from streaming.java import java_binary
-from streaming.job import DRIVER_JIT_OPTIONS, spark_conf
-from streaming.settings import Settings
+from streaming.core.settings import Settings
+from streaming.job.java import java_binary
+from streaming.job.session import DRIVER_JIT_OPTIONS, spark_conf
+from streaming.tuning import classarchive
 
 QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
@@ -125,7 +125,7 @@ def test_a_new_archive_supersedes_older_ones_over_the_same_jars(tmp_path: Path) 
 
 def test_bad_arguments_get_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert classarchive.main(["--now"]) == 2
-    assert "usage: python -m streaming.classarchive" in capsys.readouterr().err
+    assert "usage: python -m streaming.tuning.classarchive" in capsys.readouterr().err
 
 
 def test_prepare_checks_the_application_then_the_archive(

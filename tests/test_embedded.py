@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from streaming import embedded
-from streaming.embedded import EmbeddedStore, allocator_env, allocator_setting
-from streaming.errors import ConfigurationError
+from streaming.core import embedded
+from streaming.core.embedded import EmbeddedStore, allocator_env, allocator_setting
+from streaming.core.errors import ConfigurationError
 from tests.conftest import free_port
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.errors import InvalidEvent
-from streaming.events import Event, Offset, decode_entry, iso, parse_event_time, partition_for
+from streaming.core.errors import InvalidEvent
+from streaming.core.events import Event, Offset, decode_entry, iso, parse_event_time, partition_for
 
 
 def test_partitioning_is_stable_across_processes():

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.errors import LiveviewsError
-from streaming.java import java_binary, java_major, require_java
+from streaming.core.errors import LiveviewsError
+from streaming.job.java import java_binary, java_major, require_java
 
 
 def test_java_home_is_checked_before_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

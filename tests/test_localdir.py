@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streaming import localdir
+from streaming.tuning import localdir
 
 
 def a_finished_pid() -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from demo.chirp import app
-from streaming.errors import InvalidEvent, StoreMismatch
-from streaming.events import decode_entry, entry_id_tuple, log_stream, partition_for
-from streaming.log import EventLog, check_layout
+from streaming.core.errors import InvalidEvent, StoreMismatch
+from streaming.core.events import decode_entry, entry_id_tuple, log_stream, partition_for
+from streaming.core.log import EventLog, check_layout
 
 GOOD = {"type": "tweet_posted", "payload": {"user": "bob", "tweet": "bob:1", "text": "hi"}}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.offsetlog import BatchEnds, parse
+from streaming.job.offsetlog import BatchEnds, parse
 
 
 def test_offsets_parse_as_entry_ids_per_partition_leaving_out_unread_ones():

@@ -8,9 +8,9 @@ import time
 
 from demo.chirp import app
 from demo.chirp.generate import Activity, seed_events
-from streaming.changes import read_deltas, read_frontier, read_snapshot, shard_for
-from streaming.events import entry_id_tuple
-from streaming.log import EventLog
+from streaming.core.changes import read_deltas, read_frontier, read_snapshot, shard_for
+from streaming.core.events import entry_id_tuple
+from streaming.core.log import EventLog
 from tests.checks import assert_views_consistent
 
 NOW = 1_767_225_600_000
@@ -68,9 +68,9 @@ def test_many_small_batches_match_recomputation(store, settings, pipeline):
 
 def test_checkpoint_files_are_written_through_the_file_system_api(store, settings, spark, pipeline):
     """Each batch writes its offset and commit logs, through Hadoop's FileSystem API: on a
-    local disk its FileContext API starts a process per path check (``streaming.job``). The
+    local disk its FileContext API starts a process per path check (``streaming.job.queries``). The
     manager checked is the one Spark picks for each pipeline's checkpoint."""
-    from streaming.job import checkpoint_of
+    from streaming.job.queries import checkpoint_of
 
     EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
     pipeline.wait_until_caught_up(store)
@@ -95,7 +95,7 @@ def test_each_pipeline_query_runs_its_own_count_of_state_partitions(store, setti
     log entry, and a query keeps the one its checkpoint was created with."""
     import orjson
 
-    from streaming.job import checkpoint_of
+    from streaming.job.queries import checkpoint_of
 
     EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
     pipeline.wait_until_caught_up(store)
@@ -122,8 +122,8 @@ def test_each_pipeline_query_runs_on_its_own_trigger_interval(pipeline):
 def test_a_trigger_interval_is_a_number_and_a_unit() -> None:
     import pytest
 
-    from streaming.app import App
-    from streaming.errors import ConfigurationError
+    from streaming.core.app import App
+    from streaming.core.errors import ConfigurationError
 
     other = App("t")
     other.view("v")
@@ -138,9 +138,9 @@ def test_no_pipeline_takes_the_name_of_the_views_frontier(spark, settings) -> No
     """``liveviews`` names the frontier every view reflects, beside each pipeline's own."""
     import pytest
 
-    from streaming.app import App
-    from streaming.errors import ConfigurationError
-    from streaming.job import start
+    from streaming.core.app import App
+    from streaming.core.errors import ConfigurationError
+    from streaming.job.queries import start
 
     other = App("t")
     other.view("v")
@@ -152,8 +152,8 @@ def test_no_pipeline_takes_the_name_of_the_views_frontier(spark, settings) -> No
 def test_a_pipeline_needs_at_least_one_partition() -> None:
     import pytest
 
-    from streaming.app import App
-    from streaming.errors import ConfigurationError
+    from streaming.core.app import App
+    from streaming.core.errors import ConfigurationError
 
     other = App("t")
     other.view("v")
@@ -173,7 +173,7 @@ def test_the_log_source_starts_without_pandas_or_the_store_client() -> None:
     # Spark starts a fresh Python process for the source's schema, its offsets and its read
     # planning, each of which imports the source; pandas would add ~0.25 s to each start, and
     # the store's client library ~0.1 s to the two that never read.
-    assert _imports("streaming.source", "pandas", "redis") == []
+    assert _imports("streaming.job.source", "pandas", "redis") == []
 
 
 def test_the_views_load_without_the_store_client() -> None:
@@ -187,8 +187,8 @@ def test_each_micro_batch_is_recorded_in_the_progress_stream(spark, store, setti
     time went; starting the pipelines again on the same session adds no second listener."""
     import orjson
 
-    from streaming.job import start
-    from streaming.progress import PIPELINE_PROGRESS_STREAM
+    from streaming.job.progress import PIPELINE_PROGRESS_STREAM
+    from streaming.job.queries import start
 
     EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
     pipeline.wait_until_caught_up(store)
@@ -235,7 +235,7 @@ def _quiet_processor():
 
 def _counting_app(row_based: bool):
     from streaming import App
-    from streaming.views import CHANGE_SCHEMA
+    from streaming.job.views import CHANGE_SCHEMA
 
     counting = App("counting")
     counting.event_types = app.event_types
@@ -257,8 +257,8 @@ def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(spark,
     """A checkpoint written by another shape of a pipeline (here Spark's pandas operator, then
     its row-based one) fails the query; the pipeline exits saying which checkpoint to remove."""
     from streaming.__main__ import query_failed
-    from streaming.job import start
-    from streaming.log import views_caught_up
+    from streaming.core.log import views_caught_up
+    from streaming.job.queries import start
 
     log = EventLog(store, app, settings.log_partitions)
     log.append_batch(seed_events(NOW))
@@ -306,8 +306,8 @@ def test_views_follow_the_log_read_by_spark_tasks(spark, store, settings):
     activity query, whose state is one partition, then runs a stage of two read tasks."""
     import dataclasses
 
-    from streaming.job import start
-    from streaming.log import views_caught_up
+    from streaming.core.log import views_caught_up
+    from streaming.job.queries import start
 
     tasks = dataclasses.replace(settings, read_tasks=2)
     queries = start(spark, app, tasks)

@@ -9,12 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from demo.chirp import app as chirp
-from streaming.app import App
-from streaming.changes import read_deltas, read_snapshot
-from streaming.errors import InvalidEvent
-from streaming.events import Offset, log_stream
-from streaming.log import EventLog
-from streaming.sink import ChangeTopicSink
+from streaming.core.app import App
+from streaming.core.changes import read_deltas, read_snapshot
+from streaming.core.errors import InvalidEvent
+from streaming.core.events import Offset, log_stream
+from streaming.core.log import EventLog
+from streaming.job.sink import ChangeTopicSink
 
 LIMIT = 3
 ROWS = st.sampled_from(["a", "b", "c", "d", "e"])

@@ -1,8 +1,8 @@
 """Property tests of the wire protocol's encoders and decoders (docs/PROTOCOL.md).
 
-Frames (``server/frames.py``) are read back with a small SSE parser written here from the
+Frames (``server/wire/frames.py``) are read back with a small SSE parser written here from the
 WHATWG rules, independent of the gateway's and of the test client's, and as WebSocket JSON.
-Event ids (``server/eventid.py``) round-trip, keep their order and refuse anything else with
+Event ids (``server/wire/eventid.py``) round-trip, keep their order and refuse anything else with
 the documented error only. The WebSocket endpoint's reading of client messages answers any
 text or bytes with documented frames, never a crash, both called directly and over a real
 socket. ``LV_FUZZ_EXAMPLES`` sets the number of examples per property (default 100).
@@ -29,14 +29,14 @@ import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from server import frames
+from server.api.sessions import CLOSE_UNAUTHORIZED, Session
 from server.auth import Principal
 from server.errors import BadRequest
-from server.eventid import MAX_PART, EventId, position_tuple
 from server.gateway import Gateway
 from server.settings import GatewaySettings
-from server.ws import CLOSE_UNAUTHORIZED, Connection
-from streaming.embedded import free_port
+from server.wire import frames
+from server.wire.eventid import MAX_PART, EventId, position_tuple
+from streaming.core.embedded import free_port
 
 EXAMPLES = int(os.environ.get("LV_FUZZ_EXAMPLES", "100"))
 PROPERTY = settings(
@@ -290,7 +290,7 @@ def test_malformed_event_ids_are_refused(raw: str) -> None:
 
 
 class RecordingSocket:
-    """The transport edge of one connection (``server.wssocket.Socket``): what the gateway
+    """The transport edge of one connection (``server.live.sockets.Socket``): what the gateway
     sends, and whether it closed."""
 
     def __init__(self) -> None:
@@ -381,7 +381,7 @@ def test_any_client_message_is_answered_with_documented_frames(
 
     async def go() -> None:
         sock = RecordingSocket()
-        conn = Connection(gw, sock)
+        conn = Session(gw, sock)
         if signed_in:
             conn.principal = Principal("alice", frozenset({"read", "publish"}), time.time() + 600)
         try:
@@ -392,8 +392,8 @@ def test_any_client_message_is_answered_with_documented_frames(
                     assert not signed_in and sock.closed == CLOSE_UNAUTHORIZED
                     break
         finally:
-            tasks = [t for st in conn.streams.values() if (t := st._task) is not None]
-            for stream in list(conn.streams.values()):
+            tasks = [t for st in conn.senders.values() if (t := st._task) is not None]
+            for stream in list(conn.senders.values()):
                 stream.finish()
             await asyncio.gather(*tasks, return_exceptions=True)
         check_replies(sock)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from streaming import pythonlauncher
-from streaming.errors import ConfigurationError
-from streaming.settings import Settings
+from streaming.core.errors import ConfigurationError
+from streaming.core.settings import Settings
+from streaming.tuning import pythonlauncher
 
 PROBE = (
     "import json, sys, pyspark, py4j; "

@@ -18,7 +18,7 @@ import pytest
 
 from demo.chirp import app
 from demo.chirp.generate import Activity
-from streaming.log import EventLog
+from streaming.core.log import EventLog
 from tests.checks import assert_views_consistent
 from tests.conftest import RunningPipeline
 

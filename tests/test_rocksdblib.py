@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from streaming import rocksdblib
-from streaming.job import spark_conf
-from streaming.settings import Settings
+from streaming.core.settings import Settings
+from streaming.job.session import spark_conf
+from streaming.tuning import rocksdblib
 
 
 def settings(**env: str) -> Settings:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streaming.job import DRIVER_JIT_OPTIONS, spark_conf
-from streaming.settings import Settings
+from streaming.core.settings import Settings
+from streaming.job.session import DRIVER_JIT_OPTIONS, spark_conf
 
 
 def settings(**env: str) -> Settings:

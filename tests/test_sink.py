@@ -7,16 +7,16 @@ from typing import Any
 import orjson
 import pytest
 
-from streaming.app import App
-from streaming.changes import (
+from streaming.core.app import App
+from streaming.core.changes import (
     VIEWS_FRONTIER,
     read_deltas,
     read_frontier,
     read_snapshot,
     shard_for,
 )
-from streaming.errors import ConfigurationError
-from streaming.sink import ChangeTopicSink
+from streaming.core.errors import ConfigurationError
+from streaming.job.sink import ChangeTopicSink
 
 SHARDS = 4
 
@@ -200,7 +200,7 @@ def test_retention_trims_the_change_topic(store):
 
 def test_a_batch_cut_short_between_calls_emits_nothing_twice(store, monkeypatch):
     """Crash after a shard's change calls but before its final call recorded the batch id."""
-    monkeypatch.setattr("streaming.sink.CALL_OPS", 2)
+    monkeypatch.setattr("streaming.job.sink.CALL_OPS", 2)
     sink = ChangeTopicSink(store, make_app(), "q", 1, retention=1000)
     batch = [row("plain", f"k{i}", "r", str(i)) for i in range(7)]
     batch += [row("top", "t", f"r{i}", str(i), float(i)) for i in range(5)]

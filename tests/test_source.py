@@ -8,9 +8,9 @@ from pyspark.errors import PySparkNotImplementedError
 
 from demo.chirp import app
 from demo.chirp.generate import Activity
-from streaming.events import entry_id_tuple
-from streaming.log import EventLog
-from streaming.source import LogDataSource, LogPrefetchReader, LogStreamReader
+from streaming.core.events import entry_id_tuple
+from streaming.core.log import EventLog
+from streaming.job.source import LogDataSource, LogPrefetchReader, LogStreamReader
 
 PARTITIONS = 4
 

@@ -1,6 +1,6 @@
 /**
  * The one decoder of what the gateway sends, and encoder of what the client sends over
- * WebSocket: the JavaScript mirror of server/frames.py. docs/PROTOCOL.md is normative, and
+ * WebSocket: the JavaScript mirror of server/wire/frames.py. docs/PROTOCOL.md is normative, and
  * protocol/golden/ holds examples that this module's tests decode and encode byte for byte.
  *
  * A frame is `{kind, id, data, sub}`: its kind (`snapshot`, `delta`, `progress`, `reset`,

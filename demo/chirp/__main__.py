@@ -17,11 +17,11 @@ import redis
 
 from demo.chirp import app
 from demo.chirp.generate import SEED_USERS, Activity, seed_events
-from streaming.embedded import ensure_store
-from streaming.errors import LiveviewsError
-from streaming.events import log_stream
-from streaming.log import EventLog, check_layout
-from streaming.settings import Settings
+from streaming.core.embedded import ensure_store
+from streaming.core.errors import LiveviewsError
+from streaming.core.events import log_stream
+from streaming.core.log import EventLog, check_layout
+from streaming.core.settings import Settings
 
 log = logging.getLogger("chirp")
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from demo.chirp.events import declare
+from demo.chirp.generate import seed_events
 from streaming import App, only_owner
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-app = App("chirp")
+app = App("chirp", samples=seed_events)
 declare(app)
 
 app.view("profiles", description="A user's display name and avatar.")

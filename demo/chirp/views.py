@@ -30,8 +30,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from streaming.events import iso
-from streaming.views import CHANGE_SCHEMA, Changes, log_order
+from streaming.core.events import iso
+from streaming.job.views import CHANGE_SCHEMA, Changes, log_order
 
 TIMELINE_SIZE = 50
 BUCKETS = 256

@@ -22,8 +22,8 @@ from tests_server_settings import PARTITIONS, SHARDS, settings_for  # noqa: E402
 
 from demo.chirp import app as chirp  # noqa: E402
 from demo.chirp.generate import SEED_TWEETS, seed_events  # noqa: E402
-from streaming.log import EventLog  # noqa: E402
-from streaming.settings import Settings  # noqa: E402
+from streaming.core.log import EventLog  # noqa: E402
+from streaming.core.settings import Settings  # noqa: E402
 from tests.conftest import RunningPipeline  # noqa: E402
 
 # The tests' two users: A reads, B writes.

@@ -29,7 +29,7 @@ from lvclient import ServedGateway, Writer, free_port, stored_rows  # noqa: E402
 from tests_server_settings import SHARDS, settings_for  # noqa: E402
 
 from demo.chirp import app as chirp  # noqa: E402
-from streaming.changes import shard_for  # noqa: E402
+from streaming.core.changes import shard_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = shutil.which("node") or "/usr/bin/node"

@@ -26,8 +26,8 @@ import redis
 
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity
-from streaming.changes import FRONTIER_BATCHES_KEY, batches_key
-from streaming.log import EventLog, views_caught_up
+from streaming.core.changes import FRONTIER_BATCHES_KEY, batches_key
+from streaming.core.log import EventLog, views_caught_up
 from tests.test_recovery import _spark_jvm
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -51,7 +51,7 @@ CONNECTION_BUDGET = 256 * 1024
 """Generous RSS allowance per hostile connection: buffers, frames, task and protocol state."""
 SLACK = 48 * 1024 * 1024
 POOL = 64
-"""The gateway's store connections may grow up to server.store.MAX_STORE_CONNECTIONS."""
+"""The gateway's store connections may grow up to server.feed.store.MAX_STORE_CONNECTIONS."""
 HALF_OPEN_SSE = 4
 P99_BOUND = 1.0 * max(1.0, N / 100)
 """Seconds; hostile clients that never read take a burst of writes each until they are cut off,

@@ -24,9 +24,9 @@ import time
 import pytest
 import redis
 
-from streaming.embedded import EmbeddedStore, fsync_policy
-from streaming.errors import ConfigurationError
-from streaming.source import _client
+from streaming.core.embedded import EmbeddedStore, fsync_policy
+from streaming.core.errors import ConfigurationError
+from streaming.job.source import _client
 from tests.conftest import free_port
 
 

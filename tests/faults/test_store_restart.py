@@ -29,8 +29,8 @@ import redis
 import urllib3
 
 from demo.chirp.generate import Activity
-from streaming.embedded import EmbeddedStore
-from streaming.events import log_stream
+from streaming.core.embedded import EmbeddedStore
+from streaming.core.events import log_stream
 from tests.checks import assert_views_consistent
 from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber
 from tests.faults.harness import (

@@ -44,7 +44,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from tests_server_settings import PARTITIONS
 
-from streaming.events import log_stream
+from streaming.core.events import log_stream
 
 EXAMPLES = int(os.environ.get("LV_FUZZ_EXAMPLES", "30"))
 MAX_STREAM_EVENTS = 1

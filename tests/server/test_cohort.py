@@ -1,4 +1,4 @@
-"""A key's SSE streams in step share one cursor and one loop of writes (``server.cohort``).
+"""A key's SSE streams in step share one cursor and one loop of writes (``server.fanout.cohort``).
 
 The cohort must change nothing a client sees: each test runs the same hand-out through a hub
 with cohorts and one without, on real loopback connections, and compares what every client
@@ -17,15 +17,16 @@ from typing import Any, cast
 
 import pytest
 
-from server import cohort as cohort_module
-from server import frames
-from server.cohort import StreamCohort
-from server.eventid import position_tuple
-from server.hub import FeedDelta, Hub, Progress, http_chunk
-from server.livestream import LiveStream, Ticker
+from server.fanout.hub import Hub
+from server.fanout.items import FeedDelta, Progress
+from server.fanout.subscription import Source, Subscription
+from server.live import sse as sse_module
+from server.live.sse import SseSender, http_chunk, sse_cohort
+from server.live.ticker import Ticker
 from server.metrics import Metrics
-from server.subscription import Source, Subscription
-from streaming.changes import VIEWS_FRONTIER, Delta
+from server.wire import frames
+from server.wire.eventid import position_tuple
+from streaming.core.changes import VIEWS_FRONTIER, Delta
 from tests.server.test_livestream_writes import LOOPS, connected_pair, read_exactly, run_on
 
 EPOCH = "e"
@@ -44,16 +45,16 @@ def frontier(entry: str) -> Progress:
 def make_hub(cohorts: bool) -> tuple[Hub, Ticker]:
     metrics = Metrics()
     ticker = Ticker(15.0, metrics)
-    new_cohort = (lambda: StreamCohort(ticker, metrics)) if cohorts else None
+    new_cohort = (lambda: sse_cohort(ticker, metrics)) if cohorts else None
     return Hub(metrics, 0.0, new_cohort=new_cohort), ticker
 
 
-def open_stream(hub: Hub, ticker: Ticker, transport: asyncio.Transport) -> LiveStream:
+def open_stream(hub: Hub, ticker: Ticker, transport: asyncio.Transport) -> SseSender:
     """A stream of likes/a, up to date at the start of the epoch, that the hub writes to."""
     sub = Subscription(cast(Source, SimpleNamespace(hub=hub)), *KEY, None)
     sub.subscriber = hub.attach(*KEY, 1_000)
     sub.epoch = EPOCH
-    stream = LiveStream(sub, transport, ticker, hub.metrics, float("inf"), lambda: None)
+    stream = SseSender(sub, transport, ticker, hub.metrics, float("inf"), lambda: None)
     sub.subscriber.sink = stream
     hub.settle(sub.subscriber)
     return stream
@@ -274,7 +275,7 @@ def test_a_stream_joins_only_once_its_cursor_is_the_cohorts(
     loop_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writes: list[int] = []
-    os_write = cohort_module._os_write
+    os_write = sse_module._os_write
 
     def noting(fd: int, data: bytes) -> int:
         writes.append(fd)
@@ -291,7 +292,7 @@ def test_a_stream_joins_only_once_its_cursor_is_the_cohorts(
         second.sub.position = position_tuple("5-0")  # as if its snapshot was read at 5-0
         hub.publish(EPOCH, [delta("6-0")], [frontier("6-0")])
         assert len(hub.cohorts[KEY]) == 2, "in step after a delta and frontier taken alike"
-        monkeypatch.setattr(cohort_module, "_os_write", noting)
+        monkeypatch.setattr(sse_module, "_os_write", noting)
         hub.publish(EPOCH, [delta("7-0")], [frontier("7-0")])
         monkeypatch.undo()
         assert sorted(writes) == sorted([first.fd, second.fd])

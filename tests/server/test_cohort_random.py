@@ -1,4 +1,4 @@
-"""Random hand-outs through a hub with cohorts and one without (``server.cohort``).
+"""Random hand-outs through a hub with cohorts and one without (``server.fanout.cohort``).
 
 Each seed scripts 400 steps on 8 real loopback connections, half of them with small socket
 buffers and readers that pause: runs of deltas, batches out of order, old deltas, frontiers
@@ -21,13 +21,14 @@ from typing import Any, cast
 
 import pytest
 
-from server import frames
-from server.cohort import StreamCohort
-from server.hub import Hub, Progress
-from server.livestream import LiveStream, Ticker
+from server.fanout.hub import Hub
+from server.fanout.items import Progress
+from server.fanout.subscription import Source, Subscription
+from server.live.sse import SseSender, sse_cohort
+from server.live.ticker import Ticker
 from server.metrics import Metrics
-from server.subscription import Source, Subscription
-from streaming.changes import VIEWS_FRONTIER, Delta
+from server.wire import frames
+from streaming.core.changes import VIEWS_FRONTIER, Delta
 from tests.server.test_cohort import sse_frames
 from tests.server.test_livestream_writes import LOOPS, connected_pair, run_on
 
@@ -66,7 +67,7 @@ def frames_without_heartbeats(data: bytes) -> list[bytes]:
     return [f for f in sse_frames(data) if f != b": heartbeat"]
 
 
-def check_invariants(hub: Hub, streams: list[LiveStream]) -> None:
+def check_invariants(hub: Hub, streams: list[SseSender]) -> None:
     for s in streams:
         sub = s.sub.subscriber
         assert sub is not None
@@ -94,12 +95,12 @@ async def scenario(cohorts: bool, seed: int) -> list[list[bytes]]:
     rng = random.Random(seed)
     metrics = Metrics()
     ticker = Ticker(HEARTBEAT, metrics)
-    new_cohort = (lambda: StreamCohort(ticker, metrics)) if cohorts else None
+    new_cohort = (lambda: sse_cohort(ticker, metrics)) if cohorts else None
     hub = Hub(metrics, 0.0, new_cohort=new_cohort)
     n = 8
     pairs = [await connected_pair(rcvbuf=4096 if i % 2 else None) for i in range(n)]
     readers = []
-    streams: list[LiveStream] = []
+    streams: list[SseSender] = []
     for i, (t, c) in enumerate(pairs):
         if i % 2:
             t.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4608)
@@ -109,7 +110,7 @@ async def scenario(cohorts: bool, seed: int) -> list[list[bytes]]:
         sub = Subscription(cast(Source, SimpleNamespace(hub=hub)), *KEY, None)
         sub.subscriber = hub.attach(*KEY, 10_000_000)
         sub.epoch = EPOCH
-        stream = LiveStream(sub, t, ticker, metrics, float("inf"), lambda: None)
+        stream = SseSender(sub, t, ticker, metrics, float("inf"), lambda: None)
         sub.subscriber.sink = stream
         sub.subscriber.on_wake = stream.woken
         ticker.streams.add(stream)  # ticked by the script below, not by the ticker's task

@@ -18,7 +18,7 @@ import aiohttp
 import redis
 from lvclient import ServedGateway, State, Writer, open_sse, position, run, stored_rows
 
-from streaming.changes import positions_key, shard_for
+from streaming.core.changes import positions_key, shard_for
 
 KEYS = [f"u{i}" for i in range(6)]
 

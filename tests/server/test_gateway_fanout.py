@@ -19,7 +19,9 @@ import pytest
 import redis
 from lvclient import ServedGateway, State, Writer, open_sse, run, wait_for
 
-from server import cohort, edge, frames
+from server.live import sse as live_sse
+from server.live import writes as live_writes
+from server.wire import frames
 
 
 def test_progress_is_coalesced_and_ends_at_the_newest_frontier(
@@ -114,7 +116,7 @@ def test_a_keys_deltas_read_together_reach_each_stream_and_socket_in_one_write(
     """A gateway that falls behind reads several deltas of a key at once; each subscriber then
     gets them in order, in one system call (they share one chunk over SSE)."""
     writes: list[bytes] = []
-    os_write = edge._os_write
+    os_write = live_writes._os_write
 
     def noting(fd: int, data: bytes) -> int:
         writes.append(bytes(data))
@@ -132,9 +134,9 @@ def test_a_keys_deltas_read_together_reach_each_stream_and_socket_in_one_write(
             await ws.send_json({"type": "subscribe", "sub": "r", "view": "profiles", "key": "runs"})
             while (await ws.receive_json(timeout=10))["type"] != "snapshot":
                 pass
-            # Every write to a socket: a stream's own, or its cohort's (server.cohort).
-            monkeypatch.setattr(edge, "_os_write", noting)
-            monkeypatch.setattr(cohort, "_os_write", noting)
+            # Every write to a socket: a stream's own, or its cohort's (server.live.sse.group_write).
+            monkeypatch.setattr(live_writes, "_os_write", noting)
+            monkeypatch.setattr(live_sse, "_os_write", noting)
             # Both batches land while the gateway's loop is held: its feed reads them together.
             gateway.in_loop(lambda: [writer.write([("profiles", "runs", "profile", {"name": n})])
                                      for n in ("first", "second")])  # fmt: skip

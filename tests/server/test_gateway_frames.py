@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from server import frames
 from server.errors import BadRequest
-from server.eventid import EventId
+from server.wire import frames
+from server.wire.eventid import EventId
 
 GOLDEN = Path(__file__).resolve().parents[2] / "protocol" / "golden"
 FILES = sorted(GOLDEN.glob("*.json"))

@@ -13,7 +13,7 @@ from lvclient import ServedGateway, State, Writer, free_port, open_sse, run, sto
 from tests_server_settings import settings_for
 
 from demo.chirp import app as chirp
-from streaming.changes import VIEWS_FRONTIER, read_frontier, shard_for
+from streaming.core.changes import VIEWS_FRONTIER, read_frontier, shard_for
 
 LIVE = "/v1/views/profiles/alice/live"
 
@@ -218,7 +218,7 @@ def test_an_idle_stream_holds_no_task_and_no_http_protocol(
     gateway: ServedGateway, writer: Writer
 ) -> None:
     """An open stream costs no task and none of uvicorn's per-connection state: once its first
-    frames are out, the stream owns its connection (``server.edge``), the request's task ends,
+    frames are out, the stream owns its connection (``server._uvicorn.http``), the request's task ends,
     and the connection's disconnect is noticed by the stream itself."""
 
     async def go() -> None:
@@ -231,7 +231,7 @@ def test_an_idle_stream_holds_no_task_and_no_http_protocol(
             during = gateway.awaited_files()
             # At most the two tasks the SSE ticker starts with the first stream.
             assert len(during) - before <= 2, during
-            assert not [t for t in during if any(f.endswith("server/sse.py") for f in t)]
+            assert not [t for t in during if any(f.endswith("server/api/streams.py") for f in t)]
             kinds = gateway.connection_kinds()
             assert kinds.count("ReleasedConnection") == 10, kinds
             # Still live: a delta reaches every stream, straight from the hub.

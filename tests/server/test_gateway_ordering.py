@@ -16,8 +16,8 @@ import redis.asyncio as aioredis
 from lvclient import Writer, run
 from tests_server_settings import settings_for
 
+from server.fanout.subscription import Source, Subscription
 from server.gateway import Gateway
-from server.subscription import Source, Subscription
 
 
 class SteppedClient(aioredis.Redis):
@@ -82,7 +82,7 @@ def test_deltas_read_around_the_snapshot_arrive_once(
                 await gw.feed._read()
 
             client.after = write_and_feed_again
-            from server.eventid import EventId
+            from server.wire.eventid import EventId
 
             assert resume is not None
             sub = Subscription(source, "likes", "t", EventId.parse(resume))

@@ -9,7 +9,7 @@ import pytest
 import redis
 from lvclient import ServedGateway, run
 
-from streaming.events import decode_entry, log_stream
+from streaming.core.events import decode_entry, log_stream
 
 PROFILE = {"type": "profile_set", "payload": {"user": "alice", "name": "Alice"}}
 TWEET = {"type": "tweet_posted", "payload": {"user": "alice", "tweet": "alice:1", "text": "hi"}}

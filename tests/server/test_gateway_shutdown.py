@@ -1,6 +1,6 @@
 """On SIGTERM the gateway ends its open streams at once, and their clients resume elsewhere.
 
-The bug: once SSE frames were written straight to the connection (``server.livestream``), no
+The bug: once SSE frames were written straight to the connection (``server.live.sse``), no
 part of the gateway watched for uvicorn's graceful shutdown any more (sse-starlette's response
 used to). An open stream then stayed open until uvicorn's ``timeout_graceful_shutdown`` ran out
 (~5 s) and was cut off, so its clients sat on a dying process instead of resuming on the next.
@@ -31,7 +31,7 @@ from tests.server.lvclient import SSE, Writer, free_port
 PROMPTLY_S = 1.5
 """How soon after SIGTERM each stream must have ended."""
 GRACE_S = 5.0
-"""uvicorn's ``timeout_graceful_shutdown`` (``server.workers``): exiting later means a stream
+"""uvicorn's ``timeout_graceful_shutdown`` (``server.serve``): exiting later means a stream
 held the process until it was cut off."""
 
 

@@ -16,9 +16,9 @@ from lvclient import ServedGateway, Writer, run, stored_rows, wait_for
 from tests_server_settings import settings_for
 from websockets.frames import Close, Frame, Opcode
 
-from server.websocket import OP_CLOSE, OP_PING, OP_PONG, OP_TEXT
-from streaming.embedded import free_port
-from streaming.events import log_stream
+from server.wire.rfc6455 import OP_CLOSE, OP_PING, OP_PONG, OP_TEXT
+from streaming.core.embedded import free_port
+from streaming.core.events import log_stream
 
 GOLDEN = Path(__file__).resolve().parents[2] / "protocol" / "golden"
 
@@ -197,7 +197,7 @@ def test_an_idle_socket_holds_no_task_and_no_uvicorn_protocol(
     gateway: ServedGateway, writer: Writer
 ) -> None:
     """A socket is accepted through Starlette's middleware and routing, then owns its
-    connection (``server.wssocket``): an idle socket and its subscriptions cost no task and
+    connection (``server.live.sockets``): an idle socket and its subscriptions cost no task and
     none of uvicorn's WebSocket state, and the hub still writes each delta to it."""
 
     async def go() -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from server import frames
-from server.hub import FeedDelta, FeedRun, Hub, Item, Progress, SubscriberState
+from server.fanout.hub import Hub
+from server.fanout.items import FeedDelta, FeedRun, Item, Progress
+from server.fanout.subscriber import SubscriberState
 from server.metrics import Metrics
-from streaming.changes import VIEWS_FRONTIER, Delta
+from server.wire import frames
+from streaming.core.changes import VIEWS_FRONTIER, Delta
 
 EPOCH = "e"
 

@@ -17,13 +17,15 @@ from typing import Any, cast
 import pytest
 import uvloop
 
-from server import frames
-from server.eventid import position_tuple
-from server.hub import FeedDelta, Hub, Progress, http_chunk
-from server.livestream import LiveStream, Ticker
+from server.fanout.hub import Hub
+from server.fanout.items import FeedDelta, Progress
+from server.fanout.subscription import Source, Subscription
+from server.live.sse import SseSender, http_chunk
+from server.live.ticker import Ticker
 from server.metrics import Metrics
-from server.subscription import Source, Subscription
-from streaming.changes import VIEWS_FRONTIER, Delta
+from server.wire import frames
+from server.wire.eventid import position_tuple
+from streaming.core.changes import VIEWS_FRONTIER, Delta
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "uvloop": uvloop.new_event_loop,
@@ -59,10 +61,10 @@ async def connected_pair(rcvbuf: int | None = None) -> tuple[asyncio.Transport, 
     return transport, client
 
 
-def stream_on(transport: asyncio.Transport, capacity: int = 1_000_000) -> LiveStream:
+def stream_on(transport: asyncio.Transport, capacity: int = 1_000_000) -> SseSender:
     sub = SimpleNamespace(subscriber=SimpleNamespace(capacity=capacity))
     metrics = Metrics()
-    return LiveStream(cast(Subscription, sub), transport, Ticker(15.0, metrics), metrics,
+    return SseSender(cast(Subscription, sub), transport, Ticker(15.0, metrics), metrics,
                       float("inf"), lambda: None)  # fmt: skip
 
 
@@ -163,14 +165,14 @@ def delta(entry: str) -> Delta:
     return Delta(entry, "likes", "a", [{"op": "delete", "row": entry}], "liveviews", 1)
 
 
-def subscribed(hub: Hub, transport: asyncio.Transport, after: str | None = None) -> LiveStream:
+def subscribed(hub: Hub, transport: asyncio.Transport, after: str | None = None) -> SseSender:
     """A stream of likes/a up to date at ``after``, that the hub writes to."""
     sub = Subscription(cast(Source, SimpleNamespace(hub=hub)), "likes", "a", None)
     sub.subscriber = hub.attach("likes", "a", 16)
     sub.epoch = EPOCH
     if after is not None:
         sub.position = position_tuple(after)
-    stream = LiveStream(sub, transport, Ticker(15.0, hub.metrics), hub.metrics, float("inf"),
+    stream = SseSender(sub, transport, Ticker(15.0, hub.metrics), hub.metrics, float("inf"),
                         lambda: None)  # fmt: skip
     sub.subscriber.sink = stream
     return stream

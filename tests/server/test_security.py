@@ -26,7 +26,7 @@ import redis
 from lvclient import ServedGateway, Writer, run
 from tests_server_settings import PARTITIONS
 
-from streaming.events import log_stream
+from streaming.core.events import log_stream
 
 # The HS512 token is signed with the gateway's 44-byte secret on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")

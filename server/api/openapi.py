@@ -1,0 +1,330 @@
+"""The OpenAPI description of the HTTP API, written by hand and checked against the routes.
+
+The application's views and event payloads are described from its declarations, so a client
+(or a fuzzer) knows the view names and what each event type must carry. The WebSocket endpoint
+``/v1/ws`` is not HTTP; docs/PROTOCOL.md describes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streaming.core.app import App
+from streaming.core.events import MAX_EVENT_TIME_MS
+from streaming.core.schema import Integer, Schema, String
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+BEARER: list[dict[str, list[str]]] = [{"bearer": []}, {"accessToken": []}, {"cookie": []}]
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    reasons = {
+        304: "Not modified: the If-None-Match tag still matches.",
+        400: "Malformed request (code says what).",
+        401: "No token, or an invalid or expired one.",
+        403: "The token does not allow this.",
+        404: "Unknown view, or a key that is empty or too long.",
+        413: "Body or batch too large.",
+        422: "An event does not match its schema.",
+        503: "Store unreachable, or the process is at a limit.",
+    }
+    out: dict[str, Any] = {}
+    for s in statuses:
+        if s == 304:
+            out["304"] = {"description": reasons[s], "headers": {"ETag": ETAG}}
+        else:
+            out[str(s)] = {
+                "description": reasons[s],
+                "content": {"application/json": {"schema": ERROR}},
+            }
+        if s == 401:
+            out["401"]["headers"] = {
+                "WWW-Authenticate": {"required": True, "schema": {"type": "string"}}
+            }
+    return out
+
+
+ETAG = {"required": True, "schema": {"type": "string"}}
+EVENT_ID = {
+    "type": "string",
+    "pattern": r"^$|^[A-Za-z0-9_-]{1,64}\.[0-9]{1,20}-[0-9]{1,20}$",
+    "description": "An event id as the gateway sent it (docs/PROTOCOL.md, section 3); "
+    "empty means none.",
+}
+
+
+def _view_params(views: list[str] | None) -> list[dict[str, Any]]:
+    view: dict[str, Any] = {"type": "string"}
+    if views:
+        view["enum"] = views
+    # A key is 1 to 256 characters; one with '/' cannot be named in a path.
+    key = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^/]+$"}
+    return [
+        {"name": "view", "in": "path", "required": True, "schema": view},
+        {"name": "key", "in": "path", "required": True, "schema": key},
+    ]
+
+
+def _field_schema(ftype: String | Integer) -> dict[str, Any]:
+    if isinstance(ftype, String):
+        out: dict[str, Any] = {
+            "type": "string", "minLength": ftype.min_length, "maxLength": ftype.max_length,
+        }  # fmt: skip
+        if ftype.pattern is not None:
+            out["pattern"] = f"^(?:{ftype.pattern})$"
+    else:
+        out = {"type": "integer"}
+        if ftype.minimum is not None:
+            out["minimum"] = ftype.minimum
+        if ftype.maximum is not None:
+            out["maximum"] = ftype.maximum
+    if ftype.optional:
+        return {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def _payload_schema(schema: Schema) -> dict[str, Any]:
+    """The fields of a payload; a check across fields (e.g. 'not yourself') is not expressible."""
+    return {
+        "type": "object",
+        "required": sorted(n for n, f in schema.fields.items() if not f.optional),
+        "properties": {n: _field_schema(f) for n, f in schema.fields.items()},
+        "additionalProperties": False,
+    }
+
+
+def _event_schema(app: App | None) -> dict[str, Any]:
+    # Event time: Unix milliseconds or ISO-8601; absent or null means the time of the append.
+    time = {"oneOf": [{"type": "integer", "minimum": 0, "maximum": MAX_EVENT_TIME_MS},
+                      {"type": "string", "format": "date-time"}, {"type": "null"}]}  # fmt: skip
+    if app is None:
+        return {
+            "type": "object",
+            "required": ["type", "payload"],
+            "properties": {"type": {"type": "string"}, "payload": {"type": "object"},
+                           "time": time},
+            "additionalProperties": False,
+        }  # fmt: skip
+    return {
+        "oneOf": [
+            {
+                "type": "object",
+                "description": et.description,
+                "required": ["type", "payload"],
+                "properties": {
+                    "type": {"const": name},
+                    "payload": _payload_schema(et.schema),
+                    "time": time,
+                },
+                "additionalProperties": False,
+            }  # fmt: skip
+            for name, et in sorted(app.event_types.items())
+        ]
+    }
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["code", "message"],
+        "properties": {
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "index": {"type": "integer", "description": "Which event of a batch failed."},
+            "field": {"type": "string"},
+        },
+    },
+    "Offset": {
+        "type": "object",
+        "required": ["partition", "id", "token"],
+        "properties": {
+            "partition": {"type": "integer"},
+            "id": {"type": "string", "example": "1732170000000-0"},
+            "token": {"type": "string", "example": "2:1732170000000-0"},
+        },
+    },
+    "Frontier": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": "Log partition -> entry id up to which the views reflect the log.",
+    },
+    "Snapshot": {
+        "type": "object",
+        "required": ["view", "key", "rows", "frontier", "position"],
+        "properties": {
+            "view": {"type": "string"},
+            "key": {"type": "string"},
+            "rows": {"type": "object", "additionalProperties": True},
+            "frontier": {"$ref": "#/components/schemas/Frontier"},
+            "position": {"type": "string", "description": "An event id to resume from."},
+        },
+    },
+}
+
+
+DEV_TOKEN = {
+    "type": "object",
+    "required": ["token", "subject", "scope", "expires_at"],
+    "properties": {
+        "token": {"type": "string"},
+        "subject": {"type": "string"},
+        "scope": {"type": "string"},
+        "expires_at": {"type": "integer", "description": "Unix seconds."},
+    },
+}
+STATUS = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+
+
+def _sse_event(kind: str, with_id: bool) -> dict[str, Any]:
+    """One event of a stream, as OpenAPI 3.1 reads an event stream's schema: one per event."""
+    return {
+        "type": "object",
+        "required": ["event", "data", *(["id"] if with_id else [])],
+        "properties": {
+            "event": {"const": kind},
+            "data": {"type": "string", "contentMediaType": "application/json"},
+            **({"id": {"type": "string"}} if with_id else {}),
+        },
+    }
+
+
+VIEW_STREAM = {"oneOf": [
+    _sse_event("snapshot", True), _sse_event("delta", True), _sse_event("progress", False),
+    _sse_event("reset", False), _sse_event("end", False),
+]}  # fmt: skip
+LOG_STREAM = {"oneOf": [_sse_event("log", False), _sse_event("end", False)]}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) -> dict[str, Any]:
+    """The document; with ``app``, its view names and event payloads are described too."""
+    views = sorted(app.views) if app is not None else None
+    paths: dict[str, Any] = {
+        "/v1/events": {
+            "post": {
+                "summary": "Append one event or a batch to the log, all or nothing.",
+                "security": BEARER,
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"oneOf": [
+                        {"$ref": "#/components/schemas/Event"},
+                        {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},
+                        {"type": "object", "required": ["events"], "properties": {
+                            "events": {"type": "array",
+                                       "items": {"$ref": "#/components/schemas/Event"}}}},
+                    ]}}},
+                },
+                "responses": {
+                    "202": {"description": "Appended; one offset per event, in order.",
+                            "content": {"application/json": {"schema": {
+                                "type": "object", "properties": {"offsets": {
+                                    "type": "array",
+                                    "items": {"$ref": "#/components/schemas/Offset"}}}}}}},
+                    **_errors(400, 401, 403, 413, 422, 503),
+                },
+            }
+        },
+        "/v1/views/{view}/{key}": {
+            "get": {
+                "summary": "The rows of a view's key, their position and the frontier.",
+                "security": BEARER,
+                "parameters": [
+                    *_view_params(views),
+                    {"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "The snapshot; ETag header set.",
+                            "headers": {"ETag": ETAG},
+                            "content": {"application/json": {
+                                "schema": {"$ref": "#/components/schemas/Snapshot"}}}},
+                    **_errors(304, 401, 403, 404, 503),
+                },
+            }
+        },
+        "/v1/views/{view}/{key}/live": {
+            "get": {
+                "summary": "Server-Sent Events: a snapshot, then every delta (docs/PROTOCOL.md).",
+                "security": BEARER,
+                "parameters": [
+                    *_view_params(views),
+                    {"name": "Last-Event-ID", "in": "header", "schema": EVENT_ID},
+                    {"name": "last_event_id", "in": "query", "schema": EVENT_ID},
+                ],
+                "responses": {
+                    "200": {"description": "An event stream of frames (docs/PROTOCOL.md).",
+                            "content": {"text/event-stream": {"schema": VIEW_STREAM}}},
+                    **_errors(400, 401, 403, 404, 503),
+                },
+            }
+        },
+        "/healthz": {"get": {"summary": "The process is up.",
+                             "responses": {"200": {"description": "Up.",
+                                                   "content": _json(STATUS)}}}},
+        "/readyz": {"get": {"summary": "The store is reachable and the change feed reads it.",
+                            "responses": {"200": {"description": "Ready.",
+                                                  "content": _json(STATUS)},
+                                          **_errors(503)}}},
+        "/metrics": {"get": {"summary": "Prometheus text format.",
+                             "responses": {"200": {"description": "Metrics.",
+                                                   "content": {"text/plain": {}}}}}},
+        "/openapi.json": {"get": {"summary": "This document.",
+                                  "responses": {"200": {"description": "OpenAPI 3.1.",
+                                                        "content": _json({"type": "object"})}}}},
+    }  # fmt: skip
+    if log_feed:
+        paths["/v1/log/live"] = {
+            "get": {
+                "summary": "Server-Sent Events: the log's recent entries, then each new one "
+                "(docs/PROTOCOL.md, section 9). Not resumable.",
+                "security": BEARER,
+                "parameters": [
+                    {
+                        "name": "recent",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 100, "default": 20},
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "An event stream of log frames.",
+                        "content": {"text/event-stream": {"schema": LOG_STREAM}},
+                    },
+                    **_errors(400, 401, 403, 503),
+                },
+            }
+        }
+    if dev_tokens:
+        paths["/v1/dev/token"] = {
+            "post": {
+                "summary": "Development only: a token for any user, also set as a cookie.",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["user"],
+                    "properties": {"user": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
+                                   "scope": {"type": "string", "default": "read publish",
+                                             "pattern": "^(read|publish)( (read|publish))?$"}}}}}},
+                "responses": {"200": {"description": "A signed token; also set as the lv_token "
+                                      "cookie.", "content": _json(DEV_TOKEN)},
+                              **_errors(400, 413)},
+            }
+        }  # fmt: skip
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Liveviews gateway",
+            "version": "1",
+            "description": "Publish events and read live views. The WebSocket endpoint /v1/ws "
+            "and the frames of /live are specified in docs/PROTOCOL.md.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": {**SCHEMAS, "Event": _event_schema(app)},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+                "accessToken": {"type": "apiKey", "in": "query", "name": "access_token"},
+                "cookie": {"type": "apiKey", "in": "cookie", "name": "lv_token"},
+            },
+        },
+    }

@@ -1,0 +1,53 @@
+"""What every endpoint shares: JSON answers, bounded request bodies, and the hand-over of a
+started stream's rest to the application's outermost call."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from server.errors import PayloadTooLarge
+
+
+def json_response(
+    body: object, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+    too_large = PayloadTooLarge(f"the body is larger than {limit} bytes; send smaller batches.")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+HELD = "liveviews.held"
+"""The scope key of the list where a started stream leaves the rest of its life for the
+application's outermost call (``server.app``), once its response head has gone out through
+the framework: the connection then waits in a coroutine of its own, not in the framework's
+stack of middleware, routing and exception wrappers (~5 KB per idle stream)."""
+
+Rest = Callable[[Receive, Send], Awaitable[None]]
+
+
+async def hand_over(scope: Scope, rest: Rest, receive: Receive, send: Send) -> None:
+    """Leave ``rest`` of a started response to the application's outermost call, which runs
+    it with the server's own ``receive`` and ``send``; or run it here if nothing takes it."""
+    held = scope.get(HELD)
+    if isinstance(held, list) and not held:
+        held.append(rest)
+    else:
+        await rest(receive, send)

@@ -1,0 +1,117 @@
+"""The plain HTTP endpoints: publish events, read a snapshot, dev tokens, health and metrics."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from server.api.openapi import document
+from server.api.publish import events_of, offset_dict, parse_body, publish
+from server.api.responses import json_response, read_body
+from server.auth import ALL_SCOPES, COOKIE, PUBLISH, READ, authenticate
+from server.errors import BadRequest
+from server.feed.store import read_snapshot
+from server.gateway import Gateway
+from server.wire.eventid import EventId
+
+DEV_USER_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+DEV_SCOPE_RE = re.compile(r"(read|publish)( (read|publish))?")
+
+
+def _gateway(request: Request) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+async def post_events(request: Request) -> Response:
+    gw = _gateway(request)
+    principal = authenticate(request, gw.auth, PUBLISH)
+    body = await read_body(request, gw.settings.max_body_bytes)
+    raws = events_of(parse_body(body), gw.settings.max_batch_events)
+    offsets = await publish(gw.client, gw.app, gw.settings.store.log_partitions, principal, raws)
+    gw.metrics.events_published += len(offsets)
+    return json_response({"offsets": [offset_dict(o) for o in offsets]}, 202)
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    # Weak comparison (RFC 9110 13.1.2): the W/ prefix is ignored on both sides.
+    wanted = etag.removeprefix("W/")
+    tags = [t.strip() for t in header.split(",")]
+    return any(t == "*" or t.removeprefix("W/") == wanted for t in tags)
+
+
+async def get_view(request: Request) -> Response:
+    gw = _gateway(request)
+    principal = authenticate(request, gw.auth, READ)
+    view, key = request.path_params["view"], request.path_params["key"]
+    gw.readable_view(principal, view, key)
+    snap = await read_snapshot(gw.client, gw.layout, view, key, gw.frontier_of(view))
+    # The rows change only with the key's last change; the frontier is part of the answer too.
+    tag_source = orjson.dumps(
+        [snap.epoch, snap.last_change, snap.frontier], option=orjson.OPT_SORT_KEYS
+    )
+    etag = f'W/"{hashlib.sha256(tag_source).hexdigest()[:24]}"'
+    headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
+    if _etag_matches(request.headers.get("if-none-match", ""), etag):
+        return Response(status_code=304, headers=headers)
+    body = {
+        "view": view,
+        "key": key,
+        "rows": snap.rows,
+        "frontier": snap.frontier,
+        "position": str(EventId(snap.epoch, snap.position)),
+    }
+    return json_response(body, 200, headers)
+
+
+async def dev_token(request: Request) -> Response:
+    gw = _gateway(request)
+    document_ = parse_body(await read_body(request, 4096))
+    user = document_.get("user") if isinstance(document_, dict) else None
+    if not isinstance(user, str) or DEV_USER_RE.fullmatch(user) is None:
+        raise BadRequest(
+            "send {\"user\": \"<name>\"}: 1 to 64 letters, digits, '_', '.' or '-'.",
+            code="invalid_user",
+        )
+    scope = document_.get("scope", " ".join(ALL_SCOPES))
+    if not isinstance(scope, str) or DEV_SCOPE_RE.fullmatch(scope) is None:
+        # A token without any right could do nothing: refuse it rather than issue it.
+        raise BadRequest(
+            f"scope must be {ALL_SCOPES[0]!r}, {ALL_SCOPES[1]!r} or both, separated by a space.",
+            code="invalid_scope",
+        )
+    scopes = tuple(scope.split())
+    token, expires_at = gw.auth.issue(user, scopes, gw.settings.dev_token_ttl)
+    response = json_response(
+        {"token": token, "subject": user, "scope": " ".join(scopes), "expires_at": int(expires_at)}
+    )
+    response.set_cookie(
+        COOKIE, token, max_age=gw.settings.dev_token_ttl, httponly=True, samesite="lax"
+    )
+    return response
+
+
+async def healthz(request: Request) -> Response:
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    ok, reason = await _gateway(request).ready()
+    if ok:
+        return json_response({"status": "ready"})
+    return json_response({"code": "not_ready", "message": reason}, 503)
+
+
+async def metrics(request: Request) -> Response:
+    return PlainTextResponse(
+        _gateway(request).metrics.render(), media_type="text/plain; version=0.0.4"
+    )
+
+
+async def openapi(request: Request) -> Response:
+    gw = _gateway(request)
+    return JSONResponse(document(gw.settings.dev_tokens, gw.settings.log_feed, gw.app))

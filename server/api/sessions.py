@@ -1,0 +1,343 @@
+"""``/v1/ws``: a WebSocket session: many subscriptions, publishing and token refresh on one socket.
+
+Client messages are JSON objects with a ``type``: ``auth``, ``subscribe``, ``unsubscribe``,
+``publish``. They are handled one at a time, in order, by a task that runs only while some
+wait. Each subscription sends the same frames as SSE, tagged with the client's subscription
+id, through its own sender (``server.live.ws``). Under the gateway's uvicorn protocols the
+socket owns its connection (``server.live.sockets.OwnedSocket``), so an idle socket holds no
+task. The process's ticker (``server.live.ticker``) sends heartbeats, closes sockets whose token
+expired, and runs each socket's keepalive. docs/PROTOCOL.md describes the messages and close
+codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+from starlette.types import Receive, Send
+from starlette.websockets import WebSocket
+
+from server._uvicorn import websocket_protocol
+from server.api.publish import events_of, offset_dict, publish
+from server.api.responses import hand_over
+from server.auth import PUBLISH, READ, Principal, token_from
+from server.errors import BadRequest, GatewayError, Unauthorized, Unavailable
+from server.fanout.subscription import Subscription
+from server.gateway import Gateway
+from server.live.sender import log_failure
+from server.live.sockets import AsgiSocket, OwnedSocket, Socket
+from server.live.ws import WsSender
+from server.wire import frames
+from server.wire.eventid import EventId
+from streaming.core.errors import StoreMismatch
+
+log = logging.getLogger("liveviews.gateway.ws")
+
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_TRY_AGAIN_LATER = 1013
+CLOSE_SERVICE_RESTART = 1012
+MAX_ID_LENGTH = 64
+INBOX_LIMIT = 16
+"""Client messages waiting to be handled before the socket stops reading more."""
+
+
+def _ident(msg: dict[str, Any], name: str) -> str:
+    value = msg.get(name)
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_LENGTH:
+        raise BadRequest(
+            f"{name!r} must be a string of 1 to {MAX_ID_LENGTH} characters.", code="invalid_message"
+        )
+    return value
+
+
+class Session:
+    """One open socket: its principal, its subscriptions, and the client's messages to handle.
+
+    It is the socket's ``Handler`` (``server.live.sockets``) and one of the ticker's streams.
+    """
+
+    __slots__ = ("gw", "sock", "principal", "auth_deadline", "senders", "last_write", "closed",
+                 "_inbox", "_task")  # fmt: skip
+
+    def __init__(self, gw: Gateway, sock: Socket) -> None:
+        self.gw = gw
+        self.sock = sock
+        self.principal: Principal | None = None
+        self.auth_deadline = time.time() + gw.settings.ws_auth_timeout_seconds
+        self.senders: dict[str, WsSender] = {}
+        self.last_write = gw.ticker.now
+        self.closed = False
+        self._inbox: deque[bytes] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def open(self, token: str | None) -> None:
+        """Start serving: sign in with the handshake's token, if it carried one."""
+        self.gw.ticker.add(self)
+        if self.gw.ticker.exiting:
+            self.exit()
+        elif token is not None:
+            try:
+                self._authenticate(token)
+            except Unauthorized as exc:
+                self._close_unauthorized(exc)
+
+    def send(self, message: bytes) -> bool:
+        if self.closed or not self.sock.send(message):
+            return False
+        self.last_write = self.gw.ticker.now
+        self.gw.metrics.bytes_out += len(message)
+        return True
+
+    def send_all(self, messages: list[bytes]) -> bool:
+        """``send`` each of ``messages``, in one write to the socket."""
+        if self.closed or not self.sock.send_all(messages):
+            return False
+        self.last_write = self.gw.ticker.now
+        self.gw.metrics.bytes_out += sum(len(m) for m in messages)
+        return True
+
+    # The socket's handler.
+
+    def received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        inbox = self._inbox
+        if inbox is None:
+            inbox = self._inbox = deque()
+        inbox.append(data)
+        if len(inbox) == INBOX_LIMIT:
+            self.sock.pause_reading()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+            self._task.add_done_callback(log_failure)
+
+    def gone(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.gw.ticker.remove(self)
+        self._inbox = None
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        for sender in list(self.senders.values()):
+            sender.finish()
+        self.gw.release("ws")
+
+    # The ticker's stream.
+
+    def tick(self, now: float, wall: float, heartbeat: float) -> None:
+        if self.closed:
+            return
+        if self.principal is None and wall >= self.auth_deadline:
+            self._close_unauthorized(
+                Unauthorized("send an auth message with a token first.", code="token_missing")
+            )
+        elif self.principal is not None and wall >= self.principal.expires_at:
+            self._close_unauthorized(Unauthorized(
+                "the token expired; reconnect with a new one, or refresh it before it does.",
+                code="token_expired",
+            ))  # fmt: skip
+        elif now - self.last_write >= heartbeat:
+            self.send(frames.WS_HEARTBEAT)
+        self.sock.tick(now)
+
+    def exit(self) -> None:
+        """The server is shutting down: close with 1012, the client reconnects elsewhere."""
+        self.sock.close(CLOSE_SERVICE_RESTART, "server shutting down")
+
+    # Client messages.
+
+    async def _drain(self) -> None:
+        try:
+            while self._inbox and not self.closed:
+                data = self._inbox.popleft()
+                if len(self._inbox) == INBOX_LIMIT - 1:
+                    self.sock.resume_reading()
+                await self._handle(data)
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+                if not self._inbox:
+                    self._inbox = None
+
+    def _close_unauthorized(self, exc: GatewayError) -> None:
+        self.send(frames.ws_error(exc.code, exc.message))
+        self.sock.close(CLOSE_UNAUTHORIZED, exc.code)
+        self._inbox = None  # nothing the client sent after this is looked at
+
+    def _authenticate(self, token: str) -> None:
+        principal = self.gw.auth.verify(token)
+        if self.principal is not None and principal.subject != self.principal.subject:
+            raise Unauthorized(
+                f"a refreshed token must be for {self.principal.subject!r}, not "
+                f"{principal.subject!r}; open another socket for another user.",
+                code="subject_changed",
+            )
+        self.principal = principal
+        self.send(frames.ws_message(
+            "authenticated", subject=principal.subject, expires_at=int(principal.expires_at)
+        ))  # fmt: skip
+
+    async def _handle(self, data: bytes) -> None:
+        req: str | None = None
+        msg: Any = None
+        try:
+            try:
+                msg = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                raise BadRequest(
+                    "a message must be a JSON object.", code="invalid_message"
+                ) from None
+            if not isinstance(msg, dict):
+                raise BadRequest("a message must be a JSON object.", code="invalid_message")
+            req = msg.get("req") if isinstance(msg.get("req"), str) else None
+            kind = msg.get("type")
+            if kind == "auth":
+                token = msg.get("token")
+                if not isinstance(token, str):
+                    raise BadRequest("'token' must be a string.", code="invalid_message")
+                try:
+                    self._authenticate(token)
+                except Unauthorized as exc:
+                    if self.principal is not None:
+                        raise  # a refused refresh: the socket keeps its current token
+                    # Never signed in: refuse the socket now rather than at the auth deadline,
+                    # so nothing already sent after the auth message is even looked at.
+                    self._close_unauthorized(exc)
+                return
+            if self.principal is None:
+                raise Unauthorized("send an auth message with a token first.", code="token_missing")
+            if kind == "subscribe":
+                self._subscribe(msg)
+            elif kind == "unsubscribe":
+                self._unsubscribe(_ident(msg, "sub"))
+            elif kind == "publish":
+                await self._publish(msg, req)
+            else:
+                raise BadRequest(
+                    f"unknown message type {kind!r}; use auth, subscribe, unsubscribe or publish.",
+                    code="invalid_message",
+                )
+        except (RedisError, StoreMismatch) as exc:
+            log.warning("a publish on a WebSocket could not reach the store: %s", exc)
+            message = (exc.message if isinstance(exc, StoreMismatch)
+                       else "the store is unreachable; try again shortly.")  # fmt: skip
+            code = "store_mismatch" if isinstance(exc, StoreMismatch) else "store_unavailable"
+            self.send(frames.ws_error(code, message, req=req))
+        except GatewayError as exc:
+            sub = msg.get("sub") if isinstance(msg, dict) else None
+            self.send(frames.ws_error(
+                exc.code, exc.message, sub=sub if isinstance(sub, str) else None, req=req,
+                **exc.extra,
+            ))  # fmt: skip
+
+    def _subscribe(self, msg: dict[str, Any]) -> None:
+        assert self.principal is not None
+        sub_id = _ident(msg, "sub")
+        view, key = msg.get("view"), msg.get("key")
+        if not isinstance(view, str) or not isinstance(key, str):
+            raise BadRequest("'view' and 'key' must be strings.", code="invalid_message")
+        if sub_id in self.senders:
+            raise BadRequest(f"subscription {sub_id!r} is already open.", code="sub_in_use")
+        limit = self.gw.settings.max_subscriptions_per_socket
+        if len(self.senders) >= limit:
+            raise Unavailable(
+                f"a socket holds at most {limit} subscriptions; unsubscribe or open another.",
+                code="too_many_subscriptions",
+            )
+        self.principal.require(READ)
+        self.gw.readable_view(self.principal, view, key)
+        raw = msg.get("last_event_id")
+        if raw is not None and not isinstance(raw, str):
+            raise BadRequest("'last_event_id' must be a string.", code="invalid_last_event_id")
+        resume = EventId.parse(raw) if raw else None
+        sub = Subscription(self.gw.source, view, key, resume)
+        sender = WsSender(self, sub_id, sub, self.gw.ticker, self.gw.metrics)
+        self.senders[sub_id] = sender
+        sender.woken()
+
+    def _unsubscribe(self, sub_id: str) -> None:
+        sender = self.senders.get(sub_id)
+        if sender is None:
+            raise BadRequest(
+                f"there is no open subscription {sub_id!r}.", code="unknown_subscription"
+            )
+        sender.finish()
+        self.send(frames.ws_message("unsubscribed", sub=sub_id))
+
+    async def _publish(self, msg: dict[str, Any], req: str | None) -> None:
+        assert self.principal is not None
+        if req is None:
+            raise BadRequest("a publish message needs a 'req' id string.", code="invalid_message")
+        self.principal.require(PUBLISH)
+        raws = events_of(msg.get("events"), self.gw.settings.max_batch_events)
+        offsets = await publish(
+            self.gw.client, self.gw.app, self.gw.settings.store.log_partitions, self.principal, raws
+        )
+        self.gw.metrics.events_published += len(offsets)
+        self.send(frames.ws_message(
+            "published", req=req, offsets=[offset_dict(o) for o in offsets]
+        ))  # fmt: skip
+
+
+async def socket(websocket: WebSocket) -> None:
+    gw: Gateway = websocket.app.state.gateway
+    await websocket.accept()
+    try:
+        gw.admit("ws")
+    except Unavailable as exc:
+        await websocket.send_text(frames.ws_error(exc.code, exc.message).decode())
+        await websocket.close(CLOSE_TRY_AGAIN_LATER, exc.code)
+        return
+    try:
+        token = token_from(websocket)
+    except Unauthorized as exc:
+        gw.release("ws")
+        await websocket.send_text(frames.ws_error(exc.code, exc.message).decode())
+        await websocket.close(CLOSE_UNAUTHORIZED, exc.code)
+        return
+    owned = _own_connection(websocket, gw)
+    if owned is not None:
+        conn = Session(gw, owned)
+        owned.handler = conn
+        conn.open(token)
+        return  # the socket lives on as its connection's protocol, with no task
+
+    asgi = AsgiSocket(websocket, gw.settings.send_timeout_seconds)
+    conn = Session(gw, asgi)
+    conn.open(token)
+
+    async def rest(receive: Receive, send: Send) -> None:
+        try:
+            await asgi.run(conn)
+        finally:
+            conn.gone()
+
+    # The socket's life, mostly waiting, is held by the application's outermost call.
+    await hand_over(websocket.scope, rest, websocket.receive, websocket.send)
+
+
+def _own_connection(websocket: WebSocket, gw: Gateway) -> OwnedSocket | None:
+    """Make the socket its connection's owner, if its server lets it (``server._uvicorn``)."""
+    protocol = websocket_protocol(websocket.scope)
+    if protocol is None:
+        return None
+    settings = gw.settings
+    now = time.monotonic()
+
+    def build(transport: Any, connections: set[Any]) -> OwnedSocket:
+        return OwnedSocket(
+            transport, connections, settings.max_body_bytes, settings.heartbeat_seconds,
+            settings.send_timeout_seconds, settings.send_timeout_seconds, now,
+        )  # fmt: skip
+
+    sock = protocol.release(build)
+    assert sock is None or isinstance(sock, OwnedSocket)
+    return sock

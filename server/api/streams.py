@@ -1,0 +1,179 @@
+"""``GET /v1/views/{view}/{key}/live``: one subscription as a Server-Sent Events stream.
+
+The snapshot (or the missed deltas, or a reset and a snapshot) is read before the response
+starts, so a failure to read it is an ordinary error response. Then the stream sends the
+subscription's frames as they come, a heartbeat comment when idle, and ends with an ``end``
+frame when the token expires or the subscriber falls too far behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from server.api.responses import hand_over
+from server.auth import READ, Principal, authenticate
+from server.errors import BadRequest
+from server.fanout.subscription import Subscription
+from server.feed.log import RECENT, LogListener
+from server.gateway import Gateway
+from server.live.sse import begin, body_of, serve
+from server.wire import frames
+from server.wire.eventid import EventId
+
+
+def resume_id(request: Request) -> EventId | None:
+    """The ``Last-Event-ID`` header wins over the ``last_event_id`` query parameter.
+
+    Both are checked: a malformed id is the client's mistake even where the other one wins.
+    """
+    raws = (request.headers.get("last-event-id"), _single(request, "last_event_id"))
+    ids = [EventId.parse(raw) if raw else None for raw in raws]
+    return ids[0] or ids[1]
+
+
+def _single(request: Request, name: str) -> str | None:
+    """A query parameter given at most once: which of several to take is anyone's guess."""
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise BadRequest(f"send {name!r} once, not {len(values)} times.", code="invalid_parameter")
+    return values[0] if values else None
+
+
+class SubscriptionResponse(Response):
+    """A started subscription's stream (``server.live.sse``); always detaches and frees its
+    connection slot."""
+
+    def __init__(self, sub: Subscription, first: list[frames.Frame], principal: Principal,
+                 gw: Gateway) -> None:  # fmt: skip
+        self.sub = sub
+        self.first: list[frames.Frame] | None = first
+        self.expires_at = principal.expires_at
+        self.gateway = gw
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sub, gw, expires_at = self.sub, self.gateway, self.expires_at
+        first, self.first = self.first or [], None
+
+        def close() -> None:
+            sub.close()
+            gw.release("sse")
+
+        try:
+            await begin(first, gw.metrics, send)
+        except BaseException:
+            close()
+            raise
+
+        async def rest(receive: Receive, send: Send) -> None:
+            await serve(
+                sub, expires_at, gw.ticker, gw.metrics, scope, receive, send, close
+            )  # fmt: skip
+
+        await hand_over(scope, rest, receive, send)
+
+
+class LiveResponse(EventSourceResponse):
+    """An SSE response that always detaches its reader and frees its connection slot."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], close: Callable[[], None], gw: Gateway
+    ) -> None:
+        super().__init__(content, ping=0, send_timeout=gw.settings.send_timeout_seconds)
+        self.close = close
+        self.gateway = gw
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.close()
+            self.gateway.release("sse")
+
+
+async def live(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    principal = authenticate(request, gw.auth, READ)
+    view, key = request.path_params["view"], request.path_params["key"]
+    gw.readable_view(principal, view, key)
+    resume = resume_id(request)
+    if request.method == "HEAD":
+        return Response(media_type="text/event-stream")
+    gw.admit("sse")
+    sub = Subscription(gw.source, view, key, resume)
+    try:
+        first = await sub.start()
+    except BaseException:
+        gw.release("sse")
+        raise
+    return SubscriptionResponse(sub, first, principal, gw)
+
+
+DEFAULT_RECENT = 20
+
+
+def _recent(request: Request) -> int:
+    raw = _single(request, "recent")
+    if raw is None:
+        return DEFAULT_RECENT
+    if not raw.isdigit() or int(raw) > RECENT:
+        raise BadRequest(
+            f"'recent' must be a whole number from 0 to {RECENT}, not {raw[:20]!r}.",
+            code="invalid_parameter",
+        )
+    return int(raw)
+
+
+async def _log_stream(
+    listener: LogListener, recent: int, principal: Principal, gw: Gateway
+) -> AsyncIterator[bytes]:
+    metrics, heartbeat = gw.metrics, gw.settings.heartbeat_seconds
+    first = listener.recent[len(listener.recent) - recent :] if recent else []
+    if first:
+        yield body_of(first, metrics)
+    while True:
+        remaining = principal.expires_at - time.time()
+        if remaining <= 0:
+            end = frames.end("token_expired", "the token expired; reconnect with a new one.", None)
+            yield body_of([end], metrics)
+            return
+        try:
+            async with asyncio.timeout(min(heartbeat, remaining)):
+                await listener.wake.wait()
+        except TimeoutError:
+            if remaining > heartbeat:
+                metrics.bytes_out += len(frames.SSE_HEARTBEAT)
+                yield frames.SSE_HEARTBEAT
+            continue
+        if listener.overflowed:
+            end = frames.end("slow_consumer", "this reader fell too far behind; reconnect.", None)
+            yield body_of([end], metrics)
+            return
+        out = listener.take()
+        if out:
+            yield body_of(out, metrics)
+
+
+async def log_live(request: Request) -> Response:
+    """``GET /v1/log/live``: events as they are appended to the log, after the recent ones."""
+    gw: Gateway = request.app.state.gateway
+    feed = gw.log_feed
+    assert feed is not None, "the route exists only with LV_LOG_FEED on"
+    principal = authenticate(request, gw.auth, READ)
+    recent = _recent(request)
+    gw.admit("sse")
+    try:
+        listener = await feed.attach()
+    except BaseException:
+        gw.release("sse")
+        raise
+    return LiveResponse(
+        _log_stream(listener, recent, principal, gw), lambda: feed.detach(listener), gw
+    )

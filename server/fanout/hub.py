@@ -1,0 +1,326 @@
+"""In-process fan-out: the change feed hands each delta to the subscribers of its (view, key).
+
+A ``Subscriber`` is one subscription's bounded buffer. The hub appends to it without ever
+waiting, so one slow client cannot hold up the feed or anyone else: when a buffer is full the
+subscriber is marked ``overflowed``, detached, and its reader ends the subscription with its
+last delivered event id (the slow-consumer policy of docs/PROTOCOL.md). Memory is therefore
+bounded by ``subscribers x buffer`` references to frames that are shared between subscribers.
+
+Progress is not buffered: a subscriber keeps only the newest one, which replaces older ones.
+Everything here runs on the event loop's thread and never awaits, so a delta batch is handed
+out atomically with respect to a subscriber registering.
+
+Subscribers of one key that were sent the same frames and write straight to their connections
+form the key's ``Cohort`` (``server.fanout.cohort``): the hub hands each item to the cohort
+once, and it has every member written to in one loop, with one cursor for all. A member the cohort
+cannot write to as the others (a full socket, a closing connection) is given back to the hub,
+with its own cursor as it was before the item, and takes the item the usual way; a woken
+subscriber leaves its cohort, since its reader looks at its cursor. A subscriber asks to join
+(``Hub.settle``) when it is up to date, and joins once its cursor is the cohort's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
+
+from server.fanout.items import EpochChanged, FeedDelta, FeedRun, Progress
+from server.fanout.subscriber import Subscriber, SubscriberState
+from server.metrics import Metrics
+from streaming.core.changes import VIEWS_FRONTIER, Delta
+
+
+class Cohort(Protocol):
+    """Subscribers of one (view, key) in step: each was sent the same frames, so each takes the
+    next item the same way (``server.fanout.cohort.StreamCohort``)."""
+
+    last_write: float
+    """When the cohort last wrote to its members (the ticker's clock)."""
+
+    def __len__(self) -> int: ...
+
+    def admit(self, sub: Subscriber) -> bool:
+        """Take ``sub`` in if it is in step with the members (the first one always is)."""
+        ...
+
+    def remove(self, sub: Subscriber) -> None:
+        """Let ``sub`` go, its own cursor now the cohort's."""
+        ...
+
+    def deliver(self, items: list[FeedDelta], run: FeedRun | None) -> list[Subscriber]:
+        """Write a key's ``items`` of one read (``run`` if they go as one) to every member; the
+        members it could not write to leave, their cursors as before the items."""
+        ...
+
+    def deliver_progress(self, progress: Progress) -> list[Subscriber]:
+        """The same for a frontier on its own."""
+        ...
+
+
+class Lane:
+    """One frontier's progress, and the subscribers that follow it."""
+
+    __slots__ = ("subscribers", "pending", "flush_at", "flushed")
+
+    def __init__(self) -> None:
+        self.subscribers: set[Subscriber] = set()
+        self.pending: Progress | None = None
+        self.flush_at: asyncio.TimerHandle | None = None
+        self.flushed = float("-inf")
+
+
+class Hub:
+    """Subscribers by (view, key); the change feed is its only publisher.
+
+    A subscriber follows the frontier ``frontier_of(view)``: that of the pipeline writing its
+    view, which moves with that pipeline's micro-batches alone. Every subscriber of a view
+    follows the same one, so a frontier riding with a delta suits each taker of the delta.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        progress_interval: float = 0.0,
+        frontier_of: Callable[[str], str] = lambda view: VIEWS_FRONTIER,
+        new_cohort: Callable[[], Cohort] | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.by_key: dict[tuple[str, str], set[Subscriber]] = {}
+        """Subscribers by key that are in no cohort."""
+        self.cohorts: dict[tuple[str, str], Cohort] = {}
+        self.new_cohort = new_cohort
+        self.settling: dict[tuple[str, str], set[Subscriber]] = {}
+        """Subscribers that asked to join their key's cohort and are not in step yet."""
+        self._handing_out = False
+        self.all: set[Subscriber] = set()
+        self.progress_interval = progress_interval
+        self.frontier_of = frontier_of
+        self.lanes: dict[str, Lane] = {}
+
+    def _lane(self, frontier_name: str) -> Lane:
+        lane = self.lanes.get(frontier_name)
+        if lane is None:
+            lane = self.lanes[frontier_name] = Lane()
+        return lane
+
+    def attach(self, view: str, key: str, capacity: int) -> Subscriber:
+        sub = Subscriber(view, key, capacity, self.frontier_of(view), self)
+        self.by_key.setdefault((view, key), set()).add(sub)
+        self.all.add(sub)
+        self._lane(sub.frontier_name).subscribers.add(sub)
+        self.metrics.subscriptions = len(self.all)
+        return sub
+
+    def detach(self, sub: Subscriber) -> None:
+        if sub.state is SubscriberState.ATTACHED:
+            sub.state = SubscriberState.CLOSED
+        self._forget(sub)
+
+    def settle(self, sub: Subscriber) -> None:
+        """``sub`` is up to date and its sink takes items at once: let it join its key's cohort
+        as soon as its cursor is the cohort's (now, or after the hand-out under way)."""
+        if self.new_cohort is None or sub.cohort is not None or sub not in self.all:
+            return
+        key = (sub.view, sub.key)
+        self.settling.setdefault(key, set()).add(sub)
+        if not self._handing_out:
+            self._admit(key)
+
+    def unsettle(self, sub: Subscriber) -> None:
+        """Take ``sub`` out of its cohort, its cursor now its own."""
+        cohort = sub.cohort
+        if cohort is None:
+            return
+        cohort.remove(sub)
+        sub.cohort = None
+        key = (sub.view, sub.key)
+        if not cohort and self.cohorts.get(key) is cohort:
+            del self.cohorts[key]
+        self.by_key.setdefault(key, set()).add(sub)
+
+    def _admit(self, key: tuple[str, str]) -> None:
+        waiting = self.settling.get(key)
+        if not waiting or self.new_cohort is None:
+            return
+        cohort = self.cohorts.get(key)
+        if cohort is None:
+            cohort = self.new_cohort()
+        loose = self.by_key.get(key, set())
+        for sub in list(waiting):
+            if sub.state is not SubscriberState.ATTACHED or sub not in self.all:
+                waiting.discard(sub)
+            elif cohort.admit(sub):
+                waiting.discard(sub)
+                sub.cohort = cohort
+                loose.discard(sub)
+        if not waiting:
+            del self.settling[key]
+        if not loose:
+            self.by_key.pop(key, None)
+        if cohort:
+            self.cohorts[key] = cohort
+
+    def _forget(self, sub: Subscriber) -> None:
+        if sub not in self.all:
+            return
+        self.unsettle(sub)
+        self.all.discard(sub)
+        self._lane(sub.frontier_name).subscribers.discard(sub)
+        waiting = self.settling.get((sub.view, sub.key))
+        if waiting is not None:
+            waiting.discard(sub)
+            if not waiting:
+                del self.settling[(sub.view, sub.key)]
+        peers = self.by_key.get((sub.view, sub.key))
+        if peers is not None:
+            peers.discard(sub)
+            if not peers:
+                del self.by_key[(sub.view, sub.key)]
+        self.metrics.subscriptions = len(self.all)
+
+    def publish(self, epoch: str, deltas: list[Delta], progress: Iterable[Progress] = ()) -> None:
+        """Hand out one read of the change feed: its deltas, then the frontiers that cover them.
+
+        Each frontier is passed on at most once per ``progress_interval``, always its newest.
+        Progress only follows the deltas it covers (they were published before it), so holding
+        it back never breaks read-your-writes; it only coalesces frames nobody needs twice.
+        When a frontier is due now, it rides with the last delta of each key that follows it (a
+        subscriber gets it in the same write as that delta, never before a delta it covers);
+        the subscribers that took it so are skipped when it is then passed on to all. A
+        frontier not due yet waits for the first read after the interval, or at most half an
+        interval more, for a quiet feed. A key's deltas in one read go to each of its
+        subscribers together (``FeedRun``): a stream writes them in one system call, so a read
+        that brings several, as one does once the gateway falls behind, costs each stream one
+        write, not one per delta.
+        """
+        # A frontier no subscriber follows is dropped: a later subscriber reads its frontier
+        # with its snapshot. (Chirp's views follow their pipelines', not every view's.)
+        progress = [p for p in progress if self._lane(p.frontier_name).subscribers]
+        riding = {p.frontier_name: p for p in progress if self._progress_due(p.frontier_name)}
+        self.metrics.deltas_in += len(deltas)
+        by_key: dict[tuple[str, str], list[Delta]] = {}
+        for d in deltas:
+            by_key.setdefault((d.view, d.key), []).append(d)
+        overflowed: list[Subscriber] = []
+        with self._handing_out_items():
+            for (view, key), key_deltas in by_key.items():
+                cohort = self.cohorts.get((view, key))
+                if cohort is None and not self.by_key.get((view, key)):
+                    continue
+                items = [FeedDelta(epoch, d) for d in key_deltas]
+                if riding:
+                    items[-1].progress = riding.get(self.frontier_of(view))
+                run = FeedRun(items) if len(items) > 1 and _ascending(items) else None
+                if cohort is not None:
+                    for sub in cohort.deliver(items, run):
+                        self._given_back(sub, cohort)
+                subs = self.by_key.get((view, key))
+                if not subs:
+                    continue
+                if run is not None:
+                    for sub in subs:
+                        if not sub.offer_run(run):
+                            overflowed.append(sub)
+                    continue
+                for item in items:
+                    for sub in subs:
+                        if not sub.offer(item):
+                            overflowed.append(sub)
+            self._drop(overflowed)
+        for p in progress:
+            # Due or not as decided before the deltas went out: the hand-out takes time, and a
+            # frontier that fell due meanwhile did not ride with them.
+            lane = self._lane(p.frontier_name)
+            lane.pending = p
+            if p.frontier_name in riding:
+                self._flush_now(lane)
+            else:
+                self._flush_later(lane)
+
+    def _progress_due(self, frontier_name: str) -> bool:
+        flushed = self._lane(frontier_name).flushed
+        return asyncio.get_running_loop().time() >= flushed + self.progress_interval
+
+    def _flush_now(self, lane: Lane) -> None:
+        if lane.flush_at is not None:
+            lane.flush_at.cancel()
+        self._flush_progress(lane)
+
+    def _flush_later(self, lane: Lane) -> None:
+        if lane.flush_at is not None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, lane.flushed + self.progress_interval - loop.time())
+        lane.flush_at = loop.call_later(
+            delay + self.progress_interval / 2, self._flush_progress, lane
+        )
+
+    def close(self) -> None:
+        for lane in self.lanes.values():
+            if lane.flush_at is not None:
+                lane.flush_at.cancel()
+                lane.flush_at = None
+
+    def _flush_progress(self, lane: Lane) -> None:
+        progress, lane.pending, lane.flush_at = lane.pending, None, None
+        lane.flushed = asyncio.get_running_loop().time()
+        if progress is None:
+            return
+        overflowed = []
+        with self._handing_out_items():
+            following = [cohort for (view, _), cohort in self.cohorts.items()
+                         if self.frontier_of(view) == progress.frontier_name]  # fmt: skip
+            for cohort in following:
+                for sub in cohort.deliver_progress(progress):
+                    self._given_back(sub, cohort)
+            for sub in lane.subscribers:
+                if sub.cohort is not None:
+                    continue
+                sub.offer_progress(progress)
+                if sub.state is SubscriberState.OVERFLOWED:
+                    overflowed.append(sub)
+            self._drop(overflowed)
+
+    @contextlib.contextmanager
+    def _handing_out_items(self) -> Iterator[None]:
+        """While items are handed out, subscribers that ask to join a cohort wait; after it,
+        each that is in step joins."""
+        self._handing_out = True
+        try:
+            yield
+        finally:
+            self._handing_out = False
+        for key in list(self.settling):
+            self._admit(key)
+
+    def _given_back(self, sub: Subscriber, cohort: Cohort) -> None:
+        """A member ``cohort`` could not write to as the others: it takes items the usual
+        way, and joins again once it is in step (its socket took what it was sent)."""
+        sub.cohort = None
+        key = (sub.view, sub.key)
+        if not cohort and self.cohorts.get(key) is cohort:
+            del self.cohorts[key]
+        self.by_key.setdefault(key, set()).add(sub)
+        self.settling.setdefault(key, set()).add(sub)
+
+    def epoch_changed(self, epoch: str) -> None:
+        notice = EpochChanged(epoch)
+        self._drop([sub for sub in list(self.all) if not sub.offer(notice)])
+
+    def _drop(self, overflowed: list[Subscriber]) -> None:
+        for sub in overflowed:
+            self.drop(sub)
+
+    def drop(self, sub: Subscriber) -> None:
+        """Forget ``sub``; one that overflowed counts once as a slow consumer."""
+        if sub.state is SubscriberState.OVERFLOWED and sub in self.all:
+            self.metrics.slow_consumers += 1
+        self._forget(sub)
+
+
+def _ascending(items: list[FeedDelta]) -> bool:
+    """Are the positions of ``items`` ascending, as those of one shard's stream are?"""
+    return all(a.position < b.position for a, b in itertools.pairwise(items))

@@ -1,0 +1,150 @@
+"""One subscription to one (view, key): the protocol's ordering rules, for both transports.
+
+The subscriber is attached to the hub *before* the snapshot or the history is read, and the
+hub buffers the deltas it reads meanwhile; afterwards only deltas after the last delivered
+position are passed on. Every delta after that position is either in what was read or read by
+the feed after the attachment, so nothing is missed, and nothing is sent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from server.errors import SlowConsumer, Unavailable
+from server.fanout.cursor import Cursor
+from server.fanout.hub import Hub
+from server.fanout.items import EpochChanged, FeedDelta
+from server.fanout.subscriber import Subscriber, SubscriberState
+from server.feed.changes import ChangeFeed
+from server.feed.store import Client, HistoryGone, Layout, read_history, read_snapshot
+from server.metrics import Metrics
+from server.wire import frames
+from server.wire.eventid import EventId, position_tuple
+
+FEED_START_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Source:
+    """What every subscription of a process reads from."""
+
+    client: Client
+    layout: Layout
+    hub: Hub
+    feed: ChangeFeed
+    frontier_of: Callable[[str], str]
+    """The frontier a view's subscribers follow: that of the pipeline writing the view."""
+    buffer: int
+    metrics: Metrics
+
+
+class Subscription(Cursor):
+    """Turns the hub's items for one (view, key) into the frames its client must receive."""
+
+    __slots__ = ("source", "view", "key", "resume", "subscriber")
+
+    def __init__(self, source: Source, view: str, key: str, resume: EventId | None) -> None:
+        super().__init__()
+        self.source = source
+        self.view = view
+        self.key = key
+        self.resume = resume
+        self.subscriber: Subscriber | None = None
+        self.last_event_id = str(resume) if resume else None
+
+    async def start(self) -> list[frames.Frame]:
+        """Attach, then the first frames: a snapshot, the missed deltas, or a reset + snapshot."""
+        if self.subscriber is not None:
+            raise RuntimeError("Cannot start a subscription twice.")
+        feed = self.source.feed
+        if not feed.started.is_set():
+            try:
+                await asyncio.wait_for(feed.started.wait(), FEED_START_TIMEOUT)
+            except TimeoutError:
+                raise Unavailable(
+                    "the gateway cannot read the change topic yet; is the store reachable? "
+                    "Try again shortly.",
+                    code="store_unavailable",
+                ) from None
+        self.subscriber = self.source.hub.attach(self.view, self.key, self.source.buffer)
+        try:
+            if self.resume is None:
+                return [await self._snapshot()]
+            return await self._catch_up(self.resume)
+        except BaseException:
+            self.close()
+            raise
+
+    async def _snapshot(self) -> frames.Frame:
+        s = self.source
+        frontier_name = s.frontier_of(self.view)
+        snap = await read_snapshot(s.client, s.layout, self.view, self.key, frontier_name)
+        self.epoch = snap.epoch
+        self.position = position_tuple(snap.position)
+        self.progress_position = position_tuple(snap.progress)
+        self.frontier = frames.progress(snap.frontier).data.decode()
+        event_id = str(EventId(snap.epoch, snap.position))
+        self.last_event_id = event_id
+        return frames.snapshot(self.view, self.key, snap.rows, snap.frontier, event_id)
+
+    async def _reset(self, code: str, message: str) -> list[frames.Frame]:
+        self.source.metrics.resets += 1
+        return [frames.reset(code, message), await self._snapshot()]
+
+    async def _catch_up(self, resume: EventId) -> list[frames.Frame]:
+        s = self.source
+        out: list[frames.Frame] = []
+        after = resume.position
+        while True:
+            try:
+                page = await read_history(
+                    s.client, s.layout, self.view, self.key, resume.epoch, after
+                )
+            except HistoryGone as gone:
+                return await self._reset(gone.code, f"cannot resume: {gone.message}")
+            out.extend(FeedDelta(page.epoch, d).frame for d in page.deltas)
+            after = page.read_to
+            if page.complete:
+                break
+        self.epoch, self.position = resume.epoch, position_tuple(after)
+        self.progress_position = position_tuple(page.progress)
+        if out:
+            self.last_event_id = out[-1].id
+        return out
+
+    async def wait(self) -> None:
+        """Until there may be frames to take."""
+        assert self.subscriber is not None
+        await self.subscriber.wait()
+
+    async def next_frames(self) -> list[frames.Frame]:
+        """The frames ready now, possibly none. Raises ``SlowConsumer`` if the buffer overflowed."""
+        sub = self.subscriber
+        if sub is None or sub.state is SubscriberState.CLOSED:
+            raise RuntimeError("Cannot read a subscription that is not started or is closed.")
+        if sub.state is SubscriberState.OVERFLOWED:
+            raise SlowConsumer(
+                "this subscriber fell too far behind; resume from last_event_id.",
+                last_event_id=self.last_event_id,
+            )
+        items, progress = sub.take()
+        out: list[frames.Frame] = []
+        for item in items:
+            if isinstance(item, EpochChanged):
+                if item.epoch != self.epoch:
+                    out.extend(await self._reset("epoch_changed", "the store was replaced."))
+            elif self.is_next(item):
+                self.sent(item)
+                out.append(item.frame)
+        if progress is not None and self.accept_progress(progress):
+            out.append(progress.frame)
+        for f in out:
+            if f.id is not None:
+                self.last_event_id = f.id
+        return out
+
+    def close(self) -> None:
+        if self.subscriber is not None:
+            self.source.hub.detach(self.subscriber)

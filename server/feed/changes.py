@@ -1,0 +1,164 @@
+"""The change feed: this process's one reader of the change topic.
+
+One task reads every shard stream and ``lv:progress`` and hands what it reads to the hub, so a
+gateway costs the store one reader however many clients it serves. Each read is a MULTI
+transaction of the store's epoch and a non-blocking XREAD: the epoch, the deltas and the
+progress it returns are one consistent cut of the store, in which a progress entry never
+precedes the deltas it covers. Between reads with nothing new, a blocking XREAD waits for the
+next entry; its result is only a wake-up, the next transactional read takes the entries.
+
+When the epoch changes (the store was wiped or replaced), the positions of the old store mean
+nothing: the feed reads every stream from its start again and tells the hub, whose subscribers
+of an older epoch reset. The feed holds no state another gateway process needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from redis.exceptions import RedisError
+
+from server.fanout.hub import Hub
+from server.fanout.items import Progress
+from server.feed.store import Client, Layout, decode_frontier
+from server.metrics import Metrics
+from server.wire import frames
+from streaming.core.changes import (
+    NO_POSITION,
+    PROGRESS_STREAM,
+    Delta,
+    changes_stream,
+    decode_delta,
+)
+from streaming.core.errors import StoreMismatch
+
+log = logging.getLogger("liveviews.gateway.feed")
+
+READ_COUNT = 1000
+RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0)
+
+
+async def back_off(failures: int, what: str, exc: BaseException) -> int:
+    """Wait before a store reader's next try; returns the new count of failures in a row."""
+    delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
+    log.warning("%s read failed (%s); retrying in %.1f s", what, exc, delay)
+    await asyncio.sleep(delay)
+    return failures + 1
+
+
+class ChangeFeed:
+    """Reads the change topic and feeds the hub; ``started`` is set once it has positions."""
+
+    def __init__(
+        self,
+        client: Client,
+        hub: Hub,
+        layout: Layout,
+        metrics: Metrics,
+        *,
+        block_ms: int = 1000,
+        count: int = READ_COUNT,
+    ) -> None:
+        self.client = client
+        self.hub = hub
+        self.layout = layout
+        self.metrics = metrics
+        self.block_ms = block_ms
+        self.count = count
+        self.shard_streams = [changes_stream(s) for s in range(layout.shards)]
+        self.positions: dict[str, str] = {}
+        self.epoch: str | None = None
+        self.started = asyncio.Event()
+        self.healthy = False
+
+    async def run(self) -> None:
+        """Read until cancelled; store failures are retried with backoff, never raised."""
+        failures = 0
+        while True:
+            try:
+                if self.epoch is None:
+                    await self._start()
+                while True:
+                    if not await self._read():
+                        await self._wait()
+                    failures = 0
+                    self.healthy = True
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError, StoreMismatch) as exc:
+                self.healthy = False
+                self.metrics.feed_errors += 1
+                failures = await back_off(failures, "change feed", exc)
+
+    async def _start(self) -> None:
+        """Begin at the streams' current heads: subscribers read a snapshot after this."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            self.layout.queue(pipe)
+            for stream in [*self.shard_streams, PROGRESS_STREAM]:
+                pipe.xrevrange(stream, count=1)
+            results = await pipe.execute()
+        epoch = self.layout.epoch(results)
+        heads = results[4:]
+        self.positions = {
+            stream: head[0][0].decode() if head else NO_POSITION
+            for stream, head in zip([*self.shard_streams, PROGRESS_STREAM], heads, strict=True)
+        }
+        self.epoch = epoch
+        self.healthy = True
+        self.started.set()
+        log.info("change feed started in store epoch %s", epoch)
+
+    async def _wait(self) -> None:
+        await self.client.xread(self.positions, count=1, block=self.block_ms)  # type: ignore[arg-type]
+
+    async def _read(self) -> bool:
+        """One transactional read; True if it found anything (so read again at once)."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            self.layout.queue(pipe)
+            pipe.xread(self.positions, count=self.count)  # type: ignore[arg-type]
+            results = await pipe.execute()
+        self.metrics.feed_reads += 1
+        epoch = self.layout.epoch(results)
+        if epoch != self.epoch:
+            log.warning("the store's epoch changed (%s -> %s): re-reading", self.epoch, epoch)
+            self.epoch = epoch
+            self.positions = dict.fromkeys(self.positions, NO_POSITION)
+            self.metrics.store_epoch_changes += 1
+            self.hub.epoch_changed(epoch)
+            return True
+        return self._dispatch(epoch, results[4] or [])
+
+    def _dispatch(self, epoch: str, streams: list[list[object]]) -> bool:
+        progress_entries: list[tuple[bytes, dict[bytes, bytes]]] = []
+        cut = False  # a shard with more entries than one read returns: hold progress back
+        newest_ms = 0
+        deltas: list[Delta] = []
+        for raw_name, entries in streams:
+            name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+            assert isinstance(entries, list)
+            if not entries:
+                continue
+            if name == PROGRESS_STREAM:
+                progress_entries = entries
+                continue
+            cut = cut or len(entries) >= self.count
+            shard = [decode_delta(i, f) for i, f in entries]
+            self.positions[name] = shard[-1].id
+            newest_ms = max(newest_ms, int(shard[-1].id.split("-")[0]))
+            deltas.extend(shard)
+        progress: list[Progress] = []
+        if progress_entries and not cut:
+            self.positions[PROGRESS_STREAM] = progress_entries[-1][0].decode()
+            newest: dict[bytes, tuple[bytes, dict[bytes, bytes]]] = {}
+            for entry_id, fields in progress_entries:
+                newest[fields[b"pipeline"]] = (entry_id, fields)  # each frontier's newest only
+            for frontier_name, (entry_id, fields) in newest.items():
+                frame = frames.progress(decode_frontier(fields[b"frontier"]))
+                progress.append(Progress(epoch, entry_id.decode(), frame, frontier_name.decode()))
+        if deltas or progress:
+            self.hub.publish(epoch, deltas, progress)
+        if newest_ms:
+            self.metrics.feed_lag_seconds = max(0.0, time.time() - newest_ms / 1000)
+        return bool(streams) and (any(e for _, e in streams))

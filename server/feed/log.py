@@ -1,0 +1,175 @@
+"""The log feed: this process's one reader of the event log, for ``GET /v1/log/live``.
+
+It shows events as they are appended, the raw input of the views, so a demo or an operator can
+watch the log. One task reads every ``lv:log:<p>`` stream with a blocking XREAD and hands each
+entry, encoded once as a ``log`` frame, to its listeners; it keeps the newest ``RECENT`` frames
+so a new listener sees the recent past at once. Like the hub it never waits for a listener: one
+whose buffer is full is marked overflowed and its stream ends with ``slow_consumer``.
+
+The task starts with the first listener, not with the process, so a gateway nobody watches the
+log of costs the store nothing more; it runs until the gateway stops. The feed is informative:
+it has no event ids and no resume, and a listener that reconnects gets the recent past again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from server.errors import Unavailable
+from server.feed.changes import back_off
+from server.feed.store import Client
+from server.wire import frames
+from server.wire.eventid import position_tuple
+from streaming.core.changes import NO_POSITION
+from streaming.core.events import decode_entry, log_stream
+
+log = logging.getLogger("liveviews.gateway.log")
+
+RECENT = 100
+READ_COUNT = 500
+START_TIMEOUT = 5.0
+
+
+Entry = tuple[str, bytes, dict[bytes, bytes]]
+
+
+class LogListener:
+    """One ``/v1/log/live`` stream's bounded buffer of frames and the event that wakes it."""
+
+    def __init__(self, capacity: int, recent: list[frames.Frame]) -> None:
+        self.capacity = capacity
+        self.recent = recent
+        self.buffer: deque[frames.Frame] = deque()
+        self.overflowed = False
+        self.wake = asyncio.Event()
+
+    def offer(self, frame: frames.Frame) -> bool:
+        if self.overflowed:
+            return False
+        if len(self.buffer) >= self.capacity:
+            self.overflowed = True
+            self.buffer.clear()
+            self.wake.set()
+            return False
+        self.buffer.append(frame)
+        self.wake.set()
+        return True
+
+    def take(self) -> list[frames.Frame]:
+        out = list(self.buffer)
+        self.buffer.clear()
+        self.wake.clear()
+        return out
+
+
+class LogFeed:
+    """Reads the log's partitions and fans each new entry out to the listeners."""
+
+    def __init__(
+        self, client: Client, partitions: int, *, buffer: int = 256, block_ms: int = 1000
+    ) -> None:
+        self.client = client
+        self.streams = [log_stream(p) for p in range(partitions)]
+        self.buffer = buffer
+        self.block_ms = block_ms
+        self.listeners: set[LogListener] = set()
+        self.recent: deque[frames.Frame] = deque(maxlen=RECENT)
+        self.positions: dict[str, str] = {}
+        self.started = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def attach(self) -> LogListener:
+        """A new listener, with the recent past; starts the reading task on first use."""
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name="liveviews-log-feed")
+        if not self.started.is_set():
+            try:
+                await asyncio.wait_for(asyncio.shield(self.started.wait()), START_TIMEOUT)
+            except TimeoutError:
+                raise Unavailable(
+                    "the gateway cannot read the log yet; is the store reachable? Try again.",
+                    code="store_unavailable",
+                ) from None
+        listener = LogListener(self.buffer, list(self.recent))
+        self.listeners.add(listener)
+        return listener
+
+    def detach(self, listener: LogListener) -> None:
+        self.listeners.discard(listener)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.client.aclose()
+
+    async def run(self) -> None:
+        """Read until cancelled; store failures are retried with backoff, never raised."""
+        failures = 0
+        while True:
+            try:
+                if not self.started.is_set():
+                    await self._start()
+                while True:
+                    await self._read()
+                    failures = 0
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                failures = await back_off(failures, "log feed", exc)
+
+    async def _start(self) -> None:
+        """Load the newest entries of every partition and begin after them."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            for stream in self.streams:
+                pipe.xrevrange(stream, count=RECENT)
+            results = await pipe.execute()
+        entries: list[Entry] = []
+        for stream, newest in zip(self.streams, results, strict=True):
+            self.positions[stream] = newest[0][0].decode() if newest else NO_POSITION
+            entries.extend((stream, i, f) for i, f in reversed(newest))
+        for frame in self._frames(entries)[-RECENT:]:
+            self.recent.append(frame)
+        self.started.set()
+
+    async def _read(self) -> None:
+        result: Any = await self.client.xread(
+            self.positions,  # type: ignore[arg-type]
+            count=READ_COUNT,
+            block=self.block_ms,
+        )
+        entries: list[Entry] = []
+        for raw_name, stream_entries in result or []:
+            name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+            if stream_entries:
+                self.positions[name] = stream_entries[-1][0].decode()
+                entries.extend((name, i, f) for i, f in stream_entries)
+        dropped: list[LogListener] = []
+        for frame in self._frames(entries):
+            self.recent.append(frame)
+            dropped.extend(x for x in self.listeners if not x.offer(frame))
+        for listener in dropped:
+            self.listeners.discard(listener)
+
+    def _frames(self, entries: list[Entry]) -> list[frames.Frame]:
+        """Frames of entries from several partitions, in the order they were appended."""
+        out = []
+        for stream, entry_id, fields in sorted(
+            entries, key=lambda e: (position_tuple(e[1].decode()), e[0])
+        ):
+            partition = int(stream.rsplit(":", 1)[1])
+            try:
+                event = decode_entry(partition, entry_id, fields)
+            except (KeyError, ValueError):
+                log.warning("skipping a malformed log entry %s in %s", entry_id, stream)
+                continue
+            out.append(frames.log_entry(event))
+        return out

@@ -1,0 +1,219 @@
+"""The gateway's reads and writes of the store, with redis.asyncio.
+
+Key names and entry formats come from ``streaming.core.changes``, ``streaming.core.events`` and
+``streaming.core.log``; this module only adds what the gateway reads together in one transaction:
+the store's epoch with a snapshot, and the stream's retention with a page of history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from server.wire.eventid import new_epoch, position_tuple
+from streaming.core.changes import (
+    FRONTIER_KEY,
+    NO_POSITION,
+    PROGRESS_STREAM,
+    Delta,
+    changes_stream,
+    decode_delta,
+    positions_key,
+    rows_key,
+    shard_for,
+    view_key,
+)
+from streaming.core.errors import StoreMismatch
+from streaming.core.events import Event, Offset
+from streaming.core.log import META_KEY, offsets_from, placements
+
+Client = aioredis.Redis
+MAX_STORE_CONNECTIONS = 64
+
+
+def connect(url: str, *, blocking: bool = False) -> Client:
+    """A client for requests, or (``blocking``) one whose reads may wait for new entries.
+
+    Requests share at most ``MAX_STORE_CONNECTIONS`` connections and wait for a free one, so
+    a burst of subscribers queues here instead of exhausting the store's clients.
+    """
+    if blocking:
+        return aioredis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=MAX_STORE_CONNECTIONS,
+        timeout=10,
+        socket_timeout=10,
+        socket_connect_timeout=5,
+    )
+    return aioredis.Redis.from_pool(pool)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the store must agree with: log partitions and change-topic shards."""
+
+    partitions: int
+    shards: int
+
+    def queue(self, pipe: Any) -> None:
+        """Add the four commands that record the epoch and layout on first use, then read them."""
+        pipe.hsetnx(META_KEY, "epoch", new_epoch())
+        pipe.hsetnx(META_KEY, "log_partitions", self.partitions)
+        pipe.hsetnx(META_KEY, "change_shards", self.shards)
+        pipe.hmget(META_KEY, ["epoch", "log_partitions", "change_shards"])
+
+    def epoch(self, results: Sequence[Any]) -> str:
+        """The epoch from the four results of ``queue``; refuses a store of another layout."""
+        epoch, partitions, shards = results[3]
+        have = (int(partitions), int(shards))
+        if have != (self.partitions, self.shards):
+            raise StoreMismatch(
+                f"the store was created with LV_LOG_PARTITIONS={have[0]} and "
+                f"LV_CHANGE_SHARDS={have[1]}; this gateway has {self.partitions} and "
+                f"{self.shards}. Set them to the store's values."
+            )
+        return str(epoch.decode())
+
+
+def decode_frontier(raw: bytes | None) -> dict[str, str]:
+    return dict(orjson.loads(raw)) if raw else {}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The rows of a (view, key) at a shard position, with the store's epoch and frontier.
+
+    ``progress`` is the ``lv:progress`` entry the frontier came from, so a later progress frame
+    is sent only if it is newer.
+    """
+
+    view: str
+    key: str
+    epoch: str
+    rows: dict[str, Any]
+    position: str
+    last_change: str | None
+    frontier: dict[str, str]
+    progress: str
+
+
+async def read_snapshot(
+    client: Client, layout: Layout, view: str, key: str, frontier_name: str
+) -> Snapshot:
+    shard = shard_for(view, key, layout.shards)
+    async with client.pipeline(transaction=True) as pipe:
+        layout.queue(pipe)
+        pipe.hgetall(rows_key(shard, view, key))
+        pipe.hget(positions_key(shard), view_key(view, key))
+        pipe.xrevrange(changes_stream(shard), count=1)
+        pipe.hget(FRONTIER_KEY, frontier_name)
+        pipe.xrevrange(PROGRESS_STREAM, count=1)
+        results = await pipe.execute()
+    rows, last, head, frontier, progress = results[4:]
+    return Snapshot(
+        view=view,
+        key=key,
+        epoch=layout.epoch(results),
+        rows={r.decode(): orjson.loads(v) for r, v in rows.items()},
+        position=head[0][0].decode() if head else NO_POSITION,
+        last_change=last.decode() if last else None,
+        frontier=decode_frontier(frontier),
+        progress=progress[0][0].decode() if progress else NO_POSITION,
+    )
+
+
+class HistoryGone(Exception):
+    """The deltas after a position are no longer all in the stream; the reason is a code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _info(results: Any) -> dict[str, Any] | None:
+    if isinstance(results, ResponseError):
+        return None  # no such stream: nothing was ever written to this shard, or it was wiped
+    return dict(results)
+
+
+def check_retained(info: dict[str, Any] | None, after: str) -> None:
+    """Raise ``HistoryGone`` unless every entry after ``after`` is still in the stream.
+
+    ``max-deleted-entry-id`` covers XDEL only: trimming (MAXLEN) moves the first entry instead,
+    so an entry after ``after`` may be gone if the stream ever lost entries and now starts
+    after ``after``.
+    """
+    p = position_tuple(after)
+    if info is None:
+        if p != (0, 0):
+            raise HistoryGone("history_lost", "the change topic holds nothing for this position.")
+        return
+    last = position_tuple(info["last-generated-id"].decode())
+    if p > last:
+        raise HistoryGone("unknown_position", "this position is newer than any the store made.")
+    if position_tuple(info["max-deleted-entry-id"].decode()) > p:
+        raise HistoryGone("history_trimmed", "deltas after this position were deleted.")
+    removed = int(info["entries-added"]) > int(info["length"])
+    first = position_tuple(info["recorded-first-entry-id"].decode())
+    if removed and p != last and (int(info["length"]) == 0 or first > p):
+        raise HistoryGone("history_trimmed", "deltas after this position were trimmed.")
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    epoch: str
+    deltas: list[Delta]
+    read_to: str
+    complete: bool
+    progress: str
+
+
+async def read_history(
+    client: Client, layout: Layout, view: str, key: str, epoch: str, after: str, count: int = 1000
+) -> HistoryPage:
+    """One page of the deltas of (view, key) after ``after`` in ``epoch``, checked gap-free."""
+    shard = shard_for(view, key, layout.shards)
+    stream = changes_stream(shard)
+    start = "-" if after == NO_POSITION else f"({after}"
+    async with client.pipeline(transaction=True) as pipe:
+        layout.queue(pipe)
+        pipe.xinfo_stream(stream)
+        pipe.xrange(stream, start, "+", count)
+        pipe.xrevrange(PROGRESS_STREAM, count=1)
+        results = await pipe.execute(raise_on_error=False)
+    for r in results[:4] + results[5:]:
+        if isinstance(r, Exception):
+            raise r
+    if layout.epoch(results) != epoch:
+        raise HistoryGone("epoch_changed", "the store was replaced since this id was sent.")
+    check_retained(_info(results[4]), after)
+    entries, progress = results[5], results[6]
+    wanted = (view.encode(), key.encode())
+    deltas = [decode_delta(i, f) for i, f in entries if (f[b"view"], f[b"key"]) == wanted]
+    read_to = entries[-1][0].decode() if entries else after
+    return HistoryPage(
+        epoch,
+        deltas,
+        read_to,
+        complete=len(entries) < count,
+        progress=progress[0][0].decode() if progress else NO_POSITION,
+    )
+
+
+async def append(client: Client, events: Sequence[Event], partitions: int) -> list[Offset]:
+    """Append a validated batch in one MULTI/EXEC: every event or none."""
+    if not events:
+        return []
+    placed = placements(events, partitions)
+    async with client.pipeline(transaction=True) as pipe:
+        for stream, fields in placed:
+            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+        ids = await pipe.execute()
+    return offsets_from([s for s, _ in placed], ids)

@@ -1,0 +1,310 @@
+"""One subscription's sender: the delivery rules both transports share.
+
+Once a subscription is up to date the hub hands its items straight to its sender
+(``Subscriber.sink``), which writes them to the client at once; there is no task per
+subscription while it waits. A sender keeps the protocol's rules here, once:
+
+- ordering: a delta is written only if it is next (``Cursor.is_next``); a frontier only if it
+  moves the subscription's, and riding in the same write as the last delta it covers;
+- slow consumers: frames written while the client has not taken earlier ones count against the
+  subscriber buffer (``LV_SUBSCRIBER_BUFFER``); past it the subscription ends with
+  ``slow_consumer`` and the last event id it was sent;
+- wake-ups: what needs the store (the first frames of a WebSocket subscription, a reset after
+  the store was replaced, the deltas buffered while it read) or ends the subscription wakes it,
+  and one task runs until it is up to date again (``run``) or has ended;
+- ending: overflow, an expired token, a closed connection or the server's shutdown end it, each
+  the same way on every transport.
+
+A transport (``server.live.sse``, ``server.live.ws``) supplies only how frames are framed and
+written (the ``_send_*`` methods), how it ends (``_close``), and what its connection's state is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from server.errors import GatewayError, SlowConsumer
+from server.fanout.items import EpochChanged, FeedDelta, FeedRun, Item, Progress
+from server.fanout.subscriber import SubscriberState
+from server.fanout.subscription import Subscription
+from server.live.ticker import Ticker
+from server.metrics import Metrics
+from server.wire import frames
+
+log = logging.getLogger("liveviews.gateway.live")
+
+SLOW_CONSUMER = "this subscriber fell too far behind; resume from last_event_id."
+TOKEN_EXPIRED = "the token expired; resume with a new one."
+STORE_UNREADABLE = "the store could not be read; resume shortly."
+
+
+class Sender:
+    """The hub's sink for one subscription (``server.fanout.subscriber.Sink``) and its task."""
+
+    __slots__ = ("sub", "ticker", "metrics", "expires_at", "pending", "last_write", "ended",
+                 "_running", "_task")  # fmt: skip
+
+    joins_cohorts = False
+    """May it join its key's cohort once up to date (``server.fanout.cohort``)?"""
+    exit_frame: bytes | None = None
+    """What ``_close`` writes when the server shuts down (None: nothing)."""
+
+    def __init__(self, sub: Subscription, ticker: Ticker, metrics: Metrics,
+                 expires_at: float = float("inf")) -> None:  # fmt: skip
+        self.sub = sub
+        self.ticker = ticker
+        self.metrics = metrics
+        self.expires_at = expires_at
+        self.pending = 0  # frames written since the client was last seen to have taken all
+        self.last_write = ticker.now
+        self.ended = False
+        self._running = False
+        self._task: asyncio.Task[None] | None = None
+
+    # What a transport supplies.
+
+    def _closing(self) -> bool:
+        """Is the connection closed or closing: nothing more can be written?"""
+        raise NotImplementedError
+
+    def _unsent(self) -> bool:
+        """Does the connection hold written bytes the client has not taken yet?"""
+        raise NotImplementedError
+
+    def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool) -> bool:
+        """Write ``source``'s deltas (and the frontier riding on the last, if
+        ``with_progress``) in one write; False if the client does not keep up."""
+        raise NotImplementedError
+
+    def _send_progress(self, progress: Progress) -> bool:
+        raise NotImplementedError
+
+    def _send_frame(self, frame: frames.Frame, first: bool) -> bool:
+        """Write one frame read from the store; a subscription's ``first`` frames (its snapshot,
+        or the deltas it missed, however many) are all written, whatever the buffer."""
+        raise NotImplementedError
+
+    def _end_frame(self, code: str, message: str, **fields: Any) -> bytes:
+        """The transport's last message of a subscription that ends with ``code``; ``fields``
+        such as ``last_event_id`` go with it."""
+        raise NotImplementedError
+
+    def _close(self, last: bytes | None) -> None:
+        """The subscription has ended: write ``last`` unless None, then let go of it."""
+        raise NotImplementedError
+
+    def _up_to_date(self) -> None:
+        """The task has sent everything and left the subscription to the hub."""
+
+    def _failed(self, exc: Exception) -> None:
+        """The task failed: a protocol error ends the subscription with its code, the store's
+        failure with ``store_unavailable``; anything else closes it, logged."""
+        sub = self.sub
+        if isinstance(exc, GatewayError):
+            self.finish(self._end_frame(exc.code, exc.message, **exc.extra))
+        elif isinstance(exc, RedisError):
+            log.warning("subscription to %s/%s failed to read the store", sub.view, sub.key,
+                        exc_info=exc)  # fmt: skip
+            self.finish(self._end_frame(
+                "store_unavailable", STORE_UNREADABLE, last_event_id=sub.last_event_id
+            ))  # fmt: skip
+        else:
+            log.error("subscription to %s/%s failed", sub.view, sub.key, exc_info=exc)
+            self.finish()
+
+    # The slow-consumer rule.
+
+    def _keeps_up(self, count: int) -> bool:
+        """Count ``count`` frames about to be written; False if the subscription would then be
+        too far behind the client: more unsent than its subscriber buffer holds."""
+        if self._unsent():
+            self.pending += count
+            subscriber = self.sub.subscriber
+            if subscriber is not None and self.pending > subscriber.capacity:
+                return False
+        else:
+            self.pending = count
+        return True
+
+    # The hub's sink.
+
+    def deliver(self, item: Item) -> bool:
+        sub = self.sub
+        if isinstance(item, EpochChanged):
+            subscriber = sub.subscriber
+            assert subscriber is not None
+            subscriber.hand_back(item)  # a reset reads the store
+            return True
+        if not sub.is_next(item):
+            return True
+        progress = item.progress
+        with_progress = progress is not None and sub.accept_progress(progress)
+        if not self._send_deltas(item, with_progress):
+            return False
+        sub.sent(item)
+        metrics = self.metrics
+        metrics.frames_out += 2 if with_progress else 1
+        metrics.deltas_out += 1
+        return True
+
+    def deliver_run(self, run: FeedRun) -> bool:
+        sub = self.sub
+        if not sub.is_next(run.items[0]):
+            return all(self.deliver(item) for item in run.items)
+        last = run.items[-1]
+        progress = last.progress
+        with_progress = progress is not None and sub.accept_progress(progress)
+        if not self._send_deltas(run, with_progress):
+            return False
+        sub.sent(last)
+        n = len(run.items)
+        metrics = self.metrics
+        metrics.frames_out += n + 1 if with_progress else n
+        metrics.deltas_out += n
+        return True
+
+    def deliver_progress(self, progress: Progress) -> None:
+        if self.sub.accept_progress(progress):
+            if self._send_progress(progress):
+                self.metrics.frames_out += 1
+            else:
+                subscriber = self.sub.subscriber
+                assert subscriber is not None
+                subscriber.overflow()
+
+    def write_frames(
+        self, out: list[frames.Frame], last_event_id: str | None, first: bool = False
+    ) -> bool:
+        """Write ``out``; if the client cannot take them all, the subscription's last event id
+        is that of the last frame written (``last_event_id`` if none was)."""
+        metrics = self.metrics
+        for f in out:
+            if not self._send_frame(f, first):
+                self.sub.last_event_id = last_event_id
+                return False
+            if f.id is not None:
+                last_event_id = f.id
+            metrics.frames_out += 1
+            if f.event == frames.DELTA:
+                metrics.deltas_out += 1
+        return True
+
+    # Its task.
+
+    def woken(self) -> None:
+        """The subscriber was woken (``Subscriber.on_wake``): run the sender, unless it runs or
+        is about to (a task made for an earlier wake that has not started yet)."""
+        if (not self._running and not self.ended
+                and (self._task is None or self._task.done())):  # fmt: skip
+            self._task = asyncio.get_running_loop().create_task(self.run())
+            self._task.add_done_callback(log_failure)
+
+    async def run(self) -> None:
+        """Send what the subscription has to send, then leave it to the hub; or end it."""
+        self._running = True
+        sub = self.sub
+        up_to_date = False
+        try:
+            if sub.subscriber is None:  # started here: its first frames are read now
+                out = await sub.start()
+                assert sub.subscriber is not None
+                sub.subscriber.on_wake = self.woken
+                self.write_frames(out, sub.last_event_id, first=True)
+                out.clear()  # a snapshot can be large, and the subscription lives on
+            subscriber = sub.subscriber
+            assert subscriber is not None
+            while not self.ended:
+                subscriber.clear()
+                if self._must_end():
+                    return
+                await self._catch_up()
+                if self._must_end():
+                    return
+                if not subscriber.woken:
+                    up_to_date = True
+                    return  # the hub writes to the sender; the next wake runs this again
+        except Exception as exc:
+            self._failed(exc)
+        except BaseException:
+            self.finish()
+            raise
+        finally:
+            self._running = False
+            if self._task is asyncio.current_task():
+                self._task = None
+            if up_to_date and not self.ended:
+                self._up_to_date()
+
+    async def _catch_up(self) -> None:
+        """Send what the subscriber buffered, then let the hub write to the sender directly."""
+        sub = self.sub
+        subscriber = sub.subscriber
+        assert subscriber is not None
+        while not self.ended:
+            if (subscriber.state is not SubscriberState.ATTACHED or self._closing()
+                    or self.ticker.exiting):  # fmt: skip
+                return
+            if subscriber.sink is self:
+                return
+            if not subscriber.buffer and subscriber.progress is None:
+                subscriber.sink = self  # nothing awaited since the check: no item slips past
+                return
+            before = sub.last_event_id
+            try:
+                out = await sub.next_frames()
+            except SlowConsumer:
+                return
+            if not self.write_frames(out, before):
+                subscriber.overflow()
+
+    def _must_end(self) -> bool:
+        """End the subscription if it must end now; True if it has."""
+        sub = self.sub
+        subscriber = sub.subscriber
+        assert subscriber is not None
+        if subscriber.state is SubscriberState.OVERFLOWED:
+            sub.source.hub.drop(subscriber)
+            self.finish(
+                self._end_frame("slow_consumer", SLOW_CONSUMER, last_event_id=sub.last_event_id)
+            )
+        elif time.time() >= self.expires_at:
+            self.finish(
+                self._end_frame("token_expired", TOKEN_EXPIRED, last_event_id=sub.last_event_id)
+            )
+        elif subscriber.state is SubscriberState.CLOSED or self._closing():
+            self.finish()
+        elif self.ticker.exiting:
+            self.finish(self.exit_frame)  # the client resumes with its last event id
+        else:
+            return False
+        return True
+
+    def finish(self, last: bytes | None = None) -> None:
+        """End the subscription: ``last`` is its last message, unless None."""
+        if self.ended:
+            return
+        self.ended = True
+        subscriber = self.sub.subscriber
+        if subscriber is not None:
+            if subscriber.hub is not None:
+                subscriber.hub.unsettle(subscriber)
+            subscriber.sink = None
+            subscriber.on_wake = None
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        self._close(last)
+
+
+def log_failure(task: asyncio.Task[Any]) -> None:
+    """A done callback that logs what a task that nobody awaits failed on."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("task %s failed", task.get_name(), exc_info=exc)

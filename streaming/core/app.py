@@ -1,0 +1,221 @@
+"""The public declaration API: an application names its event types, views and pipelines.
+
+Nothing here imports Spark, so the gateway can load an application to validate writes and
+check read rules without starting a JVM.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streaming.core.errors import ConfigurationError, InvalidEvent
+from streaming.core.events import Event, parse_event_time
+from streaming.core.schema import Schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
+INTERVAL_RE = re.compile(r"[0-9]+ (millisecond|second|minute)s?")
+
+ReadRule = Callable[[str, str], bool]
+"""``rule(subject, key)``: may the signed-in ``subject`` read the view's ``key``?"""
+
+
+def anyone_signed_in(subject: str, key: str) -> bool:
+    return True
+
+
+def only_owner(subject: str, key: str) -> bool:
+    return subject == key
+
+
+@dataclass(frozen=True)
+class EventType:
+    """A kind of fact the log accepts, its payload schema, and which entity it is about."""
+
+    name: str
+    schema: Schema
+    partition_key: Callable[[dict[str, Any]], str]
+    description: str = ""
+    author: Callable[[dict[str, Any]], str] | None = None
+    """Who the event claims to be written by; the gateway lets a subject publish only as itself."""
+
+
+@dataclass(frozen=True)
+class View:
+    """A named, keyed table. Each key holds rows (row id -> JSON value).
+
+    With ``limit``, a key serves only its ``limit`` rows of highest score (ties: highest row id);
+    the others are kept as candidates, so a row that leaves the top brings the next one back.
+    """
+
+    name: str
+    description: str = ""
+    limit: int | None = None
+    readable: ReadRule = anyone_signed_in
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pure function from the event DataFrame to the changes of some views.
+
+    The function receives a (streaming or static) DataFrame with ``EVENT_COLUMNS`` and returns
+    one with ``CHANGE_COLUMNS`` from ``streaming.job.views``; it must not read or write anything.
+    """
+
+    name: str
+    build: Callable[[DataFrame], DataFrame]
+    views: tuple[str, ...]
+    partitions: int | None = None
+    """State partitions of the pipeline's query (``LV_SHUFFLE_PARTITIONS`` when None). Each is a
+    stateful task per micro-batch; a pipeline whose state has one key (a global aggregate) runs
+    best on one. A query keeps the count its checkpoint was created with."""
+    trigger_interval: str | None = None
+    """Time between the starts of the pipeline's micro-batches, such as ``"2 seconds"``
+    (``LV_TRIGGER_INTERVAL`` when None). Every micro-batch costs CPU whatever it holds: a view
+    that can lag by seconds leaves the cores to pipelines whose views should not."""
+
+
+@dataclass
+class App:
+    """An application: the event types it accepts and the views derived from them."""
+
+    name: str
+    event_types: dict[str, EventType] = field(default_factory=dict)
+    views: dict[str, View] = field(default_factory=dict)
+    pipelines: dict[str, Pipeline] = field(default_factory=dict)
+    samples: Callable[[int], list[Any]] | None = None
+    """Raw events (at a time in ms) that take every view's code path once: the pipeline's
+    start-up tuning replays them to warm up its JVM class archive (``streaming.tuning``)."""
+
+    def event_type(
+        self,
+        name: str,
+        schema: Schema,
+        partition_key: Callable[[dict[str, Any]], str],
+        *,
+        description: str = "",
+        author: Callable[[dict[str, Any]], str] | None = None,
+    ) -> EventType:
+        _check_name("event type", name, self.event_types)
+        et = EventType(name, schema, partition_key, description, author)
+        self.event_types[name] = et
+        return et
+
+    def view(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        limit: int | None = None,
+        readable: ReadRule = anyone_signed_in,
+    ) -> View:
+        _check_name("view", name, self.views)
+        if limit is not None and limit < 1:
+            raise ConfigurationError(f"view {name!r}: limit must be at least 1.")
+        v = View(name, description, limit, readable)
+        self.views[name] = v
+        return v
+
+    def pipeline(
+        self,
+        name: str,
+        views: Iterable[str],
+        *,
+        partitions: int | None = None,
+        trigger_interval: str | None = None,
+    ) -> Callable[[Callable[[DataFrame], DataFrame]], Callable[[DataFrame], DataFrame]]:
+        """Decorator: ``@app.pipeline("entities", views=["profiles", ...])``; ``partitions``:
+        its state partitions, when not ``LV_SHUFFLE_PARTITIONS``; ``trigger_interval``: the
+        time between its micro-batches, when not ``LV_TRIGGER_INTERVAL`` (see ``Pipeline``)."""
+        names = tuple(views)
+        if partitions is not None and partitions < 1:
+            raise ConfigurationError(
+                f"pipeline {name!r} needs at least one partition, not {partitions}."
+            )
+        if trigger_interval is not None and INTERVAL_RE.fullmatch(trigger_interval) is None:
+            raise ConfigurationError(
+                f"pipeline {name!r}: trigger_interval {trigger_interval!r} is not an interval;"
+                " write a number and a unit, such as '2 seconds' or '500 milliseconds'."
+            )
+
+        def register(fn: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame], DataFrame]:
+            _check_name("pipeline", name, self.pipelines)
+            for v in names:
+                if v not in self.views:
+                    raise ConfigurationError(f"pipeline {name!r} names undeclared view {v!r}.")
+                owner = self.owner_of(v)
+                if owner is not None:
+                    raise ConfigurationError(f"view {v!r} is already written by {owner!r}.")
+            self.pipelines[name] = Pipeline(name, fn, names, partitions, trigger_interval)
+            return fn
+
+        return register
+
+    def owner_of(self, view: str) -> str | None:
+        for p in self.pipelines.values():
+            if view in p.views:
+                return p.name
+        return None
+
+    def validate(self, raw: Any) -> Event:
+        """Check one event as a client sends it: ``{"type", "payload", "time"?}``."""
+        if not isinstance(raw, dict):
+            raise InvalidEvent("an event must be a JSON object.", code="wrong_type")
+        unknown = sorted(set(raw) - {"type", "payload", "time"})
+        if unknown:
+            raise InvalidEvent(
+                f"field {unknown[0]!r} is not part of an event; use type, payload and time.",
+                code="unexpected_field",
+                field=unknown[0],
+            )
+        type_name = raw.get("type")
+        et = self.event_types.get(type_name) if isinstance(type_name, str) else None
+        if et is None:
+            raise InvalidEvent(
+                f"unknown event type {type_name!r}; known types: "
+                f"{', '.join(sorted(self.event_types))}.",
+                code="unknown_event_type",
+                field="type",
+            )
+        payload = et.schema.validate(raw.get("payload"))
+        return Event(et.name, et.partition_key(payload), payload, parse_event_time(raw.get("time")))
+
+    def validate_batch(self, raws: Iterable[Any]) -> list[Event]:
+        out = []
+        for i, raw in enumerate(raws):
+            try:
+                out.append(self.validate(raw))
+            except InvalidEvent as exc:
+                raise exc.at(i) from None
+        return out
+
+
+def _check_name(kind: str, name: str, existing: Mapping[str, object]) -> None:
+    if NAME_RE.fullmatch(name) is None:
+        raise ConfigurationError(
+            f"{kind} name {name!r} must be lowercase letters, digits and '_', "
+            "starting with a letter."
+        )
+    if name in existing:
+        raise ConfigurationError(f"{kind} {name!r} is declared twice.")
+
+
+def load_app(spec: str) -> App:
+    """Import ``"package.module:attribute"``, as ``LV_APP`` names it."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        app = getattr(module, attr or "app")
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"LV_APP={spec!r} does not name an application ('module:attribute'): {exc}"
+        ) from exc
+    if not isinstance(app, App):
+        raise ConfigurationError(f"LV_APP={spec!r} is a {type(app).__name__}, not an App.")
+    return app

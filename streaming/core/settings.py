@@ -1,0 +1,124 @@
+"""Settings of the pipeline process, read once from the environment.
+
+Every value has a default that runs the whole system on one machine: an embedded
+Redis-compatible store in ``./data``, Spark in local mode, and the Chirp demo application.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streaming.core.errors import ConfigurationError
+
+DEFAULT_EMBEDDED_PORT = 6390
+
+
+def env_int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+    """A whole-number setting, with a message naming the variable when it is not one."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a whole number, not {raw!r}.") from None
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be at least {minimum}, not {value}.")
+    return value
+
+
+def env_bool(env: dict[str, str], name: str, default: bool) -> bool:
+    """An on/off setting (also true/false, yes/no, 1/0), with a message naming the variable
+    when it is none of them."""
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be on or off (true or false), not {raw!r}.")
+
+
+def spark_setting_name(name: str) -> str:
+    """The Spark setting an ``LV_SPARK_CONF_<NAME>`` variable sets: ``__`` stands for ``.``.
+
+    A name in capitals is lowercased (``SPARK__EXECUTOR__MEMORY``: ``spark.executor.memory``);
+    any other name keeps its case, for Spark's camel-case settings
+    (``spark__eventLog__enabled``: ``spark.eventLog.enabled``).
+    """
+    dotted = name.replace("__", ".")
+    return dotted.lower() if dotted == dotted.upper() else dotted
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the log and change topic live, and how the Spark job runs."""
+
+    redis_url: str | None
+    data_dir: Path
+    embedded_port: int
+    log_partitions: int
+    change_shards: int
+    change_retention: int
+    app: str
+    spark_master: str
+    checkpoint_dir: Path
+    trigger_interval: str
+    shuffle_partitions: int
+    max_events_per_batch: int
+    wait_for_store: int
+    read_tasks: int
+    driver_memory: str
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    class_archive: str = ""
+    """The JVM class archive: "" for the default file, "off", or a path
+    (streaming.tuning.classarchive)."""
+    dump_class_archive: Path | None = None
+    """Write the class archive here when the JVM exits (set by its builder only)."""
+    python_launcher: bool = True
+    """Spark's Python processes import the installed PySpark (streaming.tuning.pythonlauncher)."""
+
+    @property
+    def store_url(self) -> str:
+        """The configured server, or the embedded one's address when none is configured."""
+        return self.redis_url or f"redis://127.0.0.1:{self.embedded_port}/0"
+
+    @property
+    def embedded(self) -> bool:
+        return self.redis_url is None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        data_dir = Path(env.get("LV_DATA_DIR") or "data").resolve()
+        spark_conf = {
+            spark_setting_name(k[len("LV_SPARK_CONF_") :]): v
+            for k, v in env.items()
+            if k.startswith("LV_SPARK_CONF_")
+        }
+        return cls(
+            redis_url=env.get("REDIS_URL") or None,
+            data_dir=data_dir,
+            embedded_port=env_int(env, "LV_EMBEDDED_PORT", DEFAULT_EMBEDDED_PORT),
+            log_partitions=env_int(env, "LV_LOG_PARTITIONS", 4),
+            change_shards=env_int(env, "LV_CHANGE_SHARDS", 16),
+            change_retention=env_int(env, "LV_CHANGE_RETENTION", 10_000, minimum=10),
+            app=env.get("LV_APP") or "demo.chirp:app",
+            spark_master=env.get("SPARK_MASTER") or "local[2]",
+            checkpoint_dir=Path(env.get("LV_CHECKPOINT_DIR") or data_dir / "checkpoints"),
+            trigger_interval=env.get("LV_TRIGGER_INTERVAL") or "0 seconds",
+            shuffle_partitions=env_int(env, "LV_SHUFFLE_PARTITIONS", 2),
+            max_events_per_batch=env_int(env, "LV_MAX_EVENTS_PER_BATCH", 100_000),
+            wait_for_store=env_int(env, "LV_WAIT_FOR_STORE", 0, minimum=0),
+            read_tasks=env_int(env, "LV_READ_TASKS", 0, minimum=0),
+            driver_memory=env.get("LV_DRIVER_MEMORY") or "4g",
+            spark_conf=spark_conf,
+            class_archive=env.get("LV_CLASS_ARCHIVE") or "",
+            dump_class_archive=Path(env["LV_CLASS_ARCHIVE_DUMP"])
+            if env.get("LV_CLASS_ARCHIVE_DUMP")
+            else None,
+            python_launcher=env_bool(env, "LV_PYTHON_LAUNCHER", True),
+        )

@@ -1,0 +1,130 @@
+"""The job's SparkSession: Spark's settings for the pipeline, and its optional local tuning.
+
+Which settings and why each, in a sentence or two beside it; the start-up tuning that only
+local mode uses (``streaming.tuning``) is switched on here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from streaming.core.settings import Settings
+from streaming.job.source import LogDataSource
+from streaming.tuning import classarchive, localdir, localfs, pythonlauncher, rocksdblib
+
+QUERY_NAME = "liveviews"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+CLASS_PATH = "spark.driver.extraClassPath"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
+WHOLE_STAGE_CODEGEN = "spark.sql.codegen.wholeStage"
+PYTHON_DAEMON = "spark.python.daemon.module"
+FILE_SYSTEM_CHECKPOINTS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+
+
+DRIVER_JIT_OPTIONS = [
+    "-XX:Tier4InvocationThreshold=20000",
+    "-XX:Tier4MinInvocationThreshold=5000",
+    "-XX:Tier4CompileThreshold=25000",
+    "-XX:Tier4BackEdgeThreshold=100000",
+]
+"""The JIT's optimizing compiler (C2) waits for four times the calls and loops it waits for by
+default. At start the driver runs a burst of code once per query (analysis, planning, the
+first batch), and on two cores C2 compiling that code took CPU from the start itself; what
+stays hot is still compiled. Measured on the reference machine: the first batch done ~1-2 s
+sooner, steady-state batches no slower (docs/PERFORMANCE.md). Compiling with C1 only started
+sooner still, but left every later batch ~25% slower."""
+
+
+def spark_conf(settings: Settings) -> dict[str, str]:
+    conf = {
+        SHUFFLE_PARTITIONS: str(settings.shuffle_partitions),
+        "spark.driver.memory": settings.driver_memory,
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Checkpoint files (offset and commit logs, state changelogs) are written through
+        # Hadoop's FileSystem API rather than its FileContext API. On a local disk without
+        # Hadoop's native library, a FileContext rename starts two `readlink` processes from
+        # the JVM (it checks both paths for symbolic links): ~14 per micro-batch, and ~40-60 ms
+        # of each of the two log writes. Each file is still written whole
+        # to a temporary file and renamed into place (docs/PERFORMANCE.md).
+        CHECKPOINT_FILE_MANAGER: FILE_SYSTEM_CHECKPOINTS,
+        # The JVM talks to its Python processes over Unix domain sockets, not TCP on the
+        # loopback: a stateful operator's Python worker makes ~3 round trips to the JVM's state
+        # server per key, and each costs less (micro-batches ~12-17% shorter at 100 events/s in
+        # one comparison, within the machine's drift in another: docs/PERFORMANCE.md). Every
+        # such process runs on the same machine as its JVM.
+        UNIX_SOCKETS: "true",
+        # Operators run as Spark's interpreted iterators, not as Java source that Janino
+        # compiles per stage: the pipeline's work is in its Python operators and the sink, and
+        # in a cold JVM compiling each stage of the first micro-batches cost ~1.8 s of every
+        # start (cold start 17.3 s against 19.1 s, three alternating pairs); a 200k-event
+        # drain and the batches at 100 events/s were no slower (docs/PERFORMANCE.md).
+        WHOLE_STAGE_CODEGEN: "false",
+        # Python workers forked by a daemon that keeps what each worker imported out of the
+        # full collection PySpark runs between two tasks (streaming/tuning/pydaemon.py): ~0.4 of a
+        # core for the views' workers at 100 events/s, ~0.17 with it.
+        PYTHON_DAEMON: "streaming.tuning.pydaemon",
+        # The events the driver reads for a batch wait in Spark's block manager, serialized,
+        # until the batch's tasks take them. Java serialization of each row was ~30% of the
+        # driver JVM's samples in a drain; with Kryo the JVM used 8-28% less CPU in three
+        # alternating pairs of 200k-event drains (docs/PERFORMANCE.md).
+        "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+        # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not
+        # hold back the small batches of another.
+        "spark.scheduler.mode": "FAIR",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        # The class archive and the JIT thresholds are for the driver JVM only: executors on a
+        # cluster start their own JVMs, and local mode runs its tasks in the driver's.
+        JAVA_OPTIONS: " ".join(
+            ["-Duser.timezone=UTC", *DRIVER_JIT_OPTIONS, *classarchive.java_options(settings)]
+        ),
+    }
+    # Checkpoint files on a local disk without a chmod process per file
+    # (streaming/tuning/localfs.py).
+    conf.update(localfs.spark_conf(settings.spark_master, localfs.jar_path()))
+    # RocksDB's library loaded from one extracted copy, not copied to /tmp at every start
+    # (streaming/tuning/rocksdblib.py).
+    conf.update(rocksdblib.spark_conf(settings.spark_master, rocksdblib.library_dir()))
+    own = dict(settings.spark_conf)
+    # The user's JVM options come after ours, so that each of them wins (the JVM keeps the
+    # last of a repeated option) without turning off the class archive and the rest; the
+    # user's class path and library path are added to ours, which the local file system's
+    # class and RocksDB's library need.
+    java_options = own.pop(JAVA_OPTIONS, None)
+    paths = {name: own.pop(name, None) for name in (CLASS_PATH, rocksdblib.LIBRARY_PATH)}
+    conf.update(own)
+    if java_options:
+        conf[JAVA_OPTIONS] = f"{conf[JAVA_OPTIONS]} {java_options}"
+    for name, path in paths.items():
+        if path:
+            conf[name] = os.pathsep.join(filter(None, [conf.get(name), path]))
+    return conf
+
+
+def build_session(settings: Settings) -> SparkSession:
+    """A SparkSession on ``SPARK_MASTER``, with the log source registered."""
+    pythonlauncher.configure(settings.spark_master, settings.python_launcher)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    localfs.ensure_jar()
+    rocksdblib.ensure_library()
+    builder = SparkSession.builder.master(settings.spark_master).appName(QUERY_NAME)
+    conf = spark_conf(settings)
+    # Scratch files under the data directory, per process; a killed one's removed at start.
+    conf.update(localdir.spark_conf(settings.spark_master, settings.data_dir, settings.spark_conf))
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(LogDataSource)
+    return spark

@@ -1,0 +1,154 @@
+"""The one sink of every view: each micro-batch's row changes become state and deltas.
+
+``ChangeTopicSink`` is the ``foreachBatch`` function of the pipeline query; it runs on the
+driver. Lua calls (``sink.lua``) apply the batch's row changes shard by shard, each call
+atomically for every (view, key) it holds: new rows, one delta per changed key, its position.
+A large batch takes several bounded calls, so the store keeps serving readers in between; the
+last call of a shard records the batch id, and the frontier (``frontier.lua``) advances only
+after every shard has the batch, so a reader that sees the frontier sees all its changes.
+A batch replayed after a crash changes nothing it had already changed: its shards find the
+batch id recorded, or re-apply values already stored, which appends no delta.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Any
+
+import redis
+from pyspark.sql import DataFrame
+
+from streaming.core.app import App
+from streaming.core.changes import (
+    FRONTIER_BATCHES_KEY,
+    FRONTIER_KEY,
+    PROGRESS_STREAM,
+    VIEWS_FRONTIER,
+    batches_key,
+    candidates_key,
+    changes_stream,
+    positions_key,
+    rank_key,
+    rows_key,
+    shard_for,
+)
+from streaming.core.errors import ConfigurationError
+
+log = logging.getLogger("liveviews.sink")
+
+CALL_OPS = 5000
+"""Row changes per Lua call, about 50-100 ms of store time; a key's changes are never split."""
+
+Group = tuple[str, str]  # (view, key)
+EndOffsets = Callable[[int], dict[int, str]]  # batch id -> entry id read to, per log partition
+Op = tuple[str, str, str, float]  # (kind, row, value, score)
+
+
+def _script(name: str) -> str:
+    return resources.files("streaming.job").joinpath(name).read_text()
+
+
+class ChangeTopicSink:
+    """``foreachBatch(sink)``: idempotent by (pipeline name, batch id)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        app: App,
+        name: str,
+        shards: int,
+        retention: int,
+        pipelines: Sequence[str] = (),
+        ends: EndOffsets | None = None,
+    ) -> None:
+        self.client = client
+        # How far each batch read the log (``streaming.job.offsetlog.BatchEnds`` in the job).
+        self.ends = ends
+        self.name = name
+        # The views' frontier is the oldest of these pipelines' frontiers (just ours by default).
+        self.pipelines = list(pipelines) or [name]
+        self.shards = shards
+        self.retention = retention
+        self.limits = {v.name: v.limit or 0 for v in app.views.values()}
+        self.apply_shard = client.register_script(_script("sink.lua"))
+        self.advance = client.register_script(_script("frontier.lua"))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.ends is None:
+            raise ConfigurationError("a sink used by a query needs to know where batches end.")
+        t0 = time.perf_counter()
+        rows = batch.toArrow().to_pylist()  # far smaller in the JVM than collect()'s rows
+        t1 = time.perf_counter()
+        self.write(rows, batch_id, self.ends(batch_id))
+        log.debug(
+            "batch %d: %d rows, spark %.0f ms, store %.0f ms",
+            batch_id, len(rows), (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000,
+        )  # fmt: skip
+
+    def write(self, rows: list[Any], batch_id: int, read_to: dict[int, str] | None = None) -> None:
+        """Applies a batch's row changes, then advances the frontier to ``read_to``: the entry
+        id each log partition was read to by the end of the batch."""
+        read_to = read_to or {}
+        groups: dict[Group, list[Op]] = defaultdict(list)
+        for r in rows:
+            if r["view"] not in self.limits:
+                raise ConfigurationError(f"a pipeline wrote to undeclared view {r['view']!r}.")
+            kind = "d" if r["value"] is None else "u"
+            groups[(r["view"], r["key"])].append((kind, r["row"], r["value"] or "", r["score"]))
+        by_shard: dict[int, list[tuple[Group, list[Op]]]] = defaultdict(list)
+        for group, ops in groups.items():
+            by_shard[shard_for(group[0], group[1], self.shards)].append((group, ops))
+        frontier_args: list[Any] = [self.name, batch_id, VIEWS_FRONTIER, len(self.pipelines)]
+        frontier_args += self.pipelines
+        for partition in sorted(read_to):
+            frontier_args += [partition, read_to[partition]]
+        with self.client.pipeline(transaction=False) as pipe:
+            for shard in sorted(by_shard):
+                for calls, chunk in enumerate(_chunks(by_shard[shard])):
+                    if calls and len(pipe) >= 8:
+                        pipe.execute()  # let replies flow back while later calls are built
+                    self._queue_call(pipe, shard, chunk, batch_id, final=False)
+                self._queue_call(pipe, shard, [], batch_id, final=True)
+            # Last in the same pipeline: the store runs a connection's commands in order, so the
+            # frontier advances after every delta of the batch is written; and a gateway whose
+            # read wakes on the first delta reads the frontier that covers it in the same read
+            # (the store answers it once it has run what arrived with that delta).
+            self.advance(keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM],
+                         args=frontier_args, client=pipe)  # fmt: skip
+            pipe.execute()
+
+    def _queue_call(
+        self,
+        pipe: Any,
+        shard: int,
+        groups: list[tuple[Group, list[Op]]],
+        batch_id: int,
+        *,
+        final: bool,
+    ) -> None:
+        keys: list[str] = [changes_stream(shard), batches_key(shard), positions_key(shard)]
+        args: list[Any] = [self.name, batch_id, self.retention, int(final), len(groups)]
+        for (view, key), ops in groups:
+            keys += [rows_key(shard, view, key), candidates_key(shard, view, key),
+                     rank_key(shard, view, key)]  # fmt: skip
+            args += [view, key, self.limits[view], len(ops)]
+            for kind, row, value, score in ops:
+                args += [kind, row, value, repr(score)]
+        self.apply_shard(keys=keys, args=args, client=pipe)
+
+
+def _chunks(groups: list[tuple[Group, list[Op]]]) -> list[list[tuple[Group, list[Op]]]]:
+    """Consecutive runs of whole groups with about CALL_OPS row changes each."""
+    out: list[list[tuple[Group, list[Op]]]] = [[]]
+    size = 0
+    for group in groups:
+        if size and size + len(group[1]) > CALL_OPS:
+            out.append([])
+            size = 0
+        out[-1].append(group)
+        size += len(group[1])
+    return out if out[0] else []

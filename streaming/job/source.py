@@ -1,0 +1,263 @@
+"""The log as a Structured Streaming source, through PySpark's Python Data Source API.
+
+Offsets are the log's entry ids per partition, ``{"0": "1732170000000-0", ...}``; Spark keeps
+them in its checkpoint, so a restarted query reads exactly the entries after the last batch
+it committed.
+
+Two readers, chosen by ``readTasks`` (``LV_READ_TASKS``):
+
+- ``0`` (the default), ``LogPrefetchReader``: the driver's source process reads a batch's
+  events while it finds where the batch ends, and hands them to Spark as Arrow with the
+  batch's plan; Spark's tasks take them from its block manager. No Python read task runs, and
+  each event is read from the store once. A batch replayed after a restart is read again
+  between its recorded offsets, by a Python task.
+- ``N`` >= 1, ``LogStreamReader``: ``N`` Spark tasks read the log on executors, with a pickled
+  copy of the reader, so the Redis client is created lazily there. On a cluster this spreads a
+  backlog's reads over executors instead of passing every event through the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.errors import PySparkNotImplementedError
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+    SimpleDataSourceStreamReader,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from streaming.core.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE, log_stream
+from streaming.job.views import EVENT_SCHEMA
+
+if TYPE_CHECKING:
+    import redis
+    from redis.retry import Retry
+
+SOURCE_NAME = "liveviews-log"
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32(), False),
+        pa.field("offset", pa.string(), False),
+        pa.field("type", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("payload", pa.string()),
+        pa.field("event_time_ms", pa.int64()),
+        pa.field("ingest_time_ms", pa.int64()),
+    ]
+)
+READ_CHUNK = 5000
+STORE_OUTAGE_S = 60
+"""How long a read waits for an unreachable (restarting, still loading) store before it fails."""
+_clients: dict[str, redis.Redis] = {}
+
+
+def store_retry() -> Retry:
+    """Retries of a store command for about ``STORE_OUTAGE_S``: 50 ms doubling up to 2 s.
+
+    Only for commands whose repetition changes nothing: the source's reads, and the sink's
+    writes, which are idempotent by batch id. A restarted store (SIGKILL, upgrade) is then a
+    pause of the pipeline, not a failed query that needs someone to restart it.
+    """
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    backoff = ExponentialBackoff(cap=2.0, base=0.05)
+    delays, retries = 0.0, 0
+    while delays < STORE_OUTAGE_S:
+        retries += 1
+        delays += min(2.0, 0.05 * 2**retries)
+    return Retry(backoff, retries, supported_errors=(redis.ConnectionError, redis.TimeoutError))
+
+
+def _client(url: str) -> redis.Redis:
+    """One client per URL per Python worker; workers are reused across tasks.
+
+    The client library is imported here, not with the module: Spark also starts Python
+    processes that only ask the source for its schema or plan its reads, and never read."""
+    client = _clients.get(url)
+    if client is None:
+        import redis
+
+        client = _clients[url] = redis.Redis.from_url(url, retry=store_retry())
+    return client
+
+
+class LogRanges(InputPartition):
+    """One read task: for each of some log partitions, the entries after ``start`` (exclusive)
+    up to ``end`` (inclusive). Fewer, larger tasks: each task costs a Python worker round trip,
+    which on a small machine outweighs reading a few partitions one after another."""
+
+    def __init__(self, ranges: list[tuple[int, str, str]]) -> None:
+        self.ranges = ranges
+
+
+class LogStreamReader(DataSourceStreamReader):
+    def __init__(self, url: str, partitions: int, max_events: int, read_tasks: int) -> None:
+        self.url = url
+        self.log_partitions = partitions
+        self.max_events = max_events
+        self.read_tasks = read_tasks
+
+    def initialOffset(self) -> dict[str, str]:
+        return _initial_offset(self.log_partitions)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_events)
+
+    def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+        if isinstance(limit, ReadMaxRows) and not isinstance(limit, ReadAllAvailable):
+            answers = _next_entries(self.url, start, self.log_partitions, limit.max_rows)
+            latest = [entries[-1][0] if entries else None for entries in answers]
+        else:
+            with _client(self.url).pipeline(transaction=False) as pipe:
+                for p in range(self.log_partitions):
+                    pipe.xrevrange(log_stream(p), count=1)
+                latest = [entries[0][0] if entries else None for entries in pipe.execute()]
+        end = dict(start)
+        for p, entry_id in enumerate(latest):
+            if entry_id is not None:
+                end[str(p)] = entry_id.decode()
+        return end
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+        changed = _changed_ranges(start, end)
+        tasks = min(self.read_tasks, len(changed))
+        return [LogRanges(changed[i::tasks]) for i in range(tasks)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LogRanges)
+        client = _client(self.url)
+        for p, start, end in partition.ranges:
+            yield from _read_range(client, p, start, end)
+
+    def commit(self, end: dict[str, str]) -> None:
+        """The log is the source of truth and is never trimmed by a reader."""
+
+
+class LogPrefetchReader(SimpleDataSourceStreamReader):
+    """Reads each batch on the driver as Spark plans it (``readTasks`` = 0)."""
+
+    def __init__(self, url: str, partitions: int, max_events: int) -> None:
+        self.url = url
+        self.log_partitions = partitions
+        self.max_events = max_events
+
+    def initialOffset(self) -> dict[str, str]:
+        return _initial_offset(self.log_partitions)
+
+    def read(self, start: dict[str, str]) -> tuple[Iterator[pa.RecordBatch], dict[str, str]]:
+        """The events after ``start``, up to ``max_events`` spread over the partitions, and
+        where they end. Spark keeps a copy of the iterator until the batch commits."""
+        answers = _next_entries(self.url, start, self.log_partitions, self.max_events)
+        end, batches = dict(start), []
+        for p, entries in enumerate(answers):
+            if entries:
+                batches.append(_record_batch(p, entries))
+                end[str(p)] = entries[-1][0].decode()
+        return iter(batches), end
+
+    def readBetweenOffsets(
+        self, start: dict[str, str], end: dict[str, str]
+    ) -> Iterator[pa.RecordBatch]:
+        """A batch again, exactly as first read: on a restart, its recorded offsets."""
+        client = _client(self.url)
+        for p, first, last in _changed_ranges(start, end):
+            yield from _read_range(client, p, first, last)
+
+    def commit(self, end: dict[str, str]) -> None:
+        """The log is the source of truth and is never trimmed by a reader."""
+
+
+def _initial_offset(partitions: int) -> dict[str, str]:
+    return {str(p): "0-0" for p in range(partitions)}
+
+
+def _changed_ranges(start: dict[str, str], end: dict[str, str]) -> list[tuple[int, str, str]]:
+    """(partition, after, up to) for each log partition that a batch from ``start`` to ``end``
+    reads."""
+    return [
+        (int(p), start.get(p, "0-0"), end[p])
+        for p in sorted(end, key=int)
+        if end[p] != start.get(p, "0-0")
+    ]
+
+
+def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) -> list[Any]:
+    """Each partition's entries after ``start``, up to ``limit`` spread over the partitions."""
+    per_partition = max(1, limit // partitions)
+    with _client(url).pipeline(transaction=False) as pipe:
+        for p in range(partitions):
+            pipe.xrange(log_stream(p), min=_after(start.get(str(p), "0-0")), count=per_partition)
+        answers: list[Any] = pipe.execute()
+    return answers
+
+
+def _read_range(client: redis.Redis, p: int, start: str, end: str) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of up to READ_CHUNK events."""
+    stream, cursor = log_stream(p), start
+    while True:
+        entries: Any = client.xrange(stream, min=_after(cursor), max=end, count=READ_CHUNK)
+        if entries:
+            yield _record_batch(p, entries)
+        if len(entries) < READ_CHUNK:
+            break
+        cursor = entries[-1][0].decode()
+
+
+def _record_batch(p: int, entries: list[Any]) -> pa.RecordBatch:
+    """Log entries of partition ``p`` as rows of ``EVENT_SCHEMA``."""
+    ids = [e[0].decode() for e in entries]
+    fields = [e[1] for e in entries]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([p] * len(ids), pa.int32()),
+            pa.array(ids, pa.string()),
+            pa.array([f[FIELD_TYPE].decode() for f in fields], pa.string()),
+            pa.array([f[FIELD_KEY].decode() for f in fields], pa.string()),
+            pa.array([f[FIELD_PAYLOAD].decode() for f in fields], pa.string()),
+            pa.array([int(f[FIELD_TIME]) for f in fields], pa.int64()),
+            pa.array([int(i.partition("-")[0]) for i in ids], pa.int64()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _after(entry_id: str) -> str:
+    return "-" if entry_id == "0-0" else f"({entry_id}"
+
+
+class LogDataSource(DataSource):
+    """``spark.readStream.format("liveviews-log").option("url", ...).load()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return EVENT_SCHEMA
+
+    def _log(self) -> tuple[str, int, int]:
+        """The store's URL, the log's partition count and the batch limit."""
+        return (
+            self.options["url"],
+            int(self.options.get("partitions", "4")),
+            int(self.options.get("maxEventsPerBatch", "100000")),
+        )
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        read_tasks = int(self.options.get("readTasks", "0"))
+        if read_tasks < 1:  # Spark then asks simpleStreamReader
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
+        return LogStreamReader(*self._log(), read_tasks=read_tasks)
+
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+        return LogPrefetchReader(*self._log())
