@@ -13,10 +13,11 @@ import sys
 
 import uvicorn
 
+from server._uvicorn import IncompatibleServer
 from server.app import create_app
+from server.serve import config, raise_open_files, supervise
 from server.settings import GatewaySettings
-from server.workers import config, raise_open_files, supervise
-from streaming.errors import ConfigurationError, LiveviewsError
+from streaming.core.errors import ConfigurationError, LiveviewsError
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -40,7 +41,12 @@ def main() -> int:
     if app is None:
         log.info("serving with %d processes on port %d", settings.workers, settings.port)
         return supervise(settings.workers)
-    uvicorn.Server(config(settings, app)).run()
+    try:
+        server_config = config(settings, app)
+    except IncompatibleServer as exc:
+        print(f"liveviews: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.Server(server_config).run()
     return 0
 
 
