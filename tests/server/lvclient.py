@@ -22,11 +22,11 @@ import uvicorn
 
 from server.app import create_app
 from server.gateway import Gateway
+from server.serve import config as server_config
 from server.settings import GatewaySettings
-from server.workers import config as server_config
-from streaming.app import App
-from streaming.embedded import free_port as free_port
-from streaming.sink import ChangeTopicSink
+from streaming.core.app import App
+from streaming.core.embedded import free_port as free_port
+from streaming.job.sink import ChangeTopicSink
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -36,12 +36,15 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 class ServedGateway:
     """``create_app(settings)`` served in a thread of the test process by uvicorn with the
-    gateway's own settings (``server.workers.config``: uvloop, the guarded HTTP protocol)."""
+    gateway's own settings (``server.serve.config``: uvloop, the guarded HTTP protocol)."""
 
-    def __init__(self, settings: GatewaySettings) -> None:
+    def __init__(self, settings: GatewaySettings, **overrides: Any) -> None:
+        """``overrides`` replace uvicorn's settings (``http="h11"`` serves with another
+        HTTP protocol than the gateway's own)."""
         self.settings = settings
         self.app = create_app(settings)
-        config = server_config(settings, self.app, log_level="warning", timeout_graceful_shutdown=1)
+        config = server_config(settings, self.app, log_level="warning", timeout_graceful_shutdown=1,
+                               **overrides)  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{settings.port}"
@@ -258,7 +261,7 @@ def position(event_id: str | None) -> tuple[int, int]:
 
 
 def stored_rows(client: redis.Redis, view: str, key: str, shards: int) -> dict[str, Any]:
-    from streaming.changes import read_snapshot
+    from streaming.core.changes import read_snapshot
 
     return read_snapshot(client, view, key, shards).rows
 
