@@ -1,0 +1,140 @@
+"""Two checkouts, one machine: benchmarks run alternately before and after a change.
+
+    .venv/bin/python -m bench.ab --before ../old-checkout [--only fanout,memory,latency]
+        [--rounds 2] [--args latency="--seconds 30 --rates 100,1000"] [--quick]
+
+Each round runs every named benchmark once in the ``--before`` checkout (with that checkout's
+own ``.venv``, so that its code and its installed package are the ones measured) and once in
+this one, alternating, so that the machine's drift over the run falls on both sides alike.
+The headline figures of each run (``HEADLINES``) are then set side by side with each side's
+median and the change between medians, printed, and written to
+``bench/results/ab/<when>.md`` and ``.json``. A change smaller than the spread of either
+side's rounds is noise, not a regression.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+
+HERE = Path(__file__).resolve().parents[1]
+
+HEADLINES = {
+    "fanout": r"(latency_ms\.p(50|99)|server_cpu_us_per_delivery|server_rss_bytes)$",
+    "memory": r"^(sse|ws)\.(bare_uvicorn_)?bytes_per_subscriber$",
+    "latency": r"^tuned\[\d\]\.(push|polling)\.p(50|99)_ms$",
+    "floor": r"_us(\.|$)",
+}
+"""Which figures of a benchmark's JSON are compared (regular expressions over flattened keys)."""
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, float]:
+    """Every number in ``value``, keyed by its path (``a.b[2].c``)."""
+    out: dict[str, float] = {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        out[prefix] = float(value)
+    return out
+
+
+def run_once(checkout: Path, name: str, args: list[str], results: Path) -> dict[str, float]:
+    """One run of ``bench.<name>`` in ``checkout``; its headline figures."""
+    python = checkout / ".venv" / "bin" / "python"
+    if not python.exists():
+        python = Path(sys.executable)
+    env = {**os.environ, "LV_BENCH_RESULTS": str(results), "PYTHONPATH": str(checkout),
+           "PYSPARK_PYTHON": str(python)}  # fmt: skip
+    results.mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(python), "-m", f"bench.{name}", *args], cwd=checkout, env=env,
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    figures = json.loads((results / f"{name}.json").read_text())["figures"]
+    pattern = re.compile(HEADLINES.get(name, r"."))
+    return {k: v for k, v in flatten(figures).items() if pattern.search(k)}
+
+
+def compare(before: list[dict[str, float]], after: list[dict[str, float]]) -> list[list[str]]:
+    rows = []
+    for key in sorted(set().union(*before, *after)):
+        b = [r[key] for r in before if key in r]
+        a = [r[key] for r in after if key in r]
+        if not a or not b:
+            continue
+        mb, ma = statistics.median(b), statistics.median(a)
+        change = f"{(ma - mb) / mb * 100:+.1f}%" if mb else "n/a"
+        rows.append([key, " / ".join(f"{x:g}" for x in b), " / ".join(f"{x:g}" for x in a),
+                     f"{mb:g}", f"{ma:g}", change])  # fmt: skip
+    return rows
+
+
+def table(name: str, rows: list[list[str]]) -> str:
+    head = ["figure", "before (rounds)", "after (rounds)", "median before", "median after",
+            "change"]  # fmt: skip
+    lines = [f"### {name}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ab", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--before", required=True, type=Path, help="the other checkout")
+    parser.add_argument("--only", default="fanout,memory,latency")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="extra arguments for one benchmark, e.g. latency='--seconds 30'",
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: check the harness")
+    opts = parser.parse_args(argv)
+    before = opts.before.resolve()
+    if not (before / "bench").is_dir():
+        parser.error(f"{before} is not a Liveviews checkout (it has no bench/)")
+    extra = {n: shlex.split(a) for n, _, a in (s.partition("=") for s in opts.args)}
+    names = [n for n in opts.only.split(",") if n]
+    when = time.strftime("%Y%m%d-%H%M%S")
+    work = RESULTS / "ab" / when
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        n: {"before": [], "after": []} for n in names
+    }
+    for i in range(opts.rounds):
+        for name in names:
+            args = ["--quick"] * opts.quick + extra.get(name, [])
+            for side, checkout in (("before", before), ("after", HERE)):
+                started = time.monotonic()
+                figures = run_once(checkout, name, args, work / f"{side}-{i}")
+                runs[name][side].append(figures)
+                print(
+                    f"round {i + 1}: {name} {side}: {time.monotonic() - started:.0f} s", flush=True
+                )
+    report = [f"# A/B: {before} (before) against {HERE} (after), {opts.rounds} rounds, {when}", ""]
+    for name in names:
+        report.append(table(name, compare(runs[name]["before"], runs[name]["after"])))
+    text = "\n".join(report)
+    print(text)
+    (RESULTS / "ab" / f"{when}.md").write_text(text)
+    (RESULTS / "ab" / f"{when}.json").write_text(json.dumps(runs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
