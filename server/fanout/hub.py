@@ -35,7 +35,7 @@ from streaming.core.changes import VIEWS_FRONTIER, Delta
 
 class Cohort(Protocol):
     """Subscribers of one (view, key) in step: each was sent the same frames, so each takes the
-    next item the same way (``server.fanout.cohort.StreamCohort``)."""
+    next item the same way (``server.fanout.cohort.Cohort``)."""
 
     last_write: float
     """When the cohort last wrote to its members (the ticker's clock)."""

@@ -31,7 +31,7 @@ CLOSE_SEND_TIMEOUT = (rfc6455.CLOSE_POLICY, "send timeout")
 
 
 class Handler(Protocol):
-    """What hears a socket: the gateway's connection (``server.api.sessions.Connection``)."""
+    """What hears a socket: the gateway's session (``server.api.sessions.Session``)."""
 
     def received(self, data: bytes) -> None:
         """A complete text or binary message."""
