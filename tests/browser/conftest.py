@@ -4,17 +4,13 @@ page when a test fails (to test-artifacts/, which git ignores)."""
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-# The helpers sit beside the tests, importable under names no other test directory uses.
-sys.path.insert(0, str(Path(__file__).parent))
-
-from browser_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, OPEN_PAGES  # noqa: E402
+from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, OPEN_PAGES
 
 
 @pytest.fixture(scope="module")

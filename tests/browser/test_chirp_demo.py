@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import ARTIFACTS, OPEN_PAGES, ROOT
-from chirp_system import USERS, ChirpSystem
 from playwright.sync_api import BrowserContext, Page, expect
+
+from tests.support.browser import ARTIFACTS, OPEN_PAGES, ROOT
+from tests.support.chirp_system import USERS, ChirpSystem
 
 expect.set_options(timeout=30_000)
 UPDATE = os.environ.get("LV_UPDATE_DEMO_ARTIFACTS") == "1"

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,13 +22,10 @@ from typing import Any
 import pytest
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-
-from lvclient import ServedGateway, Writer, free_port, stored_rows  # noqa: E402
-from tests_server_settings import SHARDS, settings_for  # noqa: E402
-
-from demo.chirp import app as chirp  # noqa: E402
-from streaming.core.changes import shard_for  # noqa: E402
+from demo.chirp import app as chirp
+from streaming.core.changes import shard_for
+from tests.support.gateway import ServedGateway, Writer, free_port, stored_rows
+from tests.support.gateway_settings import SHARDS, settings_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = shutil.which("node") or "/usr/bin/node"

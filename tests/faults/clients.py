@@ -23,7 +23,7 @@ import jwt
 import orjson
 
 from server.settings import DEV_JWT_SECRET
-from tests.server.lvclient import SSE, Event, State, position
+from tests.support.gateway import SSE, Event, State, position
 
 RETRY_S = 0.1
 

@@ -28,7 +28,7 @@ from demo.chirp import app as chirp
 from demo.chirp.generate import Activity
 from streaming.core.changes import FRONTIER_BATCHES_KEY, batches_key
 from streaming.core.log import EventLog, views_caught_up
-from tests.test_recovery import _spark_jvm
+from tests.support.processes import spark_jvm
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
@@ -98,7 +98,7 @@ class Pipeline:
 
     def jvm(self) -> int:
         assert self.process is not None
-        return _spark_jvm(self.process.pid)
+        return spark_jvm(self.process.pid)
 
     def kill_jvm(self, timeout: float = 30) -> bool:
         """SIGKILL the driver JVM: the launcher then exits, as after a real crash.
@@ -134,7 +134,7 @@ class Pipeline:
             return
         jvm = None
         with contextlib.suppress(AssertionError):
-            jvm = _spark_jvm(proc.pid, timeout=1)
+            jvm = spark_jvm(proc.pid, timeout=1)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(60)

@@ -25,13 +25,10 @@ import jwt
 import orjson
 import redis
 
+from server.settings import DEV_JWT_SECRET
+from tests.support.gateway import Writer, free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "server"))
-
-from lvclient import Writer, free_port  # noqa: E402
-
-from server.settings import DEV_JWT_SECRET  # noqa: E402
-
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SHARDS = 8
 PARTITIONS = 4

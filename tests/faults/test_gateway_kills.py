@@ -29,7 +29,6 @@ import pytest
 import redis
 
 from demo.chirp import app as chirp
-from tests.browser.browser_support import CHROMIUM, CHROMIUM_ARGS
 from tests.faults.clients import (
     ClientLoop,
     Resumer,
@@ -40,7 +39,8 @@ from tests.faults.clients import (
     ws_subscriber,
 )
 from tests.faults.harness import RETENTION, SHARDS, Figures, Gateway, Knobs
-from tests.server.lvclient import Writer, free_port, stored_rows
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.gateway import Writer, free_port, stored_rows
 
 KNOBS = Knobs.from_env(kills=3)
 KEYS = [("profiles", "u1"), ("profiles", "u2"), ("likes", "t1"), ("tweets", "t2")]

@@ -18,7 +18,6 @@ import time
 
 import pytest
 
-from tests.checks import assert_views_consistent
 from tests.faults.harness import (
     PARTITIONS,
     SHARDS,
@@ -30,6 +29,7 @@ from tests.faults.harness import (
     wait_caught_up,
     wait_for_progress,
 )
+from tests.support.checks import assert_views_consistent
 
 KNOBS = Knobs.from_env(kills=3)
 MAX_DELAY_S = 4.0

@@ -24,10 +24,9 @@ import time
 import pytest
 import redis
 
-from streaming.core.embedded import EmbeddedStore, fsync_policy
+from streaming.core.embedded import EmbeddedStore, free_port, fsync_policy
 from streaming.core.errors import ConfigurationError
 from streaming.job.source import _client
-from tests.conftest import free_port
 
 
 def _sigkill(store: EmbeddedStore) -> None:

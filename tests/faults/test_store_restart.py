@@ -31,7 +31,6 @@ import urllib3
 from demo.chirp.generate import Activity
 from streaming.core.embedded import EmbeddedStore
 from streaming.core.events import log_stream
-from tests.checks import assert_views_consistent
 from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber
 from tests.faults.harness import (
     PARTITIONS,
@@ -43,7 +42,8 @@ from tests.faults.harness import (
     wait_caught_up,
     wait_for_progress,
 )
-from tests.server.lvclient import free_port, stored_rows
+from tests.support.checks import assert_views_consistent
+from tests.support.gateway import free_port, stored_rows
 
 KNOBS = Knobs.from_env(kills=2)
 DOWN_S = 1.5

@@ -7,18 +7,13 @@ store: their change feed notices the new store epoch and reads it from the start
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
-# The helpers sit beside the tests, importable under a name no other test directory uses.
-sys.path.insert(0, str(Path(__file__).parent))
-
-from lvclient import ServedGateway, Writer  # noqa: E402
-from tests_server_settings import SHARDS, settings_for  # noqa: E402
+from tests.support.gateway import ServedGateway, Writer
+from tests.support.gateway_settings import SHARDS, settings_for
 
 
 @pytest.fixture(scope="session")

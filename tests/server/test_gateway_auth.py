@@ -11,7 +11,8 @@ import jwt
 import orjson
 import pytest
 import redis
-from lvclient import ServedGateway, Writer, open_sse, run
+
+from tests.support.gateway import ServedGateway, Writer, open_sse, run
 
 VIEW = "/v1/views/profiles/alice"
 

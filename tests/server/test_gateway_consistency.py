@@ -16,9 +16,9 @@ from typing import Any
 
 import aiohttp
 import redis
-from lvclient import ServedGateway, State, Writer, open_sse, position, run, stored_rows
 
 from streaming.core.changes import positions_key, shard_for
+from tests.support.gateway import ServedGateway, State, Writer, open_sse, position, run, stored_rows
 
 KEYS = [f"u{i}" for i in range(6)]
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import aiohttp
 import redis
-from lvclient import ServedGateway, State, open_sse, run, stored_rows
+
+from tests.support.gateway import ServedGateway, State, open_sse, run, stored_rows
 
 
 def covered(frontier: dict[str, str], offset: dict[str, Any]) -> bool:

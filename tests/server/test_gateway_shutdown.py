@@ -26,7 +26,7 @@ import redis
 from demo.chirp import app as chirp
 from tests.faults.clients import dev_token
 from tests.faults.harness import RETENTION, SHARDS, Gateway
-from tests.server.lvclient import SSE, Writer, free_port
+from tests.support.gateway import SSE, Writer, free_port
 
 PROMPTLY_S = 1.5
 """How soon after SIGTERM each stream must have ended."""

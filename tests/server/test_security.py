@@ -23,10 +23,10 @@ import jwt
 import orjson
 import pytest
 import redis
-from lvclient import ServedGateway, Writer, run
-from tests_server_settings import PARTITIONS
 
 from streaming.core.events import log_stream
+from tests.support.gateway import ServedGateway, Writer, run
+from tests.support.gateway_settings import PARTITIONS
 
 # The HS512 token is signed with the gateway's 44-byte secret on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")

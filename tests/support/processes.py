@@ -1,0 +1,42 @@
+"""Processes as /proc shows them: a pipeline's descendants, and its Spark driver JVM."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def spark_jvm(pid: int, timeout: float = 60) -> int:
+    """The pid of the Spark driver JVM among the descendants of ``pid`` (a pipeline process)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in descendants(pid):
+            try:
+                cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                continue
+            # spark-submit first runs a short-lived launcher JVM; the driver runs SparkSubmit.
+            if cmd.split(b"\0")[0].endswith(b"java") and b"SparkSubmit" in cmd:
+                return child
+        time.sleep(0.2)
+    raise AssertionError("the pipeline's Spark JVM did not start")
