@@ -13,7 +13,10 @@ between the change feed and that write. This measures each part on its own, on t
   connection does nothing, so only the Python path is timed (best of 5): for streams on their
   own, as each took its deltas before cohorts and as one out of step still does, and for streams
   in their key's cohort (``server.fanout.cohort``), each writing to ``/dev/null``: a system call
-  that moves nothing.
+  that moves nothing;
+- **WebSocket framing**: a delta-sized message framed by the gateway's own RFC 6455 code
+  (``server.wire.rfc6455``) and by the ``websockets`` package's sans-I/O codec, and client
+  messages parsed by each (best of 5): the figures behind keeping the hand-written codec.
 
 nginx+nchan pays the same system call per delivery; what separates the gateway from it is the
 Python path and what the loop does around the call.
@@ -187,6 +190,51 @@ def null_write_cost(n: int) -> float:
         os.close(fd)
 
 
+def codec_cost(rounds: int) -> dict[str, float]:
+    """µs per server message framed, and per client message parsed, by the gateway's RFC 6455
+    code and by ``websockets``' sans-I/O codec; MB/s of 6-byte client frames parsed by each."""
+    import timeit
+
+    from websockets.frames import Frame, Opcode
+    from websockets.protocol import Protocol, Side, State
+
+    from server.wire import rfc6455
+
+    payload = CHUNK[4:-2]
+    client = Frame(Opcode.TEXT, b'{"type":"subscribe","sub":"a","view":"v","key":"k"}')
+    messages = client.serialize(mask=True) * 100
+    pings = Frame(Opcode.PING, b"").serialize(mask=True) * 10_000
+    theirs = Protocol(Side.SERVER, state=State.OPEN, max_size=65_536)
+
+    def their_text() -> None:
+        theirs.send_text(payload)
+        theirs.data_to_send()
+
+    def their_read(data: bytes) -> None:
+        theirs.receive_data(data)
+        theirs.events_received()
+        theirs.data_to_send()
+
+    ours = rfc6455.Reader(65_536)
+
+    def best(fn: Any, number: int) -> float:
+        return min(timeit.repeat(fn, number=number, repeat=5)) / number
+
+    n = 2_000 * rounds
+    return {
+        "write_us.hand_written": round(best(lambda: rfc6455.text(payload), n) * 1e6, 3),
+        "write_us.websockets": round(best(their_text, n) * 1e6, 3),
+        "read_us.hand_written": round(best(lambda: ours.feed(messages), rounds) / 100 * 1e6, 3),
+        "read_us.websockets": round(best(lambda: their_read(messages), rounds) / 100 * 1e6, 3),
+        "tiny_frames_mb_s.hand_written": round(
+            len(pings) / best(lambda: ours.feed(pings), 5) / 1e6, 1
+        ),
+        "tiny_frames_mb_s.websockets": round(
+            len(pings) / best(lambda: their_read(pings), 5) / 1e6, 1
+        ),
+    }
+
+
 def run(quick: bool = False, name: str = "floor") -> Report:
     moment = Moment()
     n = 200 if quick else 10_000
@@ -194,9 +242,10 @@ def run(quick: bool = False, name: str = "floor") -> Report:
     python = python_path_cost(n, 5 if quick else 50)
     in_cohort = python_path_cost(n, 5 if quick else 50, cohort=True)
     null_write = null_write_cost(n * (5 if quick else 50))
+    codec = codec_cost(1 if quick else 20)
     figures = {"connections": n, "write_us": writes, "python_path_us": python,
                "cohort_path_us": in_cohort, "null_write_us": null_write,
-               "chunk_bytes": len(CHUNK)}  # fmt: skip
+               "chunk_bytes": len(CHUNK), "websocket_codec": codec}  # fmt: skip
     save(name, figures, moment)
     rows = [
         Row(f"a {len(CHUNK)}-byte write to one of {n:,} loopback connections, by the loop's "
@@ -208,6 +257,15 @@ def run(quick: bool = False, name: str = "floor") -> Report:
         Row("the same, the streams in their key's cohort, each delivery a write to /dev/null",
             f"{in_cohort} µs"),
         Row("a write to /dev/null alone, in a Python loop", f"{null_write} µs"),
+        Row("a delta-sized WebSocket message framed by the gateway's RFC 6455 code",
+            f"{codec['write_us.hand_written']} µs", baseline=f"websockets' sans-I/O codec: "
+            f"{codec['write_us.websockets']} µs"),
+        Row("a client message parsed by the gateway's RFC 6455 reader",
+            f"{codec['read_us.hand_written']} µs", baseline=f"websockets' sans-I/O codec: "
+            f"{codec['read_us.websockets']} µs"),
+        Row("6-byte client frames parsed by the gateway's reader",
+            f"{codec['tiny_frames_mb_s.hand_written']} MB/s", baseline=f"websockets' sans-I/O "
+            f"codec: {codec['tiny_frames_mb_s.websockets']} MB/s"),
     ]  # fmt: skip
     note = (
         "CPU per delivery in `bench.fanout` is about the socket write plus the Python path, "
