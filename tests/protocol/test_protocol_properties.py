@@ -429,36 +429,33 @@ GARBAGE_TEXT = [
 GARBAGE_BYTES = [b"", b"\xff\xfe\xfd", b"\x00" * 16, b'{"type": "subscribe"', b"\xc0\xae"]
 
 
-def test_garbage_over_a_real_socket_is_answered_and_the_socket_still_serves(
+async def test_garbage_over_a_real_socket_is_answered_and_the_socket_still_serves(
     served: Any, store: redis.Redis
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            token = jwt.encode({"sub": "alice", "scope": "read publish", "aud": "liveviews",
-                                "exp": int(time.time()) + 600}, served.settings.jwt_secret,
-                               algorithm="HS256")  # fmt: skip
-            ws = await s.ws_connect(served.ws_url, params={"access_token": token})
-            assert json.loads((await ws.receive()).data)["type"] == "authenticated"
-            for text in GARBAGE_TEXT:
-                await ws.send_str(text)
-            for raw in GARBAGE_BYTES:
-                await ws.send_bytes(raw)
-            errors = []
-            async with asyncio.timeout(10):
-                while len(errors) < len(GARBAGE_TEXT) + len(GARBAGE_BYTES):
-                    m = await ws.receive()
-                    assert m.type == aiohttp.WSMsgType.TEXT, (m.type, ws.close_code)
-                    msg = json.loads(m.data)
-                    if msg["type"] != "heartbeat":
-                        errors.append(msg)
-            assert {m["type"] for m in errors} == {"error"}, errors
-            assert {m["code"] for m in errors} <= CODES
-            await ws.send_str(json.dumps({"type": "subscribe", "sub": "a", "view": "profiles",
-                                          "key": "alice"}))  # fmt: skip
-            async with asyncio.timeout(10):
-                while (msg := json.loads((await ws.receive()).data))["type"] == "heartbeat":
-                    pass
-            assert (msg["type"], msg["sub"]) == ("snapshot", "a")
-            await ws.close()
-
-    asyncio.run(go())
+    async with aiohttp.ClientSession() as s:
+        token = jwt.encode({"sub": "alice", "scope": "read publish", "aud": "liveviews",
+                            "exp": int(time.time()) + 600}, served.settings.jwt_secret,
+                           algorithm="HS256")  # fmt: skip
+        ws = await s.ws_connect(served.ws_url, params={"access_token": token})
+        assert json.loads((await ws.receive()).data)["type"] == "authenticated"
+        for text in GARBAGE_TEXT:
+            await ws.send_str(text)
+        for raw in GARBAGE_BYTES:
+            await ws.send_bytes(raw)
+        errors = []
+        async with asyncio.timeout(10):
+            while len(errors) < len(GARBAGE_TEXT) + len(GARBAGE_BYTES):
+                m = await ws.receive()
+                assert m.type == aiohttp.WSMsgType.TEXT, (m.type, ws.close_code)
+                msg = json.loads(m.data)
+                if msg["type"] != "heartbeat":
+                    errors.append(msg)
+        assert {m["type"] for m in errors} == {"error"}, errors
+        assert {m["code"] for m in errors} <= CODES
+        await ws.send_str(json.dumps({"type": "subscribe", "sub": "a", "view": "profiles",
+                                      "key": "alice"}))  # fmt: skip
+        async with asyncio.timeout(10):
+            while (msg := json.loads((await ws.receive()).data))["type"] == "heartbeat":
+                pass
+        assert (msg["type"], msg["sub"]) == ("snapshot", "a")
+        await ws.close()

@@ -12,7 +12,7 @@ import orjson
 import pytest
 import redis
 
-from tests.support.gateway import ServedGateway, Writer, open_sse, run
+from tests.support.gateway import ServedGateway, Writer, open_sse
 
 VIEW = "/v1/views/profiles/alice"
 
@@ -52,89 +52,74 @@ def denials(gw: ServedGateway) -> list[tuple[str, dict[str, str], int, str]]:
 
 
 @pytest.mark.parametrize("path", [VIEW, VIEW + "/live"])
-def test_every_denial_answers_its_status_and_code(gateway: ServedGateway, path: str) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            for name, headers, status, code in denials(gateway):
-                resp = await s.get(gateway.url + path, headers=headers)
-                body = await resp.json()
-                assert (resp.status, body["code"]) == (status, code), name
-                assert body["message"]
-                if status == 401:
-                    assert resp.headers["WWW-Authenticate"] == "Bearer"
-
-    run(go())
+async def test_every_denial_answers_its_status_and_code(gateway: ServedGateway, path: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        for name, headers, status, code in denials(gateway):
+            resp = await s.get(gateway.url + path, headers=headers)
+            body = await resp.json()
+            assert (resp.status, body["code"]) == (status, code), name
+            assert body["message"]
+            if status == 401:
+                assert resp.headers["WWW-Authenticate"] == "Bearer"
 
 
-def test_read_rules_of_the_view_apply(gateway: ServedGateway, store: redis.Redis) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            mine = await s.get(gateway.url + "/v1/views/timeline/alice", headers=gateway.headers())
-            assert mine.status == 200
-            other = await s.get(gateway.url + "/v1/views/timeline/bob", headers=gateway.headers())
-            assert (other.status, (await other.json())["code"]) == (403, "forbidden")
-
-    run(go())
+async def test_read_rules_of_the_view_apply(gateway: ServedGateway, store: redis.Redis) -> None:
+    async with aiohttp.ClientSession() as s:
+        mine = await s.get(gateway.url + "/v1/views/timeline/alice", headers=gateway.headers())
+        assert mine.status == 200
+        other = await s.get(gateway.url + "/v1/views/timeline/bob", headers=gateway.headers())
+        assert (other.status, (await other.json())["code"]) == (403, "forbidden")
 
 
-def test_eventsource_can_sign_in_by_query_parameter_or_cookie(
+async def test_eventsource_can_sign_in_by_query_parameter_or_cookie(
     gateway: ServedGateway, store: redis.Redis
 ) -> None:
-    async def go() -> None:
-        token = gateway.token("alice", scope="read")
-        async with aiohttp.ClientSession() as s:
-            sse = await open_sse(s, gateway.url + VIEW + "/live", params={"access_token": token})
-            assert (await sse.next()).event == "snapshot"
-            await sse.close()
-        async with aiohttp.ClientSession(cookies={"lv_token": token}) as s:
-            sse = await open_sse(s, gateway.url + VIEW + "/live")
-            assert (await sse.next()).event == "snapshot"
-            await sse.close()
-            # A header, when sent, wins over the cookie: here a bad one.
-            resp = await s.get(gateway.url + VIEW, headers={"Authorization": "Bearer x"})
-            assert resp.status == 401
-
-    run(go())
+    token = gateway.token("alice", scope="read")
+    async with aiohttp.ClientSession() as s:
+        sse = await open_sse(s, gateway.url + VIEW + "/live", params={"access_token": token})
+        assert (await sse.next()).event == "snapshot"
+        await sse.close()
+    async with aiohttp.ClientSession(cookies={"lv_token": token}) as s:
+        sse = await open_sse(s, gateway.url + VIEW + "/live")
+        assert (await sse.next()).event == "snapshot"
+        await sse.close()
+        # A header, when sent, wins over the cookie: here a bad one.
+        resp = await s.get(gateway.url + VIEW, headers={"Authorization": "Bearer x"})
+        assert resp.status == 401
 
 
-def test_the_dev_token_endpoint_signs_in_a_user_with_a_cookie(
+async def test_the_dev_token_endpoint_signs_in_a_user_with_a_cookie(
     gateway: ServedGateway, tight_gateway: ServedGateway, store: redis.Redis
 ) -> None:
-    async def go() -> None:
-        # unsafe: keep cookies of an IP-address host, as a browser does for 127.0.0.1
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as s:
-            resp = await s.post(gateway.url + "/v1/dev/token", json={"user": "alice"})
-            body = await resp.json()
-            assert resp.status == 200 and body["subject"] == "alice"
-            assert body["scope"] == "read publish"
-            # The cookie it set is enough for EventSource.
-            sse = await open_sse(s, gateway.url + VIEW + "/live")
-            assert (await sse.next()).event == "snapshot"
-            await sse.close()
-            bad = await s.post(gateway.url + "/v1/dev/token", json={"user": "no spaces"})
-            assert (bad.status, (await bad.json())["code"]) == (400, "invalid_user")
-            # Off in production mode, where it does not exist at all.
-            off = await s.post(tight_gateway.url + "/v1/dev/token", json={"user": "alice"})
-            assert (off.status, (await off.json())["code"]) == (404, "not_found")
-
-    run(go())
+    # unsafe: keep cookies of an IP-address host, as a browser does for 127.0.0.1
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as s:
+        resp = await s.post(gateway.url + "/v1/dev/token", json={"user": "alice"})
+        body = await resp.json()
+        assert resp.status == 200 and body["subject"] == "alice"
+        assert body["scope"] == "read publish"
+        # The cookie it set is enough for EventSource.
+        sse = await open_sse(s, gateway.url + VIEW + "/live")
+        assert (await sse.next()).event == "snapshot"
+        await sse.close()
+        bad = await s.post(gateway.url + "/v1/dev/token", json={"user": "no spaces"})
+        assert (bad.status, (await bad.json())["code"]) == (400, "invalid_user")
+        # Off in production mode, where it does not exist at all.
+        off = await s.post(tight_gateway.url + "/v1/dev/token", json={"user": "alice"})
+        assert (off.status, (await off.json())["code"]) == (404, "not_found")
 
 
-def test_an_expiring_token_ends_the_stream_with_a_reason_and_a_resumable_id(
+async def test_an_expiring_token_ends_the_stream_with_a_reason_and_a_resumable_id(
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            token = gateway.token("alice", ttl=1.5)
-            sse = await open_sse(s, gateway.url + VIEW + "/live",
-                                 {"Authorization": f"Bearer {token}"})  # fmt: skip
-            snap = await sse.next()
-            writer.write([("profiles", "alice", "profile", {"name": "A"})])
-            delta = await sse.next()
-            end = await sse.next(timeout=5, skip=("progress",))
-            assert end.event == "end" and end.data["code"] == "token_expired"
-            assert end.data["last_event_id"] == delta.id != snap.id
-            with pytest.raises(EOFError):
-                await sse.next(timeout=5)
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        token = gateway.token("alice", ttl=1.5)
+        sse = await open_sse(s, gateway.url + VIEW + "/live",
+                             {"Authorization": f"Bearer {token}"})  # fmt: skip
+        snap = await sse.next()
+        writer.write([("profiles", "alice", "profile", {"name": "A"})])
+        delta = await sse.next()
+        end = await sse.next(timeout=5, skip=("progress",))
+        assert end.event == "end" and end.data["code"] == "token_expired"
+        assert end.data["last_event_id"] == delta.id != snap.id
+        with pytest.raises(EOFError):
+            await sse.next(timeout=5)

@@ -18,7 +18,7 @@ import aiohttp
 import redis
 
 from streaming.core.changes import positions_key, shard_for
-from tests.support.gateway import ServedGateway, State, Writer, open_sse, position, run, stored_rows
+from tests.support.gateway import ServedGateway, State, Writer, open_sse, position, stored_rows
 
 KEYS = [f"u{i}" for i in range(6)]
 
@@ -50,7 +50,7 @@ async def read_until_caught_up(sse: Any, state: State, store: redis.Redis, key: 
         state.apply(await sse.next(timeout=15))
 
 
-def test_concurrent_writers_and_subscribers_agree_with_the_store(
+async def test_concurrent_writers_and_subscribers_agree_with_the_store(
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
     stop = threading.Event()
@@ -67,22 +67,19 @@ def test_concurrent_writers_and_subscribers_agree_with_the_store(
         await sse.close()
         return state
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            tasks = [asyncio.create_task(subscriber(s, key, delay))
-                     for key in KEYS for delay in (0.0, 0.3)]  # fmt: skip
-            await asyncio.sleep(0.1)
-            await asyncio.to_thread(write_randomly, writer, 250, 1, threading.Event())
-            stop.set()
-            states = await asyncio.gather(*tasks)
-        for (key, _), state in zip([(k, d) for k in KEYS for d in (0, 1)], states, strict=True):
-            assert state.rows == stored_rows(store, "likes", key, 8), key
-            assert state.resets == 0
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        tasks = [asyncio.create_task(subscriber(s, key, delay))
+                 for key in KEYS for delay in (0.0, 0.3)]  # fmt: skip
+        await asyncio.sleep(0.1)
+        await asyncio.to_thread(write_randomly, writer, 250, 1, threading.Event())
+        stop.set()
+        states = await asyncio.gather(*tasks)
+    for (key, _), state in zip([(k, d) for k in KEYS for d in (0, 1)], states, strict=True):
+        assert state.rows == stored_rows(store, "likes", key, 8), key
+        assert state.resets == 0
 
 
-def test_randomized_disconnects_and_resumes_lose_and_repeat_nothing(
+async def test_randomized_disconnects_and_resumes_lose_and_repeat_nothing(
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
     done = threading.Event()
@@ -112,14 +109,11 @@ def test_randomized_disconnects_and_resumes_lose_and_repeat_nothing(
         await sse.close()
         return key, state
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            tasks = [asyncio.create_task(subscriber(s, n)) for n in range(24)]
-            await asyncio.to_thread(write_randomly, writer, 200, 2, threading.Event())
-            done.set()
-            results = await asyncio.gather(*tasks)
-        for key, state in results:
-            assert state.resets == 0
-            assert state.rows == stored_rows(store, "likes", key, 8), key
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        tasks = [asyncio.create_task(subscriber(s, n)) for n in range(24)]
+        await asyncio.to_thread(write_randomly, writer, 200, 2, threading.Event())
+        done.set()
+        results = await asyncio.gather(*tasks)
+    for key, state in results:
+        assert state.resets == 0
+        assert state.rows == stored_rows(store, "likes", key, 8), key

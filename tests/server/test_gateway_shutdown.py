@@ -73,7 +73,7 @@ async def _ws_closed(ws: aiohttp.ClientWebSocketResponse, t_sig: float) -> tuple
 
 
 @pytest.mark.timeout(120)
-def test_sigterm_ends_sse_and_ws_streams_at_once_and_sse_resumes(
+async def test_sigterm_ends_sse_and_ws_streams_at_once_and_sse_resumes(
     store: redis.Redis, store_url: str, tmp_path: Path
 ) -> None:
     gateway = Gateway(store_url, tmp_path, free_port(), LV_STATIC_DIR="off")
@@ -110,7 +110,7 @@ def test_sigterm_ends_sse_and_ws_streams_at_once_and_sse_resumes(
 
     gateway.start()
     try:
-        last_id, t_sig, (sse_s, ws_s), ws_code = asyncio.run(first_process())
+        last_id, t_sig, (sse_s, ws_s), ws_code = await first_process()
         print(f"SIGTERM -> SSE ended {sse_s:.2f} s, WebSocket closed {ws_s:.2f} s")
         assert sse_s <= PROMPTLY_S, f"the SSE stream stayed open {sse_s:.2f} s after SIGTERM"
         assert ws_s <= PROMPTLY_S, f"the WebSocket stayed open {ws_s:.2f} s after SIGTERM"
@@ -135,6 +135,6 @@ def test_sigterm_ends_sse_and_ws_streams_at_once_and_sse_resumes(
                 ev = await sse.next(skip=("progress",))
                 assert ev.data["ops"] == [{"op": "upsert", "row": "name", "value": {"v": 3}}]
 
-        asyncio.run(resume())
+        await resume()
     finally:
         gateway.stop()

@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from streaming.core.events import log_stream
-from tests.support.gateway import ServedGateway, Writer, run
+from tests.support.gateway import ServedGateway, Writer
 from tests.support.gateway_settings import PARTITIONS
 
 # The HS512 token is signed with the gateway's 44-byte secret on purpose.
@@ -145,134 +145,112 @@ async def ws_connect(s: aiohttp.ClientSession, gw: ServedGateway, token: str | N
 
 
 @pytest.mark.parametrize("kind", TOKEN_KINDS)
-def test_bad_token_is_refused_on_snapshot_get(
+async def test_bad_token_is_refused_on_snapshot_get(
     gateway: ServedGateway, store: redis.Redis, kind: str
 ) -> None:
     make, code = BAD_TOKENS[kind]
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.get(gateway.url + "/v1/views/profiles/alice",
-                               headers=bearer(make(gateway)))  # fmt: skip
-            assert await error_of(resp) == (401, code)
-            assert resp.headers["WWW-Authenticate"] == "Bearer"
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        resp = await s.get(gateway.url + "/v1/views/profiles/alice",
+                           headers=bearer(make(gateway)))  # fmt: skip
+        assert await error_of(resp) == (401, code)
+        assert resp.headers["WWW-Authenticate"] == "Bearer"
 
 
 @pytest.mark.parametrize("kind", TOKEN_KINDS)
-def test_bad_token_is_refused_on_sse_live(
+async def test_bad_token_is_refused_on_sse_live(
     gateway: ServedGateway, store: redis.Redis, kind: str
 ) -> None:
     make, code = BAD_TOKENS[kind]
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            url = gateway.url + "/v1/views/profiles/alice/live"
-            by_header = await s.get(url, headers=bearer(make(gateway)))
-            assert await error_of(by_header) == (401, code)
-            by_query = await s.get(url, params={"access_token": make(gateway)})
-            assert await error_of(by_query) == (401, code)
-        async with aiohttp.ClientSession(cookies={"lv_token": make(gateway)}) as s:
-            by_cookie = await s.get(url)
-            assert await error_of(by_cookie) == (401, code)
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        url = gateway.url + "/v1/views/profiles/alice/live"
+        by_header = await s.get(url, headers=bearer(make(gateway)))
+        assert await error_of(by_header) == (401, code)
+        by_query = await s.get(url, params={"access_token": make(gateway)})
+        assert await error_of(by_query) == (401, code)
+    async with aiohttp.ClientSession(cookies={"lv_token": make(gateway)}) as s:
+        by_cookie = await s.get(url)
+        assert await error_of(by_cookie) == (401, code)
 
 
 @pytest.mark.parametrize("kind", TOKEN_KINDS)
-def test_bad_token_is_refused_on_ws_connect(
+async def test_bad_token_is_refused_on_ws_connect(
     gateway: ServedGateway, store: redis.Redis, kind: str
 ) -> None:
     make, code = BAD_TOKENS[kind]
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            sock = await ws_connect(s, gateway, make(gateway))
-            refusal = await sock.next()
-            assert (refusal["type"], refusal["code"]) == ("error", code)
-            assert await sock.next() == {"type": "closed", "code": 4401}
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        sock = await ws_connect(s, gateway, make(gateway))
+        refusal = await sock.next()
+        assert (refusal["type"], refusal["code"]) == ("error", code)
+        assert await sock.next() == {"type": "closed", "code": 4401}
 
 
 @pytest.mark.parametrize("kind", TOKEN_KINDS)
-def test_bad_token_is_refused_in_ws_auth_message(
+async def test_bad_token_is_refused_in_ws_auth_message(
     gateway: ServedGateway, store: redis.Redis, kind: str
 ) -> None:
     """The auth message is refused and the socket closed at once; what follows is not served."""
     make, code = BAD_TOKENS[kind]
 
-    async def go() -> None:
-        before = log_length(store)
-        async with aiohttp.ClientSession() as s:
-            sock = await ws_connect(s, gateway, None)
-            # Sent back to back, so the subscribe and the publish are already on the wire.
-            await sock.send(type="auth", token=make(gateway))
-            await sock.send(type="subscribe", sub="a", view="profiles", key="alice")
-            await sock.send(type="publish", req="r", events=[PROFILE])
-            refusal = await sock.next()
-            assert (refusal["type"], refusal["code"]) == ("error", code)
-            assert await sock.next() == {"type": "closed", "code": 4401}
-            assert not [m for m in sock.seen if m["type"] in ("snapshot", "published")]
-        assert log_length(store) == before
-
-    run(go())
+    before = log_length(store)
+    async with aiohttp.ClientSession() as s:
+        sock = await ws_connect(s, gateway, None)
+        # Sent back to back, so the subscribe and the publish are already on the wire.
+        await sock.send(type="auth", token=make(gateway))
+        await sock.send(type="subscribe", sub="a", view="profiles", key="alice")
+        await sock.send(type="publish", req="r", events=[PROFILE])
+        refusal = await sock.next()
+        assert (refusal["type"], refusal["code"]) == ("error", code)
+        assert await sock.next() == {"type": "closed", "code": 4401}
+        assert not [m for m in sock.seen if m["type"] in ("snapshot", "published")]
+    assert log_length(store) == before
 
 
 @pytest.mark.parametrize("kind", TOKEN_KINDS)
-def test_bad_token_is_refused_on_publish(
+async def test_bad_token_is_refused_on_publish(
     gateway: ServedGateway, store: redis.Redis, kind: str
 ) -> None:
     make, code = BAD_TOKENS[kind]
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.post(gateway.url + "/v1/events", json=PROFILE,
-                                headers=bearer(make(gateway)))  # fmt: skip
-            assert await error_of(resp) == (401, code)
-        assert log_length(store) == 0
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(gateway.url + "/v1/events", json=PROFILE,
+                            headers=bearer(make(gateway)))  # fmt: skip
+        assert await error_of(resp) == (401, code)
+    assert log_length(store) == 0
 
 
-def test_a_bad_refresh_does_not_sign_an_open_socket_in_as_anyone_else(
+async def test_a_bad_refresh_does_not_sign_an_open_socket_in_as_anyone_else(
     gateway: ServedGateway, store: redis.Redis
 ) -> None:
     """A refresh naming another subject is refused; the socket stays alice's."""
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            sock = await ws_connect(s, gateway, gateway.token("alice"))
-            assert (await sock.next())["subject"] == "alice"
-            await sock.send(type="auth", token=gateway.token("bob"))
-            refused = await sock.next()
-            assert (refused["type"], refused["code"]) == ("error", "subject_changed")
-            await sock.send(type="subscribe", sub="t", view="timeline", key="bob")
-            denied = await sock.next()
-            assert (denied["type"], denied["sub"], denied["code"]) == ("error", "t", "forbidden")
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        sock = await ws_connect(s, gateway, gateway.token("alice"))
+        assert (await sock.next())["subject"] == "alice"
+        await sock.send(type="auth", token=gateway.token("bob"))
+        refused = await sock.next()
+        assert (refused["type"], refused["code"]) == ("error", "subject_changed")
+        await sock.send(type="subscribe", sub="t", view="timeline", key="bob")
+        denied = await sock.next()
+        assert (denied["type"], denied["sub"], denied["code"]) == ("error", "t", "forbidden")
 
 
 # --- 2. another user's timeline, by every path --------------------------------------------------
 
 
 @pytest.fixture()
-def bobs_timeline(gateway: ServedGateway, store: redis.Redis, writer: Writer) -> str:
+async def bobs_timeline(gateway: ServedGateway, store: redis.Redis, writer: Writer) -> str:
     """Bob's timeline holds a row; returns an event id of it, as Bob received it."""
     writer.write([("timeline", "bob", "bob:1", {"text": SECRET_ROW_TEXT, "score": 1})])
-
-    async def go() -> str:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.get(gateway.url + "/v1/views/timeline/bob",
-                               headers=gateway.headers("bob"))  # fmt: skip
-            body = await resp.json()
-            assert resp.status == 200 and SECRET_ROW_TEXT in json.dumps(body["rows"])
-            position: str = body["position"]
-            return position
-
-    return str(run(go()))
+    async with aiohttp.ClientSession() as s:
+        resp = await s.get(gateway.url + "/v1/views/timeline/bob",
+                           headers=gateway.headers("bob"))  # fmt: skip
+        body = await resp.json()
+        assert resp.status == 200 and SECRET_ROW_TEXT in json.dumps(body["rows"])
+        position: str = body["position"]
+        return position
 
 
 def _from_the_start(event_id: str) -> str:
@@ -280,106 +258,73 @@ def _from_the_start(event_id: str) -> str:
     return event_id.split(".", 1)[0] + ".0-0"
 
 
-def test_snapshot_of_another_users_timeline_is_forbidden(
-    gateway: ServedGateway, bobs_timeline: str
+ANOTHER_USERS_TIMELINE = [
+    # (the read, how it names an event id of Bob's to resume from, which id)
+    ("snapshot", None, None),
+    ("sse", None, None),
+    ("sse", "Last-Event-ID header", "as_received"),
+    ("sse", "Last-Event-ID header", "from_the_start"),
+    ("sse", "last_event_id parameter", "as_received"),
+    ("sse", "last_event_id parameter", "from_the_start"),
+]
+
+
+@pytest.mark.parametrize(("read", "resume_by", "crafted"), ANOTHER_USERS_TIMELINE)
+async def test_reading_another_users_timeline_is_forbidden(
+    gateway: ServedGateway,
+    bobs_timeline: str,
+    read: str,
+    resume_by: str | None,
+    crafted: str | None,
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.get(gateway.url + "/v1/views/timeline/bob", headers=gateway.headers())
-            assert SECRET_ROW_TEXT not in await resp.text()
-            assert await error_of(resp) == (403, "forbidden")
+    path = "/v1/views/timeline/bob" + ("/live" if read == "sse" else "")
+    headers, params = gateway.headers(), {}
+    if crafted is not None:
+        event_id = bobs_timeline if crafted == "as_received" else _from_the_start(bobs_timeline)
+        if resume_by == "Last-Event-ID header":
+            headers["Last-Event-ID"] = event_id
+        else:
+            params["last_event_id"] = event_id
+
+    async with aiohttp.ClientSession() as s:
+        resp = await s.get(gateway.url + path, headers=headers, params=params)
+        assert SECRET_ROW_TEXT not in await resp.text()
+        assert await error_of(resp) == (403, "forbidden")
+        if read == "snapshot":
             assert "ETag" not in resp.headers
-
-    run(go())
-
-
-def test_sse_of_another_users_timeline_is_forbidden(
-    gateway: ServedGateway, bobs_timeline: str
-) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.get(gateway.url + "/v1/views/timeline/bob/live",
-                               headers=gateway.headers())  # fmt: skip
-            assert SECRET_ROW_TEXT not in await resp.text()
-            assert await error_of(resp) == (403, "forbidden")
-
-    run(go())
-
-
-@pytest.mark.parametrize("crafted", ["as_received", "from_the_start"])
-def test_sse_resume_by_last_event_id_header_on_another_users_timeline_is_forbidden(
-    gateway: ServedGateway, bobs_timeline: str, crafted: str
-) -> None:
-    event_id = bobs_timeline if crafted == "as_received" else _from_the_start(bobs_timeline)
-
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.get(
-                gateway.url + "/v1/views/timeline/bob/live",
-                headers={**gateway.headers(), "Last-Event-ID": event_id},
-            )
-            assert SECRET_ROW_TEXT not in await resp.text()
-            assert await error_of(resp) == (403, "forbidden")
-
-    run(go())
-
-
-@pytest.mark.parametrize("crafted", ["as_received", "from_the_start"])
-def test_sse_resume_by_query_parameter_on_another_users_timeline_is_forbidden(
-    gateway: ServedGateway, bobs_timeline: str, crafted: str
-) -> None:
-    event_id = bobs_timeline if crafted == "as_received" else _from_the_start(bobs_timeline)
-
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.get(
-                gateway.url + "/v1/views/timeline/bob/live",
-                params={"last_event_id": event_id},
-                headers=gateway.headers(),
-            )
-            assert SECRET_ROW_TEXT not in await resp.text()
-            assert await error_of(resp) == (403, "forbidden")
-
-    run(go())
 
 
 @pytest.mark.parametrize("crafted", [None, "as_received", "from_the_start"])
-def test_ws_subscribe_to_another_users_timeline_is_forbidden(
+async def test_ws_subscribe_to_another_users_timeline_is_forbidden(
     gateway: ServedGateway, writer: Writer, bobs_timeline: str, crafted: str | None
 ) -> None:
     """Refused with the sub's error frame; a later change of Bob's timeline never reaches Alice."""
     resume = {None: None, "as_received": bobs_timeline,
               "from_the_start": _from_the_start(bobs_timeline)}[crafted]  # fmt: skip
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            sock = await ws_connect(s, gateway, gateway.token("alice"))
-            assert (await sock.next())["type"] == "authenticated"
-            await sock.send(type="subscribe", sub="t", view="timeline", key="bob",
-                            **({"last_event_id": resume} if resume else {}))  # fmt: skip
-            denied = await sock.next()
-            assert (denied["type"], denied["sub"], denied["code"]) == ("error", "t", "forbidden")
-            writer.write([("timeline", "bob", "bob:2", {"text": SECRET_ROW_TEXT, "score": 2})])
-            await sock.quiet_for(1.5)
-            assert SECRET_ROW_TEXT not in json.dumps(sock.seen)
-            assert not [m for m in sock.seen if m["type"] in ("snapshot", "delta", "reset")]
-            # The socket itself is still good for what Alice may read.
-            await sock.send(type="subscribe", sub="t", view="timeline", key="alice")
-            assert (await sock.next())["type"] == "snapshot"
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        sock = await ws_connect(s, gateway, gateway.token("alice"))
+        assert (await sock.next())["type"] == "authenticated"
+        await sock.send(type="subscribe", sub="t", view="timeline", key="bob",
+                        **({"last_event_id": resume} if resume else {}))  # fmt: skip
+        denied = await sock.next()
+        assert (denied["type"], denied["sub"], denied["code"]) == ("error", "t", "forbidden")
+        writer.write([("timeline", "bob", "bob:2", {"text": SECRET_ROW_TEXT, "score": 2})])
+        await sock.quiet_for(1.5)
+        assert SECRET_ROW_TEXT not in json.dumps(sock.seen)
+        assert not [m for m in sock.seen if m["type"] in ("snapshot", "delta", "reset")]
+        # The socket itself is still good for what Alice may read.
+        await sock.send(type="subscribe", sub="t", view="timeline", key="alice")
+        assert (await sock.next())["type"] == "snapshot"
 
 
-def test_the_log_feed_that_shows_every_event_does_not_exist_in_production(
+async def test_the_log_feed_that_shows_every_event_does_not_exist_in_production(
     tight_gateway: ServedGateway,
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.get(tight_gateway.url + "/v1/log/live",
-                               headers=tight_gateway.headers())  # fmt: skip
-            assert await error_of(resp) == (404, "not_found")
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        resp = await s.get(tight_gateway.url + "/v1/log/live",
+                           headers=tight_gateway.headers())  # fmt: skip
+        assert await error_of(resp) == (404, "not_found")
 
 
 # --- 3. publishing as someone else --------------------------------------------------------------
@@ -394,60 +339,51 @@ AS_BOB = [
 
 
 @pytest.mark.parametrize(("name", "events"), AS_BOB, ids=[a[0] for a in AS_BOB])
-def test_http_publish_as_someone_else_is_refused_and_writes_nothing(
+async def test_http_publish_as_someone_else_is_refused_and_writes_nothing(
     gateway: ServedGateway, store: redis.Redis, name: str, events: list[dict[str, Any]]
 ) -> None:
-    async def go() -> None:
-        before = log_length(store)
-        async with aiohttp.ClientSession() as s:
-            resp = await s.post(gateway.url + "/v1/events", json=events,
-                                headers=gateway.headers("alice"))  # fmt: skip
-            body = await resp.json()
-            assert await error_of(resp) == (403, "not_author")
-            assert body["index"] == len(events) - 1
-        assert log_length(store) == before
-
-    run(go())
+    before = log_length(store)
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(gateway.url + "/v1/events", json=events,
+                            headers=gateway.headers("alice"))  # fmt: skip
+        body = await resp.json()
+        assert await error_of(resp) == (403, "not_author")
+        assert body["index"] == len(events) - 1
+    assert log_length(store) == before
 
 
 @pytest.mark.parametrize(("name", "events"), AS_BOB, ids=[a[0] for a in AS_BOB])
-def test_ws_publish_as_someone_else_is_refused_and_writes_nothing(
+async def test_ws_publish_as_someone_else_is_refused_and_writes_nothing(
     gateway: ServedGateway, store: redis.Redis, name: str, events: list[dict[str, Any]]
 ) -> None:
-    async def go() -> None:
-        before = log_length(store)
-        async with aiohttp.ClientSession() as s:
-            sock = await ws_connect(s, gateway, gateway.token("alice"))
-            assert (await sock.next())["type"] == "authenticated"
-            await sock.send(type="publish", req="r1", events=events)
-            refused = await sock.next()
-            assert (refused["type"], refused["req"], refused["code"]) == (
-                "error",
-                "r1",
-                "not_author",
-            )
-            assert refused["index"] == len(events) - 1
-        assert log_length(store) == before
-
-    run(go())
+    before = log_length(store)
+    async with aiohttp.ClientSession() as s:
+        sock = await ws_connect(s, gateway, gateway.token("alice"))
+        assert (await sock.next())["type"] == "authenticated"
+        await sock.send(type="publish", req="r1", events=events)
+        refused = await sock.next()
+        assert (refused["type"], refused["req"], refused["code"]) == (
+            "error",
+            "r1",
+            "not_author",
+        )
+        assert refused["index"] == len(events) - 1
+    assert log_length(store) == before
 
 
-def test_publish_without_the_publish_scope_is_refused_and_writes_nothing(
+async def test_publish_without_the_publish_scope_is_refused_and_writes_nothing(
     gateway: ServedGateway, store: redis.Redis
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            resp = await s.post(gateway.url + "/v1/events", json=PROFILE,
-                                headers=gateway.headers("alice", scope="read"))  # fmt: skip
-            assert await error_of(resp) == (403, "insufficient_scope")
-            sock = await ws_connect(s, gateway, gateway.token("alice", scope="read"))
-            assert (await sock.next())["type"] == "authenticated"
-            await sock.send(type="publish", req="r1", events=[PROFILE])
-            refused = await sock.next()
-            assert (refused["req"], refused["code"]) == ("r1", "insufficient_scope")
-        assert log_length(store) == 0
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(gateway.url + "/v1/events", json=PROFILE,
+                            headers=gateway.headers("alice", scope="read"))  # fmt: skip
+        assert await error_of(resp) == (403, "insufficient_scope")
+        sock = await ws_connect(s, gateway, gateway.token("alice", scope="read"))
+        assert (await sock.next())["type"] == "authenticated"
+        await sock.send(type="publish", req="r1", events=[PROFILE])
+        refused = await sock.next()
+        assert (refused["req"], refused["code"]) == ("r1", "insufficient_scope")
+    assert log_length(store) == 0
 
 
 # --- 4. cross-origin requests -------------------------------------------------------------------
@@ -483,24 +419,26 @@ def refusal(resp: aiohttp.ClientResponse) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("origin", DISALLOWED_ORIGINS)
-def test_cors_preflight_from_a_disallowed_origin_is_not_allowed(
+async def test_cors_preflight_from_a_disallowed_origin_is_not_allowed(
     tight_gateway: ServedGateway, origin: str
 ) -> None:
-    resp = run(preflight(tight_gateway, origin))
+    resp = await preflight(tight_gateway, origin)
     # Without Access-Control-Allow-Origin a browser refuses the response whatever else it says.
     assert "Access-Control-Allow-Origin" not in resp.headers
     assert refusal(resp)["refused"] == ["origin"]
 
 
-def test_cors_preflight_asking_for_a_header_not_allowed_is_refused_in_the_error_shape(
+async def test_cors_preflight_asking_for_a_header_not_allowed_is_refused_in_the_error_shape(
     tight_gateway: ServedGateway,
 ) -> None:
-    resp = run(preflight(tight_gateway, ALLOWED_ORIGIN, "authorization, x-debug"))
+    resp = await preflight(tight_gateway, ALLOWED_ORIGIN, "authorization, x-debug")
     assert refusal(resp)["refused"] == ["headers"]
 
 
-def test_cors_preflight_from_the_allowed_origin_is_allowed(tight_gateway: ServedGateway) -> None:
-    resp = run(preflight(tight_gateway, ALLOWED_ORIGIN))
+async def test_cors_preflight_from_the_allowed_origin_is_allowed(
+    tight_gateway: ServedGateway,
+) -> None:
+    resp = await preflight(tight_gateway, ALLOWED_ORIGIN)
     assert resp.status == 200
     assert resp.headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
     assert resp.headers["Access-Control-Allow-Credentials"] == "true"
@@ -508,22 +446,19 @@ def test_cors_preflight_from_the_allowed_origin_is_allowed(tight_gateway: Served
 
 
 @pytest.mark.parametrize("origin", DISALLOWED_ORIGINS)
-def test_cors_simple_get_from_a_disallowed_origin_carries_no_allow_origin(
+async def test_cors_simple_get_from_a_disallowed_origin_carries_no_allow_origin(
     tight_gateway: ServedGateway, store: redis.Redis, origin: str
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            for path in ("/healthz", "/v1/views/profiles/alice"):
-                resp = await s.get(
-                    tight_gateway.url + path, headers={**tight_gateway.headers(), "Origin": origin}
-                )
-                await resp.read()
-                assert "Access-Control-Allow-Origin" not in resp.headers, path
-            allowed = await s.get(tight_gateway.url + "/healthz",
-                                  headers={"Origin": ALLOWED_ORIGIN})  # fmt: skip
-            assert allowed.headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        for path in ("/healthz", "/v1/views/profiles/alice"):
+            resp = await s.get(
+                tight_gateway.url + path, headers={**tight_gateway.headers(), "Origin": origin}
+            )
+            await resp.read()
+            assert "Access-Control-Allow-Origin" not in resp.headers, path
+        allowed = await s.get(tight_gateway.url + "/healthz",
+                              headers={"Origin": ALLOWED_ORIGIN})  # fmt: skip
+        assert allowed.headers["Access-Control-Allow-Origin"] == ALLOWED_ORIGIN
 
 
 # --- 5. static paths that try to leave the served directories -----------------------------------
@@ -588,23 +523,25 @@ def assert_refused(status: int, body: bytes) -> None:
 
 
 @pytest.mark.parametrize("path", TRAVERSALS)
-def test_static_path_traversal_is_refused(gateway: ServedGateway, path: str) -> None:
+async def test_static_path_traversal_is_refused(gateway: ServedGateway, path: str) -> None:
     for method in (b"GET", b"HEAD"):
-        status, body = run(raw_request(gateway.settings.port, path.encode(), method))
+        status, body = await raw_request(gateway.settings.port, path.encode(), method)
         assert_refused(status, body)
         if status == 404 and method == b"GET":
             assert orjson.loads(body)["code"] == "not_found"
 
 
 @pytest.mark.parametrize("path", ["/\x00../../pyproject.toml", "/client-js/\x00/../../etc/passwd"])
-def test_static_path_with_a_raw_nul_byte_is_refused(gateway: ServedGateway, path: str) -> None:
-    status, body = run(raw_request(gateway.settings.port, path.encode()))
+async def test_static_path_with_a_raw_nul_byte_is_refused(
+    gateway: ServedGateway, path: str
+) -> None:
+    status, body = await raw_request(gateway.settings.port, path.encode())
     assert_refused(status, body)
 
 
-def test_static_files_are_still_served(gateway: ServedGateway) -> None:
+async def test_static_files_are_still_served(gateway: ServedGateway) -> None:
     """The refusals above are not because nothing is served at all."""
-    status, body = run(raw_request(gateway.settings.port, b"/client-js/index.js"))
+    status, body = await raw_request(gateway.settings.port, b"/client-js/index.js")
     assert status == 200 and b"export" in body
-    status, body = run(raw_request(gateway.settings.port, b"/"))
+    status, body = await raw_request(gateway.settings.port, b"/")
     assert status == 200 and b"<html" in body.lower()

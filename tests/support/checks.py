@@ -27,7 +27,7 @@ def stored_views(client: redis.Redis, shards: int) -> Views:
         for raw in client.scan_iter(match=f"{prefix}*", count=1000):
             name = raw.decode()[len(prefix) :]
             view, _, key = name.partition("/")
-            rows = client.hgetall(raw)
+            rows: dict[bytes, bytes] = client.hgetall(raw)  # type: ignore[assignment]
             if rows:
                 out[(view, key)] = {r.decode(): orjson.loads(v) for r, v in rows.items()}
     return out
@@ -68,7 +68,8 @@ def _assert_positions(
 ) -> None:
     """Each key's recorded position is its newest delta: a snapshot read at that position
     is followed by exactly the deltas after it, none missing (no gap) and none already in it."""
-    recorded = {k.decode(): v.decode() for k, v in client.hgetall(positions_key(shard)).items()}
+    positions: dict[bytes, bytes] = client.hgetall(positions_key(shard))  # type: ignore[assignment]
+    recorded = {k.decode(): v.decode() for k, v in positions.items()}
     for (view, key), d in newest.items():
         name = view_key(view, key)
         assert recorded.get(name) == d.id, (

@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +27,6 @@ from server.settings import GatewaySettings
 from streaming.core.app import App
 from streaming.core.embedded import free_port as free_port
 from streaming.job.sink import ChangeTopicSink
-
-
-def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Tests are plain functions that run their async body on a fresh event loop."""
-    return asyncio.run(coro)
 
 
 class ServedGateway:
@@ -78,7 +73,7 @@ class ServedGateway:
                 chain, coro = [], task.get_coro()
                 while coro is not None and hasattr(coro, "cr_code"):
                     chain.append(coro.cr_code.co_filename)
-                    coro = coro.cr_await
+                    coro = coro.cr_await  # type: ignore[union-attr]
                 out.append(chain)
             return out
 

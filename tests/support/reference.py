@@ -29,7 +29,7 @@ def read_log(client: redis.Redis, partitions: int) -> list[list[Any]]:
     """Every partition's events, in log order."""
     out = []
     for p in range(partitions):
-        entries = client.xrange(log_stream(p))
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(log_stream(p))  # type: ignore[assignment]
         out.append([decode_entry(p, i, f) for i, f in entries])
     return out
 

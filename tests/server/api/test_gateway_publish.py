@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from streaming.core.events import decode_entry, log_stream
-from tests.support.gateway import ServedGateway, run
+from tests.support.gateway import ServedGateway
 
 PROFILE = {"type": "profile_set", "payload": {"user": "alice", "name": "Alice"}}
 TWEET = {"type": "tweet_posted", "payload": {"user": "alice", "tweet": "alice:1", "text": "hi"}}
@@ -31,12 +31,12 @@ async def post(gw: ServedGateway, body: Any, raw: bytes | None = None, user: str
 
 
 @pytest.mark.parametrize("shape", ["object", "array", "events"])
-def test_accepted_shapes_answer_offsets_of_appended_events(
+async def test_accepted_shapes_answer_offsets_of_appended_events(
     gateway: ServedGateway, store: redis.Redis, shape: str
 ) -> None:
     batch = [PROFILE, TWEET]
     body = {"object": PROFILE, "array": batch, "events": {"events": batch}}[shape]
-    status, answer = run(post(gateway, body))
+    status, answer = await post(gateway, body)
     assert status == 202
     offsets = answer["offsets"]
     assert len(offsets) == (1 if shape == "object" else 2)
@@ -68,37 +68,38 @@ BAD: list[tuple[str, Any, bytes | None, int, str]] = [
 
 
 @pytest.mark.parametrize(("name", "body", "raw", "status", "code"), BAD, ids=[b[0] for b in BAD])
-def test_rejections_answer_their_code_and_write_nothing(
+async def test_rejections_answer_their_code_and_write_nothing(
     gateway: ServedGateway, store: redis.Redis, name: str, body: Any, raw: bytes | None,
     status: int, code: str,
 ) -> None:  # fmt: skip
-    got, answer = run(post(gateway, body, raw))
+    got, answer = await post(gateway, body, raw)
     assert (got, answer["code"]) == (status, code), answer
     assert isinstance(answer["message"], str) and answer["message"]
     assert log_length(store) == 0
 
 
-def test_a_rejected_event_of_a_batch_is_named_by_index(gateway: ServedGateway) -> None:
-    status, answer = run(post(gateway, [PROFILE, PROFILE, {"type": "like", "payload": {}}]))
+async def test_a_rejected_event_of_a_batch_is_named_by_index(gateway: ServedGateway) -> None:
+    status, answer = await post(gateway, [PROFILE, PROFILE, {"type": "like", "payload": {}}])
     assert status == 422 and answer["index"] == 2
 
 
-def test_publishing_needs_the_publish_scope(gateway: ServedGateway, store: redis.Redis) -> None:
-    status, answer = run(post(gateway, PROFILE, headers=gateway.headers("alice", scope="read")))
+async def test_publishing_needs_the_publish_scope(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    status, answer = await post(gateway, PROFILE, headers=gateway.headers("alice", scope="read"))
     assert (status, answer["code"]) == (403, "insufficient_scope")
     assert log_length(store) == 0
 
 
-def test_an_oversize_declared_length_is_refused_before_reading(gateway: ServedGateway) -> None:
-    async def go() -> tuple[int, Any]:
-        async with aiohttp.ClientSession() as s:
+async def test_an_oversize_declared_length_is_refused_before_reading(
+    gateway: ServedGateway,
+) -> None:
+    async with aiohttp.ClientSession() as s:
 
-            async def body() -> Any:
-                yield b"[" + b" " * 40_000
-                yield b" " * 40_000 + b"]"
+        async def body() -> Any:
+            yield b"[" + b" " * 40_000
+            yield b" " * 40_000 + b"]"
 
-            resp = await s.post(gateway.url + "/v1/events", data=body(), headers=gateway.headers())
-            return resp.status, await resp.json()
-
-    status, answer = run(go())
+        resp = await s.post(gateway.url + "/v1/events", data=body(), headers=gateway.headers())
+        status, answer = resp.status, await resp.json()
     assert (status, answer["code"]) == (413, "body_too_large")

@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support.gateway import ServedGateway, run
+from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import settings_for
 
 SECRET = "the-content-of-a-file-outside-the-web-root"
@@ -33,20 +33,17 @@ def served(store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     gw.stop()
 
 
-def test_the_demo_and_the_client_are_served(served: ServedGateway) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            index = await s.get(served.url + "/")
-            assert index.status == 200 and "Chirp" in await index.text()
-            assert index.headers["Content-Type"].startswith("text/html")
-            assert index.headers["Cache-Control"] == "no-cache"
-            css = await s.get(served.url + "/css/app.css")
-            assert css.status == 200 and css.headers["Content-Type"].startswith("text/css")
-            js = await s.get(served.url + "/client-js/index.js")
-            assert js.status == 200 and "export const x" in await js.text()
-            assert "javascript" in js.headers["Content-Type"]
-
-    run(go())
+async def test_the_demo_and_the_client_are_served(served: ServedGateway) -> None:
+    async with aiohttp.ClientSession() as s:
+        index = await s.get(served.url + "/")
+        assert index.status == 200 and "Chirp" in await index.text()
+        assert index.headers["Content-Type"].startswith("text/html")
+        assert index.headers["Cache-Control"] == "no-cache"
+        css = await s.get(served.url + "/css/app.css")
+        assert css.status == 200 and css.headers["Content-Type"].startswith("text/css")
+        js = await s.get(served.url + "/client-js/index.js")
+        assert js.status == 200 and "export const x" in await js.text()
+        assert "javascript" in js.headers["Content-Type"]
 
 
 @pytest.mark.parametrize(
@@ -61,8 +58,8 @@ def test_the_demo_and_the_client_are_served(served: ServedGateway) -> None:
         "/nope.html",
     ],
 )
-def test_nothing_outside_the_directories_is_served(served: ServedGateway, path: str) -> None:
-    status, body = run(raw_get(served.settings.port, path))
+async def test_nothing_outside_the_directories_is_served(served: ServedGateway, path: str) -> None:
+    status, body = await raw_get(served.settings.port, path)
     assert SECRET.encode() not in body
     assert status == 404, (status, body)
     assert orjson.loads(body)["code"] == "not_found"
@@ -79,31 +76,24 @@ async def raw_get(port: int, path: str) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
-def test_api_paths_keep_their_errors(served: ServedGateway) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            wrong = await s.get(served.url + "/v1/events")
-            assert (wrong.status, (await wrong.json())["code"]) == (405, "method_not_allowed")
-            missing = await s.get(served.url + "/v1/nothing")
-            assert (missing.status, (await missing.json())["code"]) == (404, "not_found")
-            post = await s.post(served.url + "/index.html")
-            assert (post.status, (await post.json())["code"]) == (405, "method_not_allowed")
-
-    run(go())
+async def test_api_paths_keep_their_errors(served: ServedGateway) -> None:
+    async with aiohttp.ClientSession() as s:
+        wrong = await s.get(served.url + "/v1/events")
+        assert (wrong.status, (await wrong.json())["code"]) == (405, "method_not_allowed")
+        missing = await s.get(served.url + "/v1/nothing")
+        assert (missing.status, (await missing.json())["code"]) == (404, "not_found")
+        post = await s.post(served.url + "/index.html")
+        assert (post.status, (await post.json())["code"]) == (405, "method_not_allowed")
 
 
-def test_serving_can_be_turned_off(store_url: str) -> None:
+async def test_serving_can_be_turned_off(store_url: str) -> None:
     settings = settings_for(store_url, LV_STATIC_DIR="off", LV_CLIENT_JS_DIR="off")
     assert settings.static_dir is None and settings.client_js_dir is None
     gw = ServedGateway(settings).start()
     try:
-
-        async def go() -> None:
-            async with aiohttp.ClientSession() as s:
-                resp = await s.get(gw.url + "/")
-                assert (resp.status, (await resp.json())["code"]) == (404, "not_found")
-
-        run(go())
+        async with aiohttp.ClientSession() as s:
+            resp = await s.get(gw.url + "/")
+            assert (resp.status, (await resp.json())["code"]) == (404, "not_found")
     finally:
         gw.stop()
 

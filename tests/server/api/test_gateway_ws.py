@@ -17,7 +17,7 @@ from websockets.frames import Close, Frame, Opcode
 from server.wire.rfc6455 import OP_CLOSE, OP_PING, OP_PONG, OP_TEXT
 from streaming.core.embedded import free_port
 from streaming.core.events import log_stream
-from tests.support.gateway import ServedGateway, Writer, run, stored_rows, wait_for
+from tests.support.gateway import ServedGateway, Writer, stored_rows, wait_for
 from tests.support.gateway_settings import settings_for
 
 GOLDEN = Path(__file__).resolve().parents[3] / "protocol" / "golden"
@@ -47,190 +47,177 @@ async def connect(s: aiohttp.ClientSession, gw: ServedGateway, token: str | None
     return Socket(await s.ws_connect(gw.ws_url, params=params))
 
 
-def test_one_socket_multiplexes_subscriptions_and_publishes(
+async def test_one_socket_multiplexes_subscriptions_and_publishes(
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            sock = await connect(s, gateway, gateway.token("alice"))
-            assert (await sock.next())["type"] == "authenticated"
-            await sock.send(type="subscribe", sub="a", view="profiles", key="alice")
-            await sock.send(type="subscribe", sub="b", view="likes", key="t1")
-            snaps = {m["sub"]: m for m in [await sock.next(), await sock.next()]}
-            assert {m["type"] for m in snaps.values()} == {"snapshot"}
-            assert snaps["b"]["data"]["view"] == "likes"
-            writer.write([("profiles", "alice", "profile", {"name": "A"}),
-                          ("likes", "t1", "count", {"likes": 1})])  # fmt: skip
-            got = {(m["sub"], m["type"]) for m in [await sock.next(), await sock.next()]}
-            assert got == {("a", "delta"), ("b", "delta")}
+    async with aiohttp.ClientSession() as s:
+        sock = await connect(s, gateway, gateway.token("alice"))
+        assert (await sock.next())["type"] == "authenticated"
+        await sock.send(type="subscribe", sub="a", view="profiles", key="alice")
+        await sock.send(type="subscribe", sub="b", view="likes", key="t1")
+        snaps = {m["sub"]: m for m in [await sock.next(), await sock.next()]}
+        assert {m["type"] for m in snaps.values()} == {"snapshot"}
+        assert snaps["b"]["data"]["view"] == "likes"
+        writer.write([("profiles", "alice", "profile", {"name": "A"}),
+                      ("likes", "t1", "count", {"likes": 1})])  # fmt: skip
+        got = {(m["sub"], m["type"]) for m in [await sock.next(), await sock.next()]}
+        assert got == {("a", "delta"), ("b", "delta")}
 
-            await sock.send(type="publish", req="r1",
-                            events=[{"type": "like", "payload": {"user": "alice",
-                                                                 "tweet": "bob:1"}}])  # fmt: skip
-            published = await sock.next()
-            assert published["type"] == "published" and published["req"] == "r1"
-            assert published["offsets"][0]["token"].startswith(
-                str(published["offsets"][0]["partition"])
-            )
-            await sock.send(type="publish", req="r2",
-                            events=[{"type": "like", "payload": {"user": "bob",
-                                                                 "tweet": "bob:1"}}])  # fmt: skip
-            refused = await sock.next()
-            assert (refused["type"], refused["req"]) == ("error", "r2")
-            assert refused["code"] == "not_author"
-            assert sum(store.xlen(log_stream(p)) for p in range(4)) == 1
+        await sock.send(type="publish", req="r1",
+                        events=[{"type": "like", "payload": {"user": "alice",
+                                                             "tweet": "bob:1"}}])  # fmt: skip
+        published = await sock.next()
+        assert published["type"] == "published" and published["req"] == "r1"
+        assert published["offsets"][0]["token"].startswith(
+            str(published["offsets"][0]["partition"])
+        )
+        await sock.send(type="publish", req="r2",
+                        events=[{"type": "like", "payload": {"user": "bob",
+                                                             "tweet": "bob:1"}}])  # fmt: skip
+        refused = await sock.next()
+        assert (refused["type"], refused["req"]) == ("error", "r2")
+        assert refused["code"] == "not_author"
+        assert sum(store.xlen(log_stream(p)) for p in range(4)) == 1
 
-            await sock.send(type="unsubscribe", sub="a")
-            assert await sock.next() == {"type": "unsubscribed", "sub": "a"}
-            writer.write([("profiles", "alice", "profile", {"name": "A2"}),
-                          ("likes", "t1", "count", {"likes": 2})])  # fmt: skip
-            only = await sock.next()
-            assert (only["sub"], only["type"]) == ("b", "delta")
-            # Resume "a" from its last id on the same socket: exactly the delta it missed.
-            await sock.send(type="subscribe", sub="a", view="profiles", key="alice",
-                            last_event_id=snaps["a"]["id"])  # fmt: skip
-            first = await sock.next()
-            second = await sock.next()
-            assert (first["type"], second["type"]) == ("delta", "delta")
-            assert second["data"]["ops"][0]["value"] == {"name": "A2"}
-            await sock.ws.close()
-
-    run(go())
+        await sock.send(type="unsubscribe", sub="a")
+        assert await sock.next() == {"type": "unsubscribed", "sub": "a"}
+        writer.write([("profiles", "alice", "profile", {"name": "A2"}),
+                      ("likes", "t1", "count", {"likes": 2})])  # fmt: skip
+        only = await sock.next()
+        assert (only["sub"], only["type"]) == ("b", "delta")
+        # Resume "a" from its last id on the same socket: exactly the delta it missed.
+        await sock.send(type="subscribe", sub="a", view="profiles", key="alice",
+                        last_event_id=snaps["a"]["id"])  # fmt: skip
+        first = await sock.next()
+        second = await sock.next()
+        assert (first["type"], second["type"]) == ("delta", "delta")
+        assert second["data"]["ops"][0]["value"] == {"name": "A2"}
+        await sock.ws.close()
 
 
-def test_bad_messages_get_errors_and_the_socket_stays_open(
+async def test_bad_messages_get_errors_and_the_socket_stays_open(
     gateway: ServedGateway, store: redis.Redis
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            sock = await connect(s, gateway, gateway.token("alice"))
-            await sock.next()
-            cases: list[tuple[Any, str]] = [
-                ("{not json", "invalid_message"),
-                ([1, 2], "invalid_message"),
-                ({"type": "dance"}, "invalid_message"),
-                ({"type": "subscribe", "sub": "", "view": "profiles", "key": "a"},
-                 "invalid_message"),
-                ({"type": "subscribe", "sub": "x", "view": "nope", "key": "a"}, "unknown_view"),
-                ({"type": "subscribe", "sub": "x", "view": "timeline", "key": "bob"}, "forbidden"),
-                ({"type": "subscribe", "sub": "x", "view": "profiles", "key": "a",
-                  "last_event_id": "zz"}, "invalid_last_event_id"),
-                ({"type": "unsubscribe", "sub": "never"}, "unknown_subscription"),
-                ({"type": "publish", "events": []}, "invalid_message"),
-                ({"type": "publish", "req": "r", "events": []}, "empty_batch"),
-                ({"type": "publish", "req": "r", "events": [{"type": "x"}]}, "unknown_event_type"),
-            ]  # fmt: skip
-            for msg, code in cases:
-                await sock.ws.send_str(msg if isinstance(msg, str) else json.dumps(msg))
-                answer = await sock.next()
-                assert (answer["type"], answer["code"]) == ("error", code), msg
-            for i in range(5):
-                await sock.send(type="subscribe", sub=f"s{i}", view="profiles", key=f"k{i}")
-                assert (await sock.next())["type"] == "snapshot"
-            await sock.send(type="subscribe", sub="s0", view="profiles", key="k9")
-            assert (await sock.next())["code"] == "sub_in_use"
-            await sock.send(type="subscribe", sub="s5", view="profiles", key="k5")
-            too_many = await sock.next()
-            assert (too_many["code"], too_many["sub"]) == ("too_many_subscriptions", "s5")
-            assert sum(store.xlen(log_stream(p)) for p in range(4)) == 0
-            await sock.ws.close()
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        sock = await connect(s, gateway, gateway.token("alice"))
+        await sock.next()
+        cases: list[tuple[Any, str]] = [
+            ("{not json", "invalid_message"),
+            ([1, 2], "invalid_message"),
+            ({"type": "dance"}, "invalid_message"),
+            ({"type": "subscribe", "sub": "", "view": "profiles", "key": "a"},
+             "invalid_message"),
+            ({"type": "subscribe", "sub": "x", "view": "nope", "key": "a"}, "unknown_view"),
+            ({"type": "subscribe", "sub": "x", "view": "timeline", "key": "bob"}, "forbidden"),
+            ({"type": "subscribe", "sub": "x", "view": "profiles", "key": "a",
+              "last_event_id": "zz"}, "invalid_last_event_id"),
+            ({"type": "unsubscribe", "sub": "never"}, "unknown_subscription"),
+            ({"type": "publish", "events": []}, "invalid_message"),
+            ({"type": "publish", "req": "r", "events": []}, "empty_batch"),
+            ({"type": "publish", "req": "r", "events": [{"type": "x"}]}, "unknown_event_type"),
+        ]  # fmt: skip
+        for msg, code in cases:
+            await sock.ws.send_str(msg if isinstance(msg, str) else json.dumps(msg))
+            answer = await sock.next()
+            assert (answer["type"], answer["code"]) == ("error", code), msg
+        for i in range(5):
+            await sock.send(type="subscribe", sub=f"s{i}", view="profiles", key=f"k{i}")
+            assert (await sock.next())["type"] == "snapshot"
+        await sock.send(type="subscribe", sub="s0", view="profiles", key="k9")
+        assert (await sock.next())["code"] == "sub_in_use"
+        await sock.send(type="subscribe", sub="s5", view="profiles", key="k5")
+        too_many = await sock.next()
+        assert (too_many["code"], too_many["sub"]) == ("too_many_subscriptions", "s5")
+        assert sum(store.xlen(log_stream(p)) for p in range(4)) == 0
+        await sock.ws.close()
 
 
-def test_golden_client_messages_are_understood(gateway: ServedGateway, store: redis.Redis) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            sock = await connect(s, gateway)
-            auth = json.loads((GOLDEN / "client-auth.json").read_text())["ws"]["text"]
-            await sock.ws.send_str(auth.replace("<jwt>", gateway.token("alice")))
-            assert (await sock.next())["type"] == "authenticated"
-            for name, expect in [("subscribe", "snapshot"), ("unsubscribe", "unsubscribed"),
-                                 ("publish", "published")]:  # fmt: skip
-                text = json.loads((GOLDEN / f"client-{name}.json").read_text())["ws"]["text"]
-                await sock.ws.send_str(text)
-                assert (await sock.next())["type"] == expect
-            await sock.ws.close()
+async def test_golden_client_messages_are_understood(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    async with aiohttp.ClientSession() as s:
+        sock = await connect(s, gateway)
+        auth = json.loads((GOLDEN / "client-auth.json").read_text())["ws"]["text"]
+        await sock.ws.send_str(auth.replace("<jwt>", gateway.token("alice")))
+        assert (await sock.next())["type"] == "authenticated"
+        for name, expect in [("subscribe", "snapshot"), ("unsubscribe", "unsubscribed"),
+                             ("publish", "published")]:  # fmt: skip
+            text = json.loads((GOLDEN / f"client-{name}.json").read_text())["ws"]["text"]
+            await sock.ws.send_str(text)
+            assert (await sock.next())["type"] == expect
+        await sock.ws.close()
 
-    run(go())
 
-
-def test_tokens_are_checked_at_connect_and_can_be_refreshed(
+async def test_tokens_are_checked_at_connect_and_can_be_refreshed(
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            bad = await connect(s, gateway, "not-a-token")
-            assert (await bad.next())["code"] == "token_invalid"
-            assert (await bad.next())["code"] == 4401
-            silent = await connect(s, gateway)  # no token and no auth message in time
-            assert (await silent.next(timeout=5))["code"] == "token_missing"
-            assert (await silent.next())["code"] == 4401
-            unauth = await connect(s, gateway)
-            await unauth.send(type="subscribe", sub="a", view="profiles", key="alice")
-            assert (await unauth.next())["code"] == "token_missing"
+    async with aiohttp.ClientSession() as s:
+        bad = await connect(s, gateway, "not-a-token")
+        assert (await bad.next())["code"] == "token_invalid"
+        assert (await bad.next())["code"] == 4401
+        silent = await connect(s, gateway)  # no token and no auth message in time
+        assert (await silent.next(timeout=5))["code"] == "token_missing"
+        assert (await silent.next())["code"] == 4401
+        unauth = await connect(s, gateway)
+        await unauth.send(type="subscribe", sub="a", view="profiles", key="alice")
+        assert (await unauth.next())["code"] == "token_missing"
 
-            sock = await connect(s, gateway, gateway.token("alice", ttl=1.5))
-            await sock.next()
-            await sock.send(type="subscribe", sub="a", view="profiles", key="alice")
-            await sock.next()
-            await sock.send(type="auth", token=gateway.token("bob"))
-            assert (await sock.next())["code"] == "subject_changed"
-            await sock.send(type="auth", token=gateway.token("alice", ttl=60))
-            assert (await sock.next())["type"] == "authenticated"
-            await asyncio.sleep(2)  # past the first token's expiry
-            writer.write([("profiles", "alice", "profile", {"name": "still here"})])
-            delta = await sock.next()
-            assert delta["type"] == "delta" and delta["sub"] == "a"
-            await sock.ws.close()
+        sock = await connect(s, gateway, gateway.token("alice", ttl=1.5))
+        await sock.next()
+        await sock.send(type="subscribe", sub="a", view="profiles", key="alice")
+        await sock.next()
+        await sock.send(type="auth", token=gateway.token("bob"))
+        assert (await sock.next())["code"] == "subject_changed"
+        await sock.send(type="auth", token=gateway.token("alice", ttl=60))
+        assert (await sock.next())["type"] == "authenticated"
+        await asyncio.sleep(2)  # past the first token's expiry
+        writer.write([("profiles", "alice", "profile", {"name": "still here"})])
+        delta = await sock.next()
+        assert delta["type"] == "delta" and delta["sub"] == "a"
+        await sock.ws.close()
 
-            short = await connect(s, gateway, gateway.token("alice", ttl=1))
-            await short.next()
-            assert (await short.next(timeout=5))["code"] == "token_expired"
-            assert (await short.next())["code"] == 4401
-            assert stored_rows(store, "profiles", "alice", 8)["profile"]["name"] == "still here"
-
-    run(go())
+        short = await connect(s, gateway, gateway.token("alice", ttl=1))
+        await short.next()
+        assert (await short.next(timeout=5))["code"] == "token_expired"
+        assert (await short.next())["code"] == 4401
+        assert stored_rows(store, "profiles", "alice", 8)["profile"]["name"] == "still here"
 
 
-def test_an_idle_socket_holds_no_task_and_no_uvicorn_protocol(
+async def test_an_idle_socket_holds_no_task_and_no_uvicorn_protocol(
     gateway: ServedGateway, writer: Writer
 ) -> None:
     """A socket is accepted through Starlette's middleware and routing, then owns its
     connection (``server.live.sockets``): an idle socket and its subscriptions cost no task and
     none of uvicorn's WebSocket state, and the hub still writes each delta to it."""
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            before = len(gateway.awaited_files())
-            socks = [await connect(s, gateway, gateway.token("alice")) for _ in range(10)]
-            for i, sock in enumerate(socks):
-                assert (await sock.next())["type"] == "authenticated"
-                await sock.send(type="subscribe", sub="a", view="profiles", key=f"idle{i}")
-                await sock.send(type="subscribe", sub="b", view="profiles", key="idle-both")
-                for _ in range(2):
-                    assert (await sock.next())["type"] == "snapshot"
-            during = gateway.awaited_files()
-            # At most the two tasks the ticker starts with the first stream or socket.
-            assert len(during) - before <= 2, during
-            assert not [t for t in during if any("server/ws" in f for f in t)], during
-            kinds = gateway.connection_kinds()
-            assert kinds.count("OwnedSocket") == 10, kinds
-            writer.write([("profiles", f"idle{i}", "name", {"v": i}) for i in range(10)])
-            for i, sock in enumerate(socks):
-                m = await sock.next()
-                assert (m["type"], m["sub"], m["data"]["key"]) == ("delta", "a", f"idle{i}"), m
-            writer.write([("profiles", "idle-both", "name", {"v": "both"})])
-            for sock in socks:
-                m = await sock.next()
-                assert (m["type"], m["sub"], m["data"]["key"]) == ("delta", "b", "idle-both"), m
-            for sock in socks:
-                await sock.ws.close()
-            await wait_for(lambda: gateway.gateway.metrics.subscriptions == 0, timeout=5)
-            assert "OwnedSocket" not in gateway.connection_kinds()
-            assert gateway.gateway.metrics.ws_connections == 0
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        before = len(gateway.awaited_files())
+        socks = [await connect(s, gateway, gateway.token("alice")) for _ in range(10)]
+        for i, sock in enumerate(socks):
+            assert (await sock.next())["type"] == "authenticated"
+            await sock.send(type="subscribe", sub="a", view="profiles", key=f"idle{i}")
+            await sock.send(type="subscribe", sub="b", view="profiles", key="idle-both")
+            for _ in range(2):
+                assert (await sock.next())["type"] == "snapshot"
+        during = gateway.awaited_files()
+        # At most the two tasks the ticker starts with the first stream or socket.
+        assert len(during) - before <= 2, during
+        assert not [t for t in during if any("server/ws" in f for f in t)], during
+        kinds = gateway.connection_kinds()
+        assert kinds.count("OwnedSocket") == 10, kinds
+        writer.write([("profiles", f"idle{i}", "name", {"v": i}) for i in range(10)])
+        for i, sock in enumerate(socks):
+            m = await sock.next()
+            assert (m["type"], m["sub"], m["data"]["key"]) == ("delta", "a", f"idle{i}"), m
+        writer.write([("profiles", "idle-both", "name", {"v": "both"})])
+        for sock in socks:
+            m = await sock.next()
+            assert (m["type"], m["sub"], m["data"]["key"]) == ("delta", "b", "idle-both"), m
+        for sock in socks:
+            await sock.ws.close()
+        await wait_for(lambda: gateway.gateway.metrics.subscriptions == 0, timeout=5)
+        assert "OwnedSocket" not in gateway.connection_kinds()
+        assert gateway.gateway.metrics.ws_connections == 0
 
 
 async def raw_socket(gw: ServedGateway) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -275,31 +262,28 @@ def subscribe_frame(sub: str, key: str) -> str:
     return json.dumps({"type": "subscribe", "sub": sub, "view": "profiles", "key": key})
 
 
-def test_an_owned_socket_speaks_rfc6455(gateway: ServedGateway) -> None:
+async def test_an_owned_socket_speaks_rfc6455(gateway: ServedGateway) -> None:
     """The gateway's own framing, from a plain socket: a fragmented message with a ping between
     its frames, the closing handshake."""
 
-    async def go() -> None:
-        reader, writer = await raw_socket(gateway)
-        assert (await next_message(reader))["type"] == "authenticated"
-        writer.write(Frame(Opcode.TEXT, subscribe_frame("a", "raw1").encode()).serialize(mask=True))
-        assert (await next_message(reader))["type"] == "snapshot"
-        assert "OwnedSocket" in gateway.connection_kinds()
-        text = subscribe_frame("b", "raw2").encode()
-        writer.write(Frame(Opcode.TEXT, text[:10], fin=False).serialize(mask=True)
-                     + Frame(Opcode.PING, b"are you there").serialize(mask=True)
-                     + Frame(Opcode.CONT, text[10:20], fin=False).serialize(mask=True))  # fmt: skip
-        assert await read_frame(reader) == (OP_PONG, b"are you there")
-        writer.write(Frame(Opcode.CONT, text[20:]).serialize(mask=True))
-        m = await next_message(reader)
-        assert (m["type"], m["sub"]) == ("snapshot", "b"), m
-        writer.write(Frame(Opcode.CLOSE, Close(4000, "bye").serialize()).serialize(mask=True))
-        opcode, data = await read_frame(reader)
-        assert (opcode, int.from_bytes(data[:2], "big")) == (OP_CLOSE, 4000)
-        assert await read_frame(reader) == (-1, b"")
-        writer.close()
-
-    run(go())
+    reader, writer = await raw_socket(gateway)
+    assert (await next_message(reader))["type"] == "authenticated"
+    writer.write(Frame(Opcode.TEXT, subscribe_frame("a", "raw1").encode()).serialize(mask=True))
+    assert (await next_message(reader))["type"] == "snapshot"
+    assert "OwnedSocket" in gateway.connection_kinds()
+    text = subscribe_frame("b", "raw2").encode()
+    writer.write(Frame(Opcode.TEXT, text[:10], fin=False).serialize(mask=True)
+                 + Frame(Opcode.PING, b"are you there").serialize(mask=True)
+                 + Frame(Opcode.CONT, text[10:20], fin=False).serialize(mask=True))  # fmt: skip
+    assert await read_frame(reader) == (OP_PONG, b"are you there")
+    writer.write(Frame(Opcode.CONT, text[20:]).serialize(mask=True))
+    m = await next_message(reader)
+    assert (m["type"], m["sub"]) == ("snapshot", "b"), m
+    writer.write(Frame(Opcode.CLOSE, Close(4000, "bye").serialize()).serialize(mask=True))
+    opcode, data = await read_frame(reader)
+    assert (opcode, int.from_bytes(data[:2], "big")) == (OP_CLOSE, 4000)
+    assert await read_frame(reader) == (-1, b"")
+    writer.close()
 
 
 @pytest.mark.parametrize(
@@ -312,22 +296,19 @@ def test_an_owned_socket_speaks_rfc6455(gateway: ServedGateway) -> None:
     ],
     ids=["unmasked", "invalid-utf8", "too-big"],
 )
-def test_an_owned_socket_closes_on_a_broken_frame(
+async def test_an_owned_socket_closes_on_a_broken_frame(
     gateway: ServedGateway, frame: bytes, code: int
 ) -> None:
-    async def go() -> None:
-        reader, writer = await raw_socket(gateway)
-        assert (await next_message(reader))["type"] == "authenticated"
-        writer.write(frame)
-        opcode, data = await read_frame(reader)
-        assert (opcode, int.from_bytes(data[:2], "big")) == (OP_CLOSE, code)
-        assert await read_frame(reader) == (-1, b"")
-        writer.close()
-
-    run(go())
+    reader, writer = await raw_socket(gateway)
+    assert (await next_message(reader))["type"] == "authenticated"
+    writer.write(frame)
+    opcode, data = await read_frame(reader)
+    assert (opcode, int.from_bytes(data[:2], "big")) == (OP_CLOSE, code)
+    assert await read_frame(reader) == (-1, b"")
+    writer.close()
 
 
-def test_compression_is_negotiated_only_when_configured(
+async def test_compression_is_negotiated_only_when_configured(
     gateway: ServedGateway, store_url: str, writer: Writer
 ) -> None:
     """Browsers offer permessage-deflate on every socket; a compressed socket keeps a compressor
@@ -353,15 +334,15 @@ def test_compression_is_negotiated_only_when_configured(
             await wait_for(lambda: gw.gateway.metrics.subscriptions == 0, timeout=5)
             return compress
 
-    assert run(negotiated(gateway, "OwnedSocket")) == 0
+    assert await negotiated(gateway, "OwnedSocket") == 0
     compressing = ServedGateway(settings_for(store_url, LV_WS_COMPRESSION="true")).start()
     try:
-        assert run(negotiated(compressing, "WebSocketProtocol")) > 0
+        assert await negotiated(compressing, "WebSocketProtocol") > 0
     finally:
         compressing.stop()
 
 
-def test_a_store_that_cannot_be_reached_gets_errors_and_the_socket_serves_on(
+async def test_a_store_that_cannot_be_reached_gets_errors_and_the_socket_serves_on(
     store: redis.Redis, store_url: str
 ) -> None:
     """A publish or a subscription that cannot reach the store is answered with
@@ -382,25 +363,21 @@ def test_a_store_that_cannot_be_reached_gets_errors_and_the_socket_serves_on(
 
     events = [{"type": "profile_set", "payload": {"user": "alice", "name": "A"}}]
     try:
-
-        async def go() -> None:
-            async with aiohttp.ClientSession() as s:
-                sock = await connect(s, served, served.token("alice"))
-                assert (await sock.next())["type"] == "authenticated"
-                await switch(free_port())  # nothing listens there
-                await sock.send(type="publish", req="p1", events=events)
-                m = await sock.next()
-                assert (m["type"], m["code"], m["req"]) == ("error", "store_unavailable", "p1")
-                await sock.send(type="subscribe", sub="s1", view="profiles", key="alice")
-                m = await sock.next()
-                assert (m["type"], m["code"], m["sub"]) == ("error", "store_unavailable", "s1")
-                await switch(port)
-                await sock.send(type="publish", req="p2", events=events)
-                assert (await sock.next())["type"] == "published"
-                await sock.send(type="subscribe", sub="s1", view="profiles", key="alice")
-                assert (await sock.next())["type"] == "snapshot"
-                await sock.ws.close()
-
-        run(go())
+        async with aiohttp.ClientSession() as s:
+            sock = await connect(s, served, served.token("alice"))
+            assert (await sock.next())["type"] == "authenticated"
+            await switch(free_port())  # nothing listens there
+            await sock.send(type="publish", req="p1", events=events)
+            m = await sock.next()
+            assert (m["type"], m["code"], m["req"]) == ("error", "store_unavailable", "p1")
+            await sock.send(type="subscribe", sub="s1", view="profiles", key="alice")
+            m = await sock.next()
+            assert (m["type"], m["code"], m["sub"]) == ("error", "store_unavailable", "s1")
+            await switch(port)
+            await sock.send(type="publish", req="p2", events=events)
+            assert (await sock.next())["type"] == "published"
+            await sock.send(type="subscribe", sub="s1", view="profiles", key="alice")
+            assert (await sock.next())["type"] == "snapshot"
+            await sock.ws.close()
     finally:
         served.stop()

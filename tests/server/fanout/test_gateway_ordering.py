@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from server.fanout.subscription import Source, Subscription
 from server.gateway import Gateway
-from tests.support.gateway import Writer, run
+from tests.support.gateway import Writer
 from tests.support.gateway_settings import settings_for
 
 
@@ -47,51 +47,48 @@ def deltas(frames: list[Any]) -> list[list[Any]]:
     return [orjson.loads(f.data)["ops"] for f in frames if f.event == "delta"]
 
 
-def test_deltas_read_around_the_snapshot_arrive_once(
+async def test_deltas_read_around_the_snapshot_arrive_once(
     store_url: str, store: redis.Redis, writer: Writer
 ) -> None:
-    async def go() -> None:
-        gw = Gateway(settings_for(store_url))
-        client = SteppedClient.from_url(store_url)
-        source: Source = dataclasses.replace(gw.source, client=client)
-        try:
-            await gw.feed._start()
-            writer.write([("likes", "t", "before", {"v": 0})])
+    gw = Gateway(settings_for(store_url))
+    client = SteppedClient.from_url(store_url)
+    source: Source = dataclasses.replace(gw.source, client=client)
+    try:
+        await gw.feed._start()
+        writer.write([("likes", "t", "before", {"v": 0})])
 
-            async def write_and_feed() -> None:
-                writer.write([("likes", "t", "between", {"v": 1})])
-                await gw.feed._read()
-
-            client.after = write_and_feed
-            sub = Subscription(source, "likes", "t", None)
-            first = await sub.start()
-            assert [f.event for f in first] == ["snapshot"]
-            writer.write([("likes", "t", "after", {"v": 2})])
+        async def write_and_feed() -> None:
+            writer.write([("likes", "t", "between", {"v": 1})])
             await gw.feed._read()
-            got = deltas(await sub.next_frames())
-            # "before" is in the snapshot and was fed after attaching: not sent again.
-            # "between" was written after the snapshot and fed before start() returned.
-            assert [ops[0]["row"] for ops in got] == ["between", "after"]
-            resume = sub.last_event_id
-            sub.close()
 
-            writer.write([("likes", "t", "missed", {"v": 3})])
+        client.after = write_and_feed
+        sub = Subscription(source, "likes", "t", None)
+        first = await sub.start()
+        assert [f.event for f in first] == ["snapshot"]
+        writer.write([("likes", "t", "after", {"v": 2})])
+        await gw.feed._read()
+        got = deltas(await sub.next_frames())
+        # "before" is in the snapshot and was fed after attaching: not sent again.
+        # "between" was written after the snapshot and fed before start() returned.
+        assert [ops[0]["row"] for ops in got] == ["between", "after"]
+        resume = sub.last_event_id
+        sub.close()
 
-            async def write_and_feed_again() -> None:
-                writer.write([("likes", "t", "during", {"v": 4})])
-                await gw.feed._read()
+        writer.write([("likes", "t", "missed", {"v": 3})])
 
-            client.after = write_and_feed_again
-            from server.wire.eventid import EventId
+        async def write_and_feed_again() -> None:
+            writer.write([("likes", "t", "during", {"v": 4})])
+            await gw.feed._read()
 
-            assert resume is not None
-            sub = Subscription(source, "likes", "t", EventId.parse(resume))
-            caught_up = deltas(await sub.start())
-            live = deltas(await sub.next_frames())
-            assert [ops[0]["row"] for ops in caught_up + live] == ["missed", "during"]
-            sub.close()
-        finally:
-            await client.aclose()
-            await gw.stop()
+        client.after = write_and_feed_again
+        from server.wire.eventid import EventId
 
-    run(go())
+        assert resume is not None
+        sub = Subscription(source, "likes", "t", EventId.parse(resume))
+        caught_up = deltas(await sub.start())
+        live = deltas(await sub.next_frames())
+        assert [ops[0]["row"] for ops in caught_up + live] == ["missed", "during"]
+        sub.close()
+    finally:
+        await client.aclose()
+        await gw.stop()

@@ -61,42 +61,36 @@ def attach(hub: Hub, key: str) -> Recorder:
     return sink
 
 
-def test_a_due_frontier_rides_with_the_last_delta_of_each_key() -> None:
-    async def go() -> None:
-        hub = Hub(Metrics(), progress_interval=0.2)
-        a, b, quiet = attach(hub, "a"), attach(hub, "b"), attach(hub, "quiet")
-        hub.publish(EPOCH, [delta("1-0", "a"), delta("1-1", "b"), delta("1-2", "a")],
-                    progress("9-0"))  # fmt: skip
-        # With the last delta of each key, and not before: then to every other subscriber.
-        assert a.got == ["1-0", "1-2", "progress 9-0"]
-        assert b.got == ["1-1", "progress 9-0"]
-        assert a.runs == [["1-0", "1-2"]] and b.runs == [], "a key's deltas go out together"
-        assert quiet.got == ["progress 9-0"]
-        hub.close()
-
-    asyncio.run(go())
+async def test_a_due_frontier_rides_with_the_last_delta_of_each_key() -> None:
+    hub = Hub(Metrics(), progress_interval=0.2)
+    a, b, quiet = attach(hub, "a"), attach(hub, "b"), attach(hub, "quiet")
+    hub.publish(EPOCH, [delta("1-0", "a"), delta("1-1", "b"), delta("1-2", "a")],
+                progress("9-0"))  # fmt: skip
+    # With the last delta of each key, and not before: then to every other subscriber.
+    assert a.got == ["1-0", "1-2", "progress 9-0"]
+    assert b.got == ["1-1", "progress 9-0"]
+    assert a.runs == [["1-0", "1-2"]] and b.runs == [], "a key's deltas go out together"
+    assert quiet.got == ["progress 9-0"]
+    hub.close()
 
 
-def test_a_frontier_not_due_waits_for_the_next_read_or_half_an_interval_more() -> None:
-    async def go() -> None:
-        interval = 0.2
-        hub = Hub(Metrics(), progress_interval=interval)
-        a = attach(hub, "a")
-        hub.publish(EPOCH, [delta("1-0", "a")], progress("1-0"))
-        hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))  # not due: held back
-        assert a.got[-1] == "2-0"
-        await asyncio.sleep(interval * 1.1)
-        hub.publish(EPOCH, [delta("3-0", "a")], progress("3-0"))  # due: rides, newest only
-        assert a.got[-2:] == ["3-0", "progress 3-0"]
-        assert "progress 2-0" not in a.got
-        hub.publish(EPOCH, [], progress("4-0"))  # a quiet feed: no read follows
-        await asyncio.sleep(interval * 1.2)
-        assert a.got[-1] == "progress 3-0", "sent before the interval was over"
-        await asyncio.sleep(interval * 0.5)
-        assert a.got[-1] == "progress 4-0", "held back more than half an interval too long"
-        hub.close()
-
-    asyncio.run(go())
+async def test_a_frontier_not_due_waits_for_the_next_read_or_half_an_interval_more() -> None:
+    interval = 0.2
+    hub = Hub(Metrics(), progress_interval=interval)
+    a = attach(hub, "a")
+    hub.publish(EPOCH, [delta("1-0", "a")], progress("1-0"))
+    hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))  # not due: held back
+    assert a.got[-1] == "2-0"
+    await asyncio.sleep(interval * 1.1)
+    hub.publish(EPOCH, [delta("3-0", "a")], progress("3-0"))  # due: rides, newest only
+    assert a.got[-2:] == ["3-0", "progress 3-0"]
+    assert "progress 2-0" not in a.got
+    hub.publish(EPOCH, [], progress("4-0"))  # a quiet feed: no read follows
+    await asyncio.sleep(interval * 1.2)
+    assert a.got[-1] == "progress 3-0", "sent before the interval was over"
+    await asyncio.sleep(interval * 0.5)
+    assert a.got[-1] == "progress 4-0", "held back more than half an interval too long"
+    hub.close()
 
 
 class SlowRecorder(Recorder):
@@ -111,74 +105,64 @@ class SlowRecorder(Recorder):
         return super().deliver(item)
 
 
-def test_a_frontier_that_falls_due_during_a_hand_out_rides_with_the_next_read() -> None:
-    async def go() -> None:
-        interval = 0.1
-        hub = Hub(Metrics(), progress_interval=interval)
-        sink = SlowRecorder(0.0)
-        hub.attach("likes", "a", 16).sink = sink
-        hub.publish(EPOCH, [delta("1-0", "a")], progress("1-0"))
-        sink.seconds = interval * 1.5
-        hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))  # due only once handed out
-        assert sink.got[-1] == "2-0", "sent on its own, in a write of its own"
-        sink.seconds = 0.0
-        hub.publish(EPOCH, [delta("3-0", "a")], progress("3-0"))
-        assert sink.got[-2:] == ["3-0", "progress 3-0"]
-        hub.close()
-
-    asyncio.run(go())
+async def test_a_frontier_that_falls_due_during_a_hand_out_rides_with_the_next_read() -> None:
+    interval = 0.1
+    hub = Hub(Metrics(), progress_interval=interval)
+    sink = SlowRecorder(0.0)
+    hub.attach("likes", "a", 16).sink = sink
+    hub.publish(EPOCH, [delta("1-0", "a")], progress("1-0"))
+    sink.seconds = interval * 1.5
+    hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))  # due only once handed out
+    assert sink.got[-1] == "2-0", "sent on its own, in a write of its own"
+    sink.seconds = 0.0
+    hub.publish(EPOCH, [delta("3-0", "a")], progress("3-0"))
+    assert sink.got[-2:] == ["3-0", "progress 3-0"]
+    hub.close()
 
 
-def test_each_view_follows_the_frontier_of_the_pipeline_that_writes_it() -> None:
-    async def go() -> None:
-        pipelines = {"likes": "entities", "activity": "activity"}
-        hub = Hub(Metrics(), progress_interval=0.0, frontier_of=pipelines.__getitem__)
-        likes = attach(hub, "a")
-        activity = Recorder()
-        hub.attach("activity", "global", 16).sink = activity
-        # One read brings a delta of "likes" and both pipelines' frontiers: each subscriber
-        # gets its own pipeline's, the likes subscriber with its delta, in the same write.
-        hub.publish(EPOCH, [delta("1-0", "a")],
-                    progress("5-0", "entities") + progress("3-0", "activity"))  # fmt: skip
-        assert likes.got == ["1-0", "progress 5-0"]
-        assert activity.got == ["progress 3-0"]
-        # A frontier moves only its own pipeline's subscribers.
-        hub.publish(EPOCH, [], progress("6-0", "entities"))
-        assert likes.got[-1] == "progress 6-0" and activity.got == ["progress 3-0"]
-        # The views' frontier (every pipeline's oldest) reaches neither: each follows its own.
-        hub.publish(EPOCH, [], progress("4-0"))
-        assert likes.got[-1] == "progress 6-0" and activity.got == ["progress 3-0"]
-        hub.close()
-
-    asyncio.run(go())
+async def test_each_view_follows_the_frontier_of_the_pipeline_that_writes_it() -> None:
+    pipelines = {"likes": "entities", "activity": "activity"}
+    hub = Hub(Metrics(), progress_interval=0.0, frontier_of=pipelines.__getitem__)
+    likes = attach(hub, "a")
+    activity = Recorder()
+    hub.attach("activity", "global", 16).sink = activity
+    # One read brings a delta of "likes" and both pipelines' frontiers: each subscriber
+    # gets its own pipeline's, the likes subscriber with its delta, in the same write.
+    hub.publish(EPOCH, [delta("1-0", "a")],
+                progress("5-0", "entities") + progress("3-0", "activity"))  # fmt: skip
+    assert likes.got == ["1-0", "progress 5-0"]
+    assert activity.got == ["progress 3-0"]
+    # A frontier moves only its own pipeline's subscribers.
+    hub.publish(EPOCH, [], progress("6-0", "entities"))
+    assert likes.got[-1] == "progress 6-0" and activity.got == ["progress 3-0"]
+    # The views' frontier (every pipeline's oldest) reaches neither: each follows its own.
+    hub.publish(EPOCH, [], progress("4-0"))
+    assert likes.got[-1] == "progress 6-0" and activity.got == ["progress 3-0"]
+    hub.close()
 
 
-def test_a_subscriber_without_a_sink_buffers_a_run_or_overflows_on_it_as_on_its_deltas() -> None:
-    async def go() -> None:
-        metrics = Metrics()
-        hub = Hub(metrics)
-        fits = hub.attach("likes", "a", 3)
-        fits.buffer.append(FeedDelta(EPOCH, delta("0-9", "a")))
-        too_many = hub.attach("likes", "a", 3)
-        too_many.buffer.append(FeedDelta(EPOCH, delta("0-9", "a")))
-        too_many.capacity = 2
-        hub.publish(EPOCH, [delta("1-0", "a"), delta("1-1", "a")])
-        items, _ = fits.take()
-        assert [i.delta.id for i in items if isinstance(i, FeedDelta)] == ["0-9", "1-0", "1-1"]
-        # One buffered and two more is three, over a capacity of two: a slow consumer.
-        assert too_many.state is SubscriberState.OVERFLOWED
-        assert too_many not in hub.all and metrics.slow_consumers == 1
-        hub.close()
+async def test_a_subscriber_without_a_sink_buffers_a_run_or_overflows_on_it_as_on_its_deltas() -> (
+    None
+):
+    metrics = Metrics()
+    hub = Hub(metrics)
+    fits = hub.attach("likes", "a", 3)
+    fits.buffer.append(FeedDelta(EPOCH, delta("0-9", "a")))
+    too_many = hub.attach("likes", "a", 3)
+    too_many.buffer.append(FeedDelta(EPOCH, delta("0-9", "a")))
+    too_many.capacity = 2
+    hub.publish(EPOCH, [delta("1-0", "a"), delta("1-1", "a")])
+    items, _ = fits.take()
+    assert [i.delta.id for i in items if isinstance(i, FeedDelta)] == ["0-9", "1-0", "1-1"]
+    # One buffered and two more is three, over a capacity of two: a slow consumer.
+    assert too_many.state is SubscriberState.OVERFLOWED
+    assert too_many not in hub.all and metrics.slow_consumers == 1
+    hub.close()
 
-    asyncio.run(go())
 
-
-def test_deltas_of_a_key_out_of_position_order_go_out_one_by_one_in_read_order() -> None:
-    async def go() -> None:
-        hub = Hub(Metrics())
-        a = attach(hub, "a")
-        hub.publish(EPOCH, [delta("2-0", "a"), delta("1-0", "a"), delta("3-0", "a")])
-        assert a.runs == [] and a.got == ["2-0", "1-0", "3-0"]
-        hub.close()
-
-    asyncio.run(go())
+async def test_deltas_of_a_key_out_of_position_order_go_out_one_by_one_in_read_order() -> None:
+    hub = Hub(Metrics())
+    a = attach(hub, "a")
+    hub.publish(EPOCH, [delta("2-0", "a"), delta("1-0", "a"), delta("3-0", "a")])
+    assert a.runs == [] and a.got == ["2-0", "1-0", "3-0"]
+    hub.close()

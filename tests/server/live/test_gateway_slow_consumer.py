@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import redis
 
-from tests.support.gateway import ServedGateway, State, Writer, open_sse, run, stored_rows, wait_for
+from tests.support.gateway import ServedGateway, State, Writer, open_sse, stored_rows, wait_for
 
 BIG = "x" * 40_000
 DELTAS = 400
@@ -33,48 +33,46 @@ def write_big(writer: Writer, key: str, gw: ServedGateway, high_water: list[int]
         assert fullest <= capacity
 
 
-def test_a_slow_sse_subscriber_is_ended_with_a_resumable_id(
+async def test_a_slow_sse_subscriber_is_ended_with_a_resumable_id(
     tight_gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
     gw = tight_gateway
     metrics = gw.gateway.metrics
     before = metrics.slow_consumers
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            sse = await open_sse(s, gw.url + "/v1/views/likes/slow/live", gw.headers())
-            state = State()
-            state.apply(await sse.next())
-            high_water = [0]
-            await asyncio.to_thread(write_big, writer, "slow", gw, high_water)
-            await wait_for(lambda: metrics.slow_consumers > before)
-            assert metrics.subscriptions == 0  # detached: the hub holds nothing for it
-            while True:  # now read what was on its way, up to the end frame
-                ev = await sse.next(timeout=30)
-                if ev.event == "end":
-                    break
-                state.apply(ev)
-            assert ev.data["code"] == "slow_consumer"
-            assert ev.data["last_event_id"] == state.last_id
-            headers = {**gw.headers(), "Last-Event-ID": ev.data["last_event_id"]}
-            sse = await open_sse(s, gw.url + "/v1/views/likes/slow/live", headers)
-            target = stored_rows(store, "likes", "slow", 8)
-            while state.rows != target:
-                state.apply(await sse.next(timeout=30, skip=("progress",)))
-            assert state.resets == 0
-            await sse.close()
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        sse = await open_sse(s, gw.url + "/v1/views/likes/slow/live", gw.headers())
+        state = State()
+        state.apply(await sse.next())
+        high_water = [0]
+        await asyncio.to_thread(write_big, writer, "slow", gw, high_water)
+        await wait_for(lambda: metrics.slow_consumers > before)
+        assert metrics.subscriptions == 0  # detached: the hub holds nothing for it
+        while True:  # now read what was on its way, up to the end frame
+            ev = await sse.next(timeout=30)
+            if ev.event == "end":
+                break
+            state.apply(ev)
+        assert ev.data["code"] == "slow_consumer"
+        assert ev.data["last_event_id"] == state.last_id
+        headers = {**gw.headers(), "Last-Event-ID": ev.data["last_event_id"]}
+        sse = await open_sse(s, gw.url + "/v1/views/likes/slow/live", headers)
+        target = stored_rows(store, "likes", "slow", 8)
+        while state.rows != target:
+            state.apply(await sse.next(timeout=30, skip=("progress",)))
+        assert state.resets == 0
+        await sse.close()
 
 
-def test_a_slow_websocket_subscription_gets_an_error_with_its_last_id(
+async def test_a_slow_websocket_subscription_gets_an_error_with_its_last_id(
     tight_gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
     gw = tight_gateway
     metrics = gw.gateway.metrics
     before = metrics.slow_consumers
 
-    async def go() -> None:
+    # Heartbeats would keep each receive above from timing out: bound the whole exchange.
+    async with asyncio.timeout(120):
         async with aiohttp.ClientSession() as s:
             ws = await s.ws_connect(gw.ws_url, params={"access_token": gw.token("alice")},
                                     max_msg_size=0)  # fmt: skip
@@ -113,16 +111,13 @@ def test_a_slow_websocket_subscription_gets_an_error_with_its_last_id(
             assert state.resets == 0
             await ws.close()
 
-    # Heartbeats would keep each receive above from timing out: bound the whole exchange.
-    run(asyncio.wait_for(go(), 120))
-
 
 N_BEHIND = 400
 """Deltas of ``BIG`` rows a resumed subscription missed: ~16 MB, more than the client's and the
 gateway's socket buffers hold together, so the socket has data unsent while they are written."""
 
 
-def test_a_websocket_subscription_resumed_far_behind_gets_every_delta_it_missed(
+async def test_a_websocket_subscription_resumed_far_behind_gets_every_delta_it_missed(
     tight_gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
     """The deltas a resumed subscription missed are its first frames: all of them are written,
@@ -132,7 +127,7 @@ def test_a_websocket_subscription_resumed_far_behind_gets_every_delta_it_missed(
     gw = tight_gateway
     writer.write([("likes", "behind", "row", {"i": -1})])
 
-    async def go() -> None:
+    async with asyncio.timeout(120):
         async with aiohttp.ClientSession() as s:
             ws = await s.ws_connect(gw.ws_url, params={"access_token": gw.token("alice")},
                                     max_msg_size=0)  # fmt: skip
@@ -156,5 +151,3 @@ def test_a_websocket_subscription_resumed_far_behind_gets_every_delta_it_missed(
                     got.append(m)
             assert [m["data"]["ops"][0]["value"]["i"] for m in got] == list(range(N_BEHIND))
             await ws.close()
-
-    run(asyncio.wait_for(go(), 120))

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from tests.support.gateway import ServedGateway, Writer, open_sse, run, wait_for
+from tests.support.gateway import ServedGateway, Writer, open_sse, wait_for
 from tests.support.gateway_settings import settings_for
 
 
@@ -25,52 +25,46 @@ def h11_gateway(store_url: str) -> Iterator[ServedGateway]:
     served.stop()
 
 
-def test_a_stream_under_another_http_protocol_carries_every_frame(
+async def test_a_stream_under_another_http_protocol_carries_every_frame(
     h11_gateway: ServedGateway, writer: Writer
 ) -> None:
     gw = h11_gateway
 
-    async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            sse = await open_sse(s, gw.url + "/v1/views/profiles/h11/live",
-                                 gw.headers(ttl=4))  # fmt: skip
-            assert (await sse.next()).event == "snapshot"
-            assert "ReleasedConnection" not in gw.connection_kinds()
-            writer.write([("profiles", "h11", "name", {"v": 1})])
-            delta = await sse.next(skip=("progress",))
-            assert (delta.event, delta.data["ops"][0]["value"]) == ("delta", {"v": 1})
-            await sse.heartbeat(timeout=5)
-            end = await sse.next(timeout=10, skip=("progress",))
-            assert (end.event, end.data["code"]) == ("end", "token_expired")
-            assert end.data["last_event_id"] == delta.id
-            await sse.close()
-        await wait_for(lambda: gw.gateway.metrics.subscriptions == 0, timeout=5)
-        assert gw.gateway.metrics.sse_connections == 0
-
-    run(go())
+    async with aiohttp.ClientSession() as s:
+        sse = await open_sse(s, gw.url + "/v1/views/profiles/h11/live",
+                             gw.headers(ttl=4))  # fmt: skip
+        assert (await sse.next()).event == "snapshot"
+        assert "ReleasedConnection" not in gw.connection_kinds()
+        writer.write([("profiles", "h11", "name", {"v": 1})])
+        delta = await sse.next(skip=("progress",))
+        assert (delta.event, delta.data["ops"][0]["value"]) == ("delta", {"v": 1})
+        await sse.heartbeat(timeout=5)
+        end = await sse.next(timeout=10, skip=("progress",))
+        assert (end.event, end.data["code"]) == ("end", "token_expired")
+        assert end.data["last_event_id"] == delta.id
+        await sse.close()
+    await wait_for(lambda: gw.gateway.metrics.subscriptions == 0, timeout=5)
+    assert gw.gateway.metrics.sse_connections == 0
 
 
-def test_a_stream_with_a_request_pipelined_behind_it_is_served_through_asgi(
+async def test_a_stream_with_a_request_pipelined_behind_it_is_served_through_asgi(
     gateway: ServedGateway, writer: Writer
 ) -> None:
-    async def go() -> None:
-        reader, stream = await asyncio.open_connection("127.0.0.1", gateway.settings.port)
-        auth = gateway.headers()["Authorization"]
-        request = (f"GET /v1/views/profiles/piped/live HTTP/1.1\r\nHost: x\r\n"
-                   f"Authorization: {auth}\r\n\r\n").encode()  # fmt: skip
-        stream.write(request + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        await stream.drain()
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        assert head.startswith(b"HTTP/1.1 200"), head
-        body = b""
-        while b"event: snapshot" not in body:
-            body += await asyncio.wait_for(reader.read(65536), 10)
-        assert "ReleasedConnection" not in gateway.connection_kinds()
-        writer.write([("profiles", "piped", "name", {"v": "behind"})])
-        while b"behind" not in body:
-            body += await asyncio.wait_for(reader.read(65536), 10)
-        assert b"event: delta" in body
-        stream.close()
-        await wait_for(lambda: gateway.gateway.metrics.subscriptions == 0, timeout=5)
-
-    run(go())
+    reader, stream = await asyncio.open_connection("127.0.0.1", gateway.settings.port)
+    auth = gateway.headers()["Authorization"]
+    request = (f"GET /v1/views/profiles/piped/live HTTP/1.1\r\nHost: x\r\n"
+               f"Authorization: {auth}\r\n\r\n").encode()  # fmt: skip
+    stream.write(request + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    await stream.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    body = b""
+    while b"event: snapshot" not in body:
+        body += await asyncio.wait_for(reader.read(65536), 10)
+    assert "ReleasedConnection" not in gateway.connection_kinds()
+    writer.write([("profiles", "piped", "name", {"v": "behind"})])
+    while b"behind" not in body:
+        body += await asyncio.wait_for(reader.read(65536), 10)
+    assert b"event: delta" in body
+    stream.close()
+    await wait_for(lambda: gateway.gateway.metrics.subscriptions == 0, timeout=5)
