@@ -46,22 +46,22 @@ STORE_UNREADABLE = "the store could not be read; resume shortly."
 class Sender:
     """The hub's sink for one subscription (``server.fanout.subscriber.Sink``) and its task."""
 
-    __slots__ = ("sub", "ticker", "metrics", "expires_at", "pending", "last_write", "ended",
-                 "_running", "_task")  # fmt: skip
+    __slots__ = ("sub", "ticker", "metrics", "pending", "ended", "_running", "_task")
+
+    expires_at = float("inf")
+    """When the subscription's token expires (an SSE stream's own; a WebSocket session
+    watches its token for all its subscriptions)."""
 
     joins_cohorts = False
     """May it join its key's cohort once up to date (``server.fanout.cohort``)?"""
     exit_frame: bytes | None = None
     """What ``_close`` writes when the server shuts down (None: nothing)."""
 
-    def __init__(self, sub: Subscription, ticker: Ticker, metrics: Metrics,
-                 expires_at: float = float("inf")) -> None:  # fmt: skip
+    def __init__(self, sub: Subscription, ticker: Ticker, metrics: Metrics) -> None:
         self.sub = sub
         self.ticker = ticker
         self.metrics = metrics
-        self.expires_at = expires_at
         self.pending = 0  # frames written since the client was last seen to have taken all
-        self.last_write = ticker.now
         self.ended = False
         self._running = False
         self._task: asyncio.Task[None] | None = None

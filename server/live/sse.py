@@ -83,7 +83,8 @@ class SseSender(Sender):
     """One SSE subscription that owns its connection: the hub's sink for it, and the owner
     (``server._uvicorn.Owner``) of its connection once the HTTP protocol has released it."""
 
-    __slots__ = ("transport", "fd", "_write_raw", "is_closing", "_buffered", "_end")
+    __slots__ = ("transport", "fd", "expires_at", "last_write", "_write_raw", "is_closing",
+                 "_buffered", "_end")  # fmt: skip
 
     joins_cohorts = True
     exit_frame = b""  # the last chunk alone: the response ends cleanly between frames
@@ -92,7 +93,10 @@ class SseSender(Sender):
         self, sub: Subscription, transport: Any, ticker: Ticker, metrics: Metrics,
         expires_at: float, end: Callable[[], None],
     ) -> None:  # fmt: skip
-        super().__init__(sub, ticker, metrics, expires_at)
+        super().__init__(sub, ticker, metrics)
+        self.expires_at = expires_at
+        self.last_write = ticker.now
+        """When the stream last wrote (the ticker's clock): a heartbeat follows a quiet one."""
         self.transport = transport
         self._end = end
         """Called once, when the stream has ended."""
