@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parents[1]
 HEADLINES = {
     "fanout": r"(latency_ms\.p(50|99)|server_cpu_us_per_delivery|server_rss_bytes)$",
     "memory": r"^(sse|ws)\.(bare_uvicorn_)?bytes_per_subscriber$",
-    "latency": r"^tuned\[\d\]\.(push|polling)\.p(50|99)_ms$",
+    "latency": r"^tuned\[[^]]*\]\.(push|polling)\.p(50|99)_ms$",
     "floor": r"_us(\.|$)",
 }
 """Which figures of a benchmark's JSON are compared (regular expressions over flattened keys)."""
@@ -47,10 +47,19 @@ def flatten(value: Any, prefix: str = "") -> dict[str, float]:
             out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            out.update(flatten(v, f"{prefix}[{i}]"))
+            out.update(flatten(v, f"{prefix}[{_label(i, v)}]"))
     elif isinstance(value, int | float) and not isinstance(value, bool):
         out[prefix] = float(value)
     return out
+
+
+def _label(i: int, item: Any) -> str:
+    """A list item's place, with what it was run as when it says (a contender, a size, a
+    rate), so that a row reads without the JSON beside it."""
+    if not isinstance(item, dict):
+        return str(i)
+    said = [f"{item[k]}" for k in ("contender", "subscribers", "rate") if k in item]
+    return ":".join([str(i), *said])
 
 
 def run_once(checkout: Path, name: str, args: list[str], results: Path) -> dict[str, float]:
