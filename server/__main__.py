@@ -9,6 +9,7 @@ SIGTERM or Ctrl-C, and stops the rest when one exits.
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 
 import uvicorn
@@ -17,16 +18,50 @@ from server._uvicorn import IncompatibleServer
 from server.app import create_app
 from server.serve import config, raise_open_files, supervise
 from server.settings import GatewaySettings
+from streaming.core import console
 from streaming.core.errors import ConfigurationError, LiveviewsError
 
 log = logging.getLogger("liveviews.gateway")
 
 
+def address(settings: GatewaySettings, port: int) -> str:
+    """The gateway's address as a person on this machine opens it in a browser."""
+    host = settings.host
+    if host in ("0.0.0.0", "::"):
+        host = "localhost"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
+
+
+class Gateway(uvicorn.Server):
+    """uvicorn's server, which says in one line once it listens, and where to go."""
+
+    def __init__(self, config: uvicorn.Config, settings: GatewaySettings) -> None:
+        super().__init__(config)
+        self.settings = settings
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.started:
+            return
+        # With LV_PORT=0 the system chose the port.
+        port = self.settings.port or int(self.servers[0].sockets[0].getsockname()[1])
+        url = address(self.settings, port)
+        if self.settings.static_dir is None:
+            log.info("ready: serving the API on %s", url)
+        else:
+            log.info("ready: open %s", url)
+
+
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     raise_open_files()
     try:
         settings = GatewaySettings.from_env()
+        console.setup("gateway", settings.store)
+        log.info("starting on %s:%d%s; store at %s", settings.host, settings.port,
+                 f" in {settings.workers} processes" if settings.workers > 1 else "",
+                 settings.store.store_url)  # fmt: skip
         if settings.workers > 1 and settings.port == 0:
             raise ConfigurationError("LV_WORKERS > 1 needs a fixed LV_PORT, not 0.")
         app = create_app(settings) if settings.workers == 1 else None
@@ -39,14 +74,13 @@ def main() -> int:
             " and /v1/dev/token hands them out" if settings.dev_tokens else "",
         )
     if app is None:
-        log.info("serving with %d processes on port %d", settings.workers, settings.port)
         return supervise(settings.workers)
     try:
         server_config = config(settings, app)
     except IncompatibleServer as exc:
         print(f"liveviews: {exc}", file=sys.stderr)
         return 2
-    uvicorn.Server(server_config).run()
+    Gateway(server_config, settings).run()
     return 0
 
 

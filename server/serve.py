@@ -6,7 +6,6 @@ they can import (a package's ``__main__`` is not re-imported by ``multiprocessin
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -20,6 +19,7 @@ import uvicorn
 from server._uvicorn import WebSocketProtocol, check, http_protocol
 from server.app import create_app
 from server.settings import GatewaySettings
+from streaming.core import console
 
 
 def raise_open_files() -> None:
@@ -48,6 +48,10 @@ def config(settings: GatewaySettings, app: Any, **overrides: Any) -> uvicorn.Con
         ws_ping_interval=settings.heartbeat_seconds,
         ws_ping_timeout=settings.send_timeout_seconds,
         lifespan="on",
+        # uvicorn's lines go through the process's own logging (streaming.core.console), and
+        # a line per request would bury the console.
+        log_config=None,
+        access_log=False,
         timeout_graceful_shutdown=5,
         backlog=4096,
     )
@@ -56,9 +60,9 @@ def config(settings: GatewaySettings, app: Any, **overrides: Any) -> uvicorn.Con
 
 def serve_worker() -> None:
     """One of ``LV_WORKERS`` processes: its own app and change feed, a shared port."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     raise_open_files()
     settings = GatewaySettings.from_env()
+    console.setup("gateway", settings.store)
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

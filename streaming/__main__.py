@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
+from streaming.core import console
 from streaming.core.app import load_app
 from streaming.core.embedded import ensure_store
 from streaming.core.errors import LiveviewsError
@@ -43,18 +44,26 @@ def watch_driver(spark: Any, stopping: threading.Event) -> None:
 def run(settings: Settings) -> None:
     require_java()
     app = load_app(settings.app)
+    spark_log = console.shown(console.log_file("pipeline", settings))
+    log.info("starting application %r on Spark %s; Spark's log: %s",
+             app.name, settings.spark_master, spark_log)  # fmt: skip
     with ensure_store(settings):
         from streaming.job.queries import start
         from streaming.job.session import build_session
 
         stop = threading.Event()
+
+        def stop_asked(*_: object) -> None:
+            console.stopping()
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, stop_asked)
         spark = build_session(settings)
         watch_driver(spark, stop)
         queries = start(spark, app, settings)
-        log.info("application %r running %d queries; checkpoints in %s",
-                 app.name, len(queries), settings.checkpoint_dir)  # fmt: skip
+        log.info("ready: %d queries running; checkpoints in %s",
+                 len(queries), console.shown(settings.checkpoint_dir))  # fmt: skip
         while not stop.is_set() and all(q.isActive for q in queries):
             stop.wait(0.5)
         stop.set()
@@ -138,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     if args not in ([], ["--check"], ["--prepare"]):
         print(USAGE, file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         settings = Settings.from_env()
+        console.setup("pipeline", settings)
         if args:
             require_java()
             load_app(settings.app)

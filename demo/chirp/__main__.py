@@ -17,6 +17,7 @@ import redis
 
 from demo.chirp import app
 from demo.chirp.generate import SEED_USERS, Activity, seed_events
+from streaming.core import console
 from streaming.core.embedded import ensure_store
 from streaming.core.errors import LiveviewsError
 from streaming.core.events import log_stream
@@ -34,16 +35,20 @@ def seed_if_empty(client: redis.Redis, settings: Settings) -> bool:
     return True
 
 
-def run(settings: Settings, rate: float, url: str) -> None:
+def run(settings: Settings, rate: float) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with ensure_store(settings) as store_url:
+        log.info("starting: Chirp's events into the log at %s", store_url)
         client = redis.Redis.from_url(store_url)
         check_layout(client, settings.log_partitions, settings.change_shards)
         if seed_if_empty(client, settings):
             log.info("seeded Chirp with %d users", len(SEED_USERS))
-        print(f"Chirp is live: open {url}", flush=True)
+        if rate > 0:
+            log.info("ready: writing %g events/s", rate)
+        else:
+            log.info("ready: no background activity (LV_DEMO_ACTIVITY=N writes N events/s)")
         events = EventLog(client, app, settings.log_partitions)
         activity = Activity(users=list(SEED_USERS), seed=int(time.time()))
         activity.prefix = f"bg{int(time.time())}-"
@@ -54,12 +59,10 @@ def run(settings: Settings, rate: float, url: str) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = Settings.from_env()
-    host = os.environ.get("LV_HOST") or "127.0.0.1"
-    url = f"http://{host}:{os.environ.get('LV_PORT') or 8000}/"
     try:
-        run(settings, float(os.environ.get("LV_DEMO_ACTIVITY") or 0), url)
+        settings = Settings.from_env()
+        console.setup("demo", settings)
+        run(settings, float(os.environ.get("LV_DEMO_ACTIVITY") or 0))
     except LiveviewsError as exc:
         print(f"chirp: {exc.message}", file=sys.stderr)
         return 2

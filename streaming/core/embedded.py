@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
+import logging
 import os
 import shutil
 import signal
@@ -49,6 +50,8 @@ LIBRARY_DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/li
                 "/lib/*-linux-gnu")  # fmt: skip
 LINGER_S = 10.0
 """On stop, how long the store waits for the processes using it to finish first."""
+
+log = logging.getLogger("liveviews.store")
 
 
 def free_port() -> int:
@@ -281,24 +284,25 @@ def ensure_store(settings: Settings) -> Iterator[str]:
 
 
 def main() -> int:
+    from streaming.core import console
     from streaming.core.settings import Settings
 
-    settings = Settings.from_env()
-    if not settings.embedded:
-        print(f"REDIS_URL is set ({settings.redis_url}); no embedded store is needed.", flush=True)
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-        return 0
     try:
+        settings = Settings.from_env()
+        console.setup("store", settings)
+        if not settings.embedded:
+            log.info("REDIS_URL is set (%s); no embedded store is needed", settings.redis_url)
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            return 0
         store = EmbeddedStore(settings.data_dir, settings.embedded_port)
-        url = store.start()
+        log.info("starting the embedded store on port %d (data in %s)", store.port,
+                 console.shown(store.data_dir / "store"))  # fmt: skip
+        store.start()
     except ConfigurationError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2
-    print(
-        f"embedded store ready at {url} (data in {store.data_dir / 'store'}, "
-        f"appendfsync {store.appendfsync}, allocator {store.allocator})",
-        flush=True,
-    )
+    log.info("ready on redis://127.0.0.1:%d (appendfsync %s, allocator %s)",
+             store.port, store.appendfsync, store.allocator)  # fmt: skip
     stop = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:

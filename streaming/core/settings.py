@@ -13,6 +13,8 @@ from pathlib import Path
 from streaming.core.errors import ConfigurationError
 
 DEFAULT_EMBEDDED_PORT = 6390
+LOG_LEVELS = ("debug", "info", "warning", "error")
+"""``LV_LOG_LEVEL``: what each process's console shows (streaming.core.console)."""
 
 
 def env_int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -40,6 +42,18 @@ def env_bool(env: dict[str, str], name: str, default: bool) -> bool:
     if raw in ("0", "false", "no", "off"):
         return False
     raise ConfigurationError(f"{name} must be on or off (true or false), not {raw!r}.")
+
+
+def env_log_level(env: dict[str, str]) -> str:
+    """``LV_LOG_LEVEL`` (``info`` by default), with a message saying what each level shows."""
+    raw = (env.get("LV_LOG_LEVEL") or "info").strip().lower()
+    if raw not in LOG_LEVELS:
+        raise ConfigurationError(
+            f"LV_LOG_LEVEL must be debug, info, warning or error, not {raw!r}: 'info' shows each "
+            "process's start, readiness and errors, 'debug' adds Spark's and the libraries' "
+            "routine lines, 'warning' and 'error' show only what is at least that serious."
+        )
+    return raw
 
 
 def spark_setting_name(name: str) -> str:
@@ -80,6 +94,8 @@ class Settings:
     """Write the class archive here when the JVM exits (set by its builder only)."""
     python_launcher: bool = True
     """Spark's Python processes import the installed PySpark (streaming.tuning.pythonlauncher)."""
+    log_level: str = "info"
+    """What the console shows: one of ``LOG_LEVELS`` (streaming.core.console)."""
 
     @property
     def store_url(self) -> str:
@@ -121,4 +137,5 @@ class Settings:
             if env.get("LV_CLASS_ARCHIVE_DUMP")
             else None,
             python_launcher=env_bool(env, "LV_PYTHON_LAUNCHER", True),
+            log_level=env_log_level(env),
         )

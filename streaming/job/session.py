@@ -6,11 +6,16 @@ local mode uses (``streaming.tuning``) is switched on here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from streaming.core import console
 from streaming.core.settings import Settings
 from streaming.job.source import LogDataSource
 from streaming.tuning import classarchive, localdir, localfs, pythonlauncher, rocksdblib
@@ -26,6 +31,9 @@ PYTHON_DAEMON = "spark.python.daemon.module"
 FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+log = logging.getLogger("liveviews.pipeline")
 
 
 DRIVER_JIT_OPTIONS = [
@@ -112,6 +120,51 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+def java_log_options(settings: Settings) -> list[str]:
+    """The driver JVM's logging (log4j2.properties): Spark's routine lines to the pipeline's log
+    file, only errors to the console; with ``LV_LOG_LEVEL=debug``, its INFO lines to both."""
+    debug = settings.log_level == "debug"
+    return [
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+        f"-Dliveviews.log.file={console.log_file('pipeline', settings)}",
+        f"-Dliveviews.log.level={'info' if debug else 'warn'}",
+        f"-Dliveviews.log.console={'info' if debug else 'error'}",
+    ]
+
+
+@contextlib.contextmanager
+def driver_stderr(settings: Settings) -> Iterator[None]:
+    """A driver JVM started in this block writes its stderr to the pipeline's log file.
+
+    The JVM copies to its stderr what the Python processes it starts print (a TransformWithState
+    worker announces each start and each call of its function; a worker daemon prints the
+    traceback of a socket Spark closed), and the JVM prints notices of its own there; a failure
+    of the pipeline's reaches the console through the query's error. log4j's console lines go
+    to stdout (log4j2.properties). With ``LV_LOG_LEVEL=debug`` all of it stays on the console.
+    """
+    if settings.log_level == "debug":
+        yield
+        return
+    path = console.log_file("pipeline", settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(target, 2)  # the launcher's child inherits descriptor 2 as it stands now
+    started = False
+    try:
+        yield
+        started = True
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
+        if not started:
+            log.error("the Spark driver did not start; what it printed is in %s",
+                      console.shown(path))  # fmt: skip
+
+
 def build_session(settings: Settings) -> SparkSession:
     """A SparkSession on ``SPARK_MASTER``, with the log source registered."""
     pythonlauncher.configure(settings.spark_master, settings.python_launcher)
@@ -122,9 +175,14 @@ def build_session(settings: Settings) -> SparkSession:
     conf = spark_conf(settings)
     # Scratch files under the data directory, per process; a killed one's removed at start.
     conf.update(localdir.spark_conf(settings.spark_master, settings.data_dir, settings.spark_conf))
+    # The logging options first, so that any the user gives (their own
+    # -Dlog4j2.configurationFile, say), which come after the pipeline's, win.
+    conf[JAVA_OPTIONS] = " ".join([*java_log_options(settings), conf[JAVA_OPTIONS]])
     for k, v in conf.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    # The log levels are log4j2.properties' (or the user's own configuration's): no
+    # setLogLevel here, which would override them.
+    with driver_stderr(settings):
+        spark = builder.getOrCreate()
     spark.dataSource.register(LogDataSource)
     return spark
