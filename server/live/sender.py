@@ -76,8 +76,8 @@ class Sender:
         """Does the connection hold written bytes the client has not taken yet?"""
         raise NotImplementedError
 
-    def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool) -> bool:
-        """Write ``source``'s deltas (and the frontier riding on the last, if
+    def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool, count: int) -> bool:
+        """Write ``source``'s ``count`` deltas (and the frontier riding on the last, if
         ``with_progress``) in one write; False if the client does not keep up."""
         raise NotImplementedError
 
@@ -144,7 +144,7 @@ class Sender:
             return True
         progress = item.progress
         with_progress = progress is not None and sub.accept_progress(progress)
-        if not self._send_deltas(item, with_progress):
+        if not self._send_deltas(item, with_progress, 1):
             return False
         sub.sent(item)
         metrics = self.metrics
@@ -159,10 +159,10 @@ class Sender:
         last = run.items[-1]
         progress = last.progress
         with_progress = progress is not None and sub.accept_progress(progress)
-        if not self._send_deltas(run, with_progress):
+        n = len(run.items)
+        if not self._send_deltas(run, with_progress, n):
             return False
         sub.sent(last)
-        n = len(run.items)
         metrics = self.metrics
         metrics.frames_out += n + 1 if with_progress else n
         metrics.deltas_out += n

@@ -134,11 +134,11 @@ class SseSender(Sender):
     def _unsent(self) -> bool:
         return bool(self._buffered())
 
-    def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool) -> bool:
+    def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool, count: int) -> bool:
         chunk = source.encoded.get(_WITH_PROGRESS if with_progress else _ALONE)
         if chunk is None:
             chunk = deltas_chunk(source, with_progress)
-        return self._write(chunk, len(source.items) if isinstance(source, FeedRun) else 1)
+        return self._write(chunk, count)
 
     def _send_progress(self, progress: Progress) -> bool:
         return self._write(progress_chunk(progress))

@@ -48,7 +48,7 @@ class WsSender(Sender):
     def _unsent(self) -> bool:
         return self.session.sock.unsent
 
-    def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool) -> bool:
+    def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool, count: int) -> bool:
         """A message per delta, and one for the frontier riding on the last if it moves this
         subscription's, in one write."""
         items = source.items if isinstance(source, FeedRun) else [source]
