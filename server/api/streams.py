@@ -123,7 +123,8 @@ def _recent(request: Request) -> int:
     raw = _single(request, "recent")
     if raw is None:
         return DEFAULT_RECENT
-    if not raw.isdigit() or int(raw) > RECENT:
+    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and "٣".
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > RECENT:
         raise BadRequest(
             f"'recent' must be a whole number from 0 to {RECENT}, not {raw[:20]!r}.",
             code="invalid_parameter",

@@ -52,7 +52,8 @@ async def test_the_log_needs_a_token_and_a_sane_recent_count(gateway: ServedGate
         assert (writer_only.status, (await writer_only.json())["code"]) == (
             403, "insufficient_scope",
         )  # fmt: skip
-        for bad in ("-1", "101", "x"):
+        # "²" and "٣" are digits to str.isdigit(), and not to int() or to a person.
+        for bad in ("-1", "101", "x", "²", "٣", "1²"):
             resp = await s.get(gateway.url + LOG, params={"recent": bad},
                                headers=gateway.headers("alice"))  # fmt: skip
             assert (resp.status, (await resp.json())["code"]) == (400, "invalid_parameter")
