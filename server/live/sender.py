@@ -72,10 +72,6 @@ class Sender:
         """Is the connection closed or closing: nothing more can be written?"""
         raise NotImplementedError
 
-    def _unsent(self) -> bool:
-        """Does the connection hold written bytes the client has not taken yet?"""
-        raise NotImplementedError
-
     def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool, count: int) -> bool:
         """Write ``source``'s ``count`` deltas (and the frontier riding on the last, if
         ``with_progress``) in one write; False if the client does not keep up."""
@@ -119,10 +115,11 @@ class Sender:
 
     # The slow-consumer rule.
 
-    def _keeps_up(self, count: int) -> bool:
-        """Count ``count`` frames about to be written; False if the subscription would then be
-        too far behind the client: more unsent than its subscriber buffer holds."""
-        if self._unsent():
+    def _keeps_up(self, count: int, unsent: bool) -> bool:
+        """Count ``count`` frames about to be written to a connection that holds ``unsent``
+        bytes the client has not taken yet; False if the subscription would then be too far
+        behind the client: more unsent than its subscriber buffer holds."""
+        if unsent:
             self.pending += count
             subscriber = self.sub.subscriber
             if subscriber is not None and self.pending > subscriber.capacity:

@@ -112,15 +112,12 @@ class SseSender(Sender):
         the client has not taken what was written; False if the client does not keep up."""
         if self.is_closing():
             return False
-        if self._buffered():
-            self.pending += count
-            subscriber = self.sub.subscriber
-            assert subscriber is not None
-            if self.pending > subscriber.capacity:
-                return False  # the client does not read: the slow-consumer policy applies
+        unsent = bool(self._buffered())
+        if not self._keeps_up(count, unsent):
+            return False  # the client does not read: the slow-consumer policy applies
+        if unsent:
             self._write_raw(chunk)
         else:
-            self.pending = count
             write_now(self.fd, chunk, self._write_raw)
         self.last_write = self.ticker.now
         self.metrics.bytes_out += len(chunk)
@@ -130,9 +127,6 @@ class SseSender(Sender):
 
     def _closing(self) -> bool:
         return bool(self.is_closing())
-
-    def _unsent(self) -> bool:
-        return bool(self._buffered())
 
     def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool, count: int) -> bool:
         chunk = source.encoded.get(_WITH_PROGRESS if with_progress else _ALONE)

@@ -45,9 +45,6 @@ class WsSender(Sender):
     def _closing(self) -> bool:
         return self.session.sock.closing
 
-    def _unsent(self) -> bool:
-        return self.session.sock.unsent
-
     def _send_deltas(self, source: FeedDelta | FeedRun, with_progress: bool, count: int) -> bool:
         """A message per delta, and one for the frontier riding on the last if it moves this
         subscription's, in one write."""
@@ -57,19 +54,19 @@ class WsSender(Sender):
             progress = items[-1].progress
             assert progress is not None
             messages.append(progress.frame.ws(self.sub_id))
-        if not self._keeps_up(len(messages)):
+        if not self._keeps_up(len(messages), self.session.sock.unsent):
             return False
         self.session.send_all(messages)
         return True
 
     def _send_progress(self, progress: Progress) -> bool:
-        if not self._keeps_up(1):
+        if not self._keeps_up(1, self.session.sock.unsent):
             return False
         self.session.send(progress.frame.ws(self.sub_id))
         return True
 
     def _send_frame(self, frame: frames.Frame, first: bool) -> bool:
-        if not first and not self._keeps_up(1):
+        if not first and not self._keeps_up(1, self.session.sock.unsent):
             return False
         self.session.send(frame.ws(self.sub_id))
         return True
