@@ -188,7 +188,7 @@ class Profiles(StatefulProcessor):
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
     ) -> Iterator[Row]:
         newest: dict[str, tuple[tuple[int, int], str]] = {}
-        for _, user, offset, type_, payload, _ in rows:  # the columns of ``entity_input``
+        for _, _, user, offset, type_, payload, _ in rows:  # the columns of ``entity_input``
             if type_ != "profile_set":
                 continue
             order = log_order(offset)

@@ -31,6 +31,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from streaming.core.events import iso
+from streaming.job.isolation import isolated
 from streaming.job.views import CHANGE_SCHEMA, Changes, log_order
 
 TIMELINE_SIZE = 50
@@ -94,7 +95,7 @@ class EntityProcessor(StatefulProcessor):
         self, key: Any, rows: Iterator[Row], timerValues: TimerValues
     ) -> Iterator[Row]:
         by_user: dict[str, list[tuple[tuple[int, int], str, str, int]]] = defaultdict(list)
-        for _, user, offset, type_, payload, time_ms in rows:  # the columns of ``entities``
+        for _, _, user, offset, type_, payload, time_ms in rows:  # the columns of ``entities``
             by_user[user].append((log_order(offset), type_, payload, time_ms))
         changes = Changes()
         for user, events in by_user.items():
@@ -288,7 +289,7 @@ def entity_input(events: DataFrame) -> GroupedData:
     """What ``EntityProcessor`` reads: only the columns it needs cross to Python, grouped by
     the user's bucket."""
     bucketed = events.select(
-        bucket_of(F.col("key")).alias("bucket"), "key", "offset", "type", "payload",
+        bucket_of(F.col("key")).alias("bucket"), "partition", "key", "offset", "type", "payload",
         "event_time_ms",
     )  # fmt: skip
     return bucketed.groupBy("bucket")
@@ -296,7 +297,7 @@ def entity_input(events: DataFrame) -> GroupedData:
 
 def entities(events: DataFrame) -> DataFrame:
     return entity_input(events).transformWithState(
-        EntityProcessor(), CHANGE_SCHEMA, "Update", "None"
+        isolated(EntityProcessor()), CHANGE_SCHEMA, "Update", "None"
     )
 
 
@@ -306,5 +307,5 @@ def activity(events: DataFrame) -> DataFrame:
     return (
         counted.withColumn("scope", F.lit("global"))
         .groupBy("scope")
-        .transformWithState(ActivityProcessor(), CHANGE_SCHEMA, "Update", "None")
+        .transformWithState(isolated(ActivityProcessor()), CHANGE_SCHEMA, "Update", "None")
     )

@@ -22,16 +22,22 @@ from streaming.job.offsetlog import BatchEnds
 from streaming.job.progress import record_progress
 from streaming.job.session import QUERY_NAME, SHUFFLE_PARTITIONS
 from streaming.job.sink import ChangeTopicSink
-from streaming.job.source import SOURCE_NAME, store_retry
+from streaming.job.source import SOURCE_NAME, screen_option, store_retry
 from streaming.job.views import CHANGE_SCHEMA
 
 SINK_TIMEOUT_S = 600
 
 
-def read_log(spark: SparkSession, settings: Settings) -> DataFrame:
+def read_log(
+    spark: SparkSession, settings: Settings, app: App | None = None, pipeline: str = ""
+) -> DataFrame:
+    """The log as a stream; for a ``pipeline`` of ``app``, without the entries it sets aside
+    (``streaming.core.screen``)."""
     return (
         spark.readStream.format(SOURCE_NAME)
         .option("url", settings.store_url)
+        .option("screen", screen_option(app) if app is not None and pipeline else "")
+        .option("pipeline", pipeline)
         .option("partitions", str(settings.log_partitions))
         .option("maxEventsPerBatch", str(settings.max_events_per_batch))
         .option("readTasks", str(settings.read_tasks))
@@ -91,7 +97,7 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
         # records this count, which the query then keeps.
         spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
         query = (
-            changes(pipeline, read_log(spark, settings))
+            changes(pipeline, read_log(spark, settings, app, name))
             .writeStream.queryName(f"{QUERY_NAME}.{name}")
             .outputMode("update")
             .foreachBatch(sink)

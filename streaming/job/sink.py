@@ -19,9 +19,11 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
+import orjson
 import redis
 from pyspark.sql import DataFrame
 
+from streaming.core import deadletters
 from streaming.core.app import App
 from streaming.core.changes import (
     FRONTIER_BATCHES_KEY,
@@ -37,6 +39,7 @@ from streaming.core.changes import (
     shard_for,
 )
 from streaming.core.errors import ConfigurationError
+from streaming.job.views import DEAD_LETTER_VIEW
 
 log = logging.getLogger("liveviews.sink")
 
@@ -94,7 +97,11 @@ class ChangeTopicSink:
         id each log partition was read to by the end of the batch."""
         read_to = read_to or {}
         groups: dict[Group, list[Op]] = defaultdict(list)
+        letters = []
         for r in rows:
+            if r["view"] == DEAD_LETTER_VIEW:
+                letters.append(self._dead_letter(r, batch_id))
+                continue
             if r["view"] not in self.limits:
                 raise ConfigurationError(f"a pipeline wrote to undeclared view {r['view']!r}.")
             kind = "d" if r["value"] is None else "u"
@@ -107,6 +114,8 @@ class ChangeTopicSink:
         for partition in sorted(read_to):
             frontier_args += [partition, read_to[partition]]
         with self.client.pipeline(transaction=False) as pipe:
+            # First, so a replay of this batch finds its bad events already set aside.
+            deadletters.record(pipe, letters)
             for shard in sorted(by_shard):
                 for calls, chunk in enumerate(_chunks(by_shard[shard])):
                     if calls and len(pipe) >= 8:
@@ -120,6 +129,16 @@ class ChangeTopicSink:
             self.advance(keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM],
                          args=frontier_args, client=pipe)  # fmt: skip
             pipe.execute()
+
+    def _dead_letter(self, r: Any, batch_id: int) -> deadletters.DeadLetter:
+        why = orjson.loads(r["value"])
+        return deadletters.letter(
+            self.name, r["key"], r["row"], why["error"], trace=why["traceback"],
+            fields=None if r["key"].startswith("timer:") else deadletters.read_entry(
+                self.client, r["key"]
+            ),
+            batch=batch_id,
+        )  # fmt: skip
 
     def _queue_call(
         self,

@@ -18,10 +18,12 @@ Two readers, chosen by ``readTasks`` (``LV_READ_TASKS``):
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pyspark import cloudpickle
 from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
@@ -32,12 +34,15 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from streaming.core.app import App
 from streaming.core.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE, log_stream
 from streaming.job.views import EVENT_SCHEMA
 
 if TYPE_CHECKING:
     import redis
     from redis.retry import Retry
+
+    from streaming.core.screen import Screen
 
 SOURCE_NAME = "liveviews-log"
 ARROW_SCHEMA = pa.schema(
@@ -55,6 +60,16 @@ READ_CHUNK = 5000
 STORE_OUTAGE_S = 60
 """How long a read waits for an unreachable (restarting, still loading) store before it fails."""
 _clients: dict[str, redis.Redis] = {}
+_screens: dict[tuple[str, str, str], Screen] = {}
+ScreenSpec = tuple[str, str]
+"""(``screen_option(app)``, pipeline name) of the pipeline a source reads for; empty for none."""
+
+
+def screen_option(app: App) -> str:
+    """The application's event types, as the ``screen`` option of the source: its Python
+    workers decode entries with them (``streaming.core.screen``). By value, so an application
+    declared anywhere (a test, a notebook) is screened as it was declared."""
+    return base64.b64encode(cloudpickle.dumps(App(app.name, event_types=app.event_types))).decode()
 
 
 def store_retry() -> Retry:
@@ -99,11 +114,14 @@ class LogRanges(InputPartition):
 
 
 class LogStreamReader(DataSourceStreamReader):
-    def __init__(self, url: str, partitions: int, max_events: int, read_tasks: int) -> None:
+    def __init__(
+        self, url: str, partitions: int, max_events: int, read_tasks: int, screen: ScreenSpec
+    ) -> None:
         self.url = url
         self.log_partitions = partitions
         self.max_events = max_events
         self.read_tasks = read_tasks
+        self.screen = screen
 
     def initialOffset(self) -> dict[str, str]:
         return _initial_offset(self.log_partitions)
@@ -134,8 +152,9 @@ class LogStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LogRanges)
         client = _client(self.url)
+        screen = _screen(self.url, self.log_partitions, self.screen)
         for p, start, end in partition.ranges:
-            yield from _read_range(client, p, start, end)
+            yield from _read_range(client, p, start, end, screen)
 
     def commit(self, end: dict[str, str]) -> None:
         """The log is the source of truth and is never trimmed by a reader."""
@@ -144,10 +163,11 @@ class LogStreamReader(DataSourceStreamReader):
 class LogPrefetchReader(SimpleDataSourceStreamReader):
     """Reads each batch on the driver as Spark plans it (``readTasks`` = 0)."""
 
-    def __init__(self, url: str, partitions: int, max_events: int) -> None:
+    def __init__(self, url: str, partitions: int, max_events: int, screen: ScreenSpec) -> None:
         self.url = url
         self.log_partitions = partitions
         self.max_events = max_events
+        self.screen = screen
 
     def initialOffset(self) -> dict[str, str]:
         return _initial_offset(self.log_partitions)
@@ -159,8 +179,11 @@ class LogPrefetchReader(SimpleDataSourceStreamReader):
         end, batches = dict(start), []
         for p, entries in enumerate(answers):
             if entries:
-                batches.append(_record_batch(p, entries))
-                end[str(p)] = entries[-1][0].decode()
+                end[str(p)] = entries[-1][0].decode()  # set-aside entries are read all the same
+        screen = _screen(self.url, self.log_partitions, self.screen)
+        for p, kept in _passing(screen, list(enumerate(answers))):
+            if kept:
+                batches.append(_record_batch(p, kept))
         return iter(batches), end
 
     def readBetweenOffsets(
@@ -168,8 +191,9 @@ class LogPrefetchReader(SimpleDataSourceStreamReader):
     ) -> Iterator[pa.RecordBatch]:
         """A batch again, exactly as first read: on a restart, its recorded offsets."""
         client = _client(self.url)
+        screen = _screen(self.url, self.log_partitions, self.screen)
         for p, first, last in _changed_ranges(start, end):
-            yield from _read_range(client, p, first, last)
+            yield from _read_range(client, p, first, last, screen)
 
     def commit(self, end: dict[str, str]) -> None:
         """The log is the source of truth and is never trimmed by a reader."""
@@ -199,13 +223,16 @@ def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) 
     return answers
 
 
-def _read_range(client: redis.Redis, p: int, start: str, end: str) -> Iterator[pa.RecordBatch]:
+def _read_range(
+    client: redis.Redis, p: int, start: str, end: str, screen: Screen | None
+) -> Iterator[pa.RecordBatch]:
     """Arrow batches of up to READ_CHUNK events."""
     stream, cursor = log_stream(p), start
     while True:
         entries: Any = client.xrange(stream, min=_after(cursor), max=end, count=READ_CHUNK)
-        if entries:
-            yield _record_batch(p, entries)
+        kept = _passing(screen, [(p, entries)])[0][1] if entries else entries
+        if kept:
+            yield _record_batch(p, kept)
         if len(entries) < READ_CHUNK:
             break
         cursor = entries[-1][0].decode()
@@ -227,6 +254,26 @@ def _record_batch(p: int, entries: list[Any]) -> pa.RecordBatch:
         ],
         schema=ARROW_SCHEMA,
     )
+
+
+def _screen(url: str, partitions: int, spec: ScreenSpec) -> Screen | None:
+    """The pipeline's screen (``streaming.core.screen``), one per Python worker; None when the
+    source reads for no pipeline (a benchmark's bound, a test of the source alone)."""
+    event_types, pipeline = spec
+    if not event_types or not pipeline:
+        return None
+    found = _screens.get((url, event_types, pipeline))
+    if found is None:
+        from streaming.core.screen import Screen
+
+        app = cloudpickle.loads(base64.b64decode(event_types))
+        found = Screen(_client(url), app, pipeline, partitions)
+        _screens[(url, event_types, pipeline)] = found
+    return found
+
+
+def _passing(screen: Screen | None, answers: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    return answers if screen is None else screen.passing(answers)
 
 
 def _after(entry_id: str) -> str:
@@ -257,7 +304,10 @@ class LogDataSource(DataSource):
             raise PySparkNotImplementedError(
                 errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
             )
-        return LogStreamReader(*self._log(), read_tasks=read_tasks)
+        return LogStreamReader(*self._log(), read_tasks=read_tasks, screen=self._screen_spec())
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
-        return LogPrefetchReader(*self._log())
+        return LogPrefetchReader(*self._log(), screen=self._screen_spec())
+
+    def _screen_spec(self) -> ScreenSpec:
+        return self.options.get("screen", ""), self.options.get("pipeline", "")

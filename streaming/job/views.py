@@ -46,6 +46,12 @@ CHANGE_SCHEMA = StructType(
 """
 
 
+DEAD_LETTER_VIEW = "__dead_letter__"
+"""A change row that is not a change: the event at ``key`` (``<partition>:<entry id>``) was set
+aside, ``value`` says why (``streaming.job.isolation``); the sink records it as a dead letter.
+No view can have this name (view names start with a letter)."""
+
+
 def encode_value(value: Any) -> str:
     """Canonical JSON (sorted keys), so equal values compare equal in the sink."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()

@@ -7,6 +7,7 @@ and the written definition of each view, so a bug in the pipeline cannot hide in
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,17 +26,19 @@ def _iso(ms: int) -> str:
     )
 
 
-def read_log(client: redis.Redis, partitions: int) -> list[list[Any]]:
-    """Every partition's events, in log order."""
+def read_log(client: redis.Redis, partitions: int, skip: Collection[str] = ()) -> list[list[Any]]:
+    """Every partition's events, in log order, less the offsets (``p:id``) in ``skip``."""
     out = []
     for p in range(partitions):
         entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(log_stream(p))  # type: ignore[assignment]
-        out.append([decode_entry(p, i, f) for i, f in entries])
+        out.append([decode_entry(p, i, f) for i, f in entries if f"{p}:{i.decode()}" not in skip])
     return out
 
 
-def recompute(client: redis.Redis, partitions: int) -> Views:
-    log = read_log(client, partitions)
+def recompute(client: redis.Redis, partitions: int, skip: Collection[str] = ()) -> Views:
+    """The views from the log; ``skip``: offsets of bad entries the test wrote, which the
+    views must leave out."""
+    log = read_log(client, partitions, skip)
     profiles: dict[str, tuple[str, Any]] = {}
     tweets: dict[str, tuple[str, str, int]] = {}  # tweet -> (author, text, posted_at)
     likers: dict[str, set[str]] = defaultdict(set)

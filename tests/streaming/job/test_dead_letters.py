@@ -1,0 +1,175 @@
+"""Bad events never stop the pipeline: each is set aside as a dead letter, the rest take effect."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from demo.chirp import app
+from demo.chirp.generate import Activity, seed_events
+from streaming.core import deadletters
+from streaming.core.changes import read_snapshot
+from streaming.core.events import MAX_EVENT_TIME_MS, log_stream, partition_for
+from streaming.core.log import EventLog, views_caught_up
+from tests.support.checks import assert_views_consistent
+
+NOW = 1_767_225_600_000
+
+
+def _raw(store, settings, key: str, fields: dict[str, object]) -> str:
+    """An entry written straight into the log, as another producer could; its offset."""
+    p = partition_for(key, settings.log_partitions)
+    entry_id = store.xadd(log_stream(p), {k: v for k, v in fields.items()})
+    return f"{p}:{entry_id.decode()}"
+
+
+def _tweet(user: str, suffix: str, time_ms: int) -> dict[str, object]:
+    payload = {"user": user, "tweet": f"{user}:{suffix}", "text": "hi"}
+    return {"type": "tweet_posted", "key": user, "time": time_ms, "payload": orjson.dumps(payload)}
+
+
+def test_entries_that_cannot_be_decoded_are_set_aside_and_later_events_appear(
+    store, settings, pipeline
+):
+    log = EventLog(store, app, settings.log_partitions)
+    log.append_batch(seed_events(NOW))
+    bad = {
+        _raw(store, settings, "bob", {"type": "tweet_posted", "key": "bob"}): "no time, payload",
+        _raw(store, settings, "bob", {**_tweet("bob", "x1", NOW), "payload": b"{not json"}): "JSON",
+        _raw(store, settings, "bob", {**_tweet("bob", "x2", NOW), "type": "poke"}): "not declared",
+        _raw(store, settings, "bob", {**_tweet("bob", "x3", NOW), "time": b"soon"}): "millisec",
+        _raw(store, settings, "bob", {**_tweet("bob", "x4", NOW), "key": "carol"}): "partition",
+        _raw(store, settings, "bob", {**_tweet("bob", "x5", NOW), "payload": b'{"user":"bob"}'}):
+            "required",
+        _raw(store, settings, "bob", {**_tweet("bob", "x6", NOW), "type": b"\xff\xfe"}): "UTF-8",
+    }  # fmt: skip
+    log.append({"type": "tweet_posted", "payload": {"user": "bob", "tweet": "bob:after",
+                                                    "text": "still here"}})  # fmt: skip
+    pipeline.wait_until_caught_up(store)
+
+    assert read_snapshot(store, "tweets", "bob:after", settings.change_shards).rows
+    for pipeline_name in app.pipelines:
+        for offset, why in bad.items():
+            found = deadletters.show(store, pipeline_name, offset)
+            assert found is not None, (pipeline_name, offset)
+            assert found.stage == deadletters.STAGE_DECODE and why in found.error, found.error
+            assert found.event is not None and found.pipeline == pipeline_name
+    for suffix in ("x1", "x2", "x3", "x4", "x5", "x6"):
+        assert not read_snapshot(store, "tweets", f"bob:{suffix}", settings.change_shards).rows
+    assert deadletters.counts(store, app.pipelines) == {p: len(bad) for p in app.pipelines}
+    listed = deadletters.listed(store, "entities")
+    assert [d.offset for d in listed] == list(bad)  # in the order recorded
+
+
+def test_a_view_that_raises_sets_the_event_aside_and_counts_the_rest(store, settings, pipeline):
+    """A tweet dated in year 9999 is a valid event whose activity window ends in year 10000,
+    which the view cannot render: that event alone is set aside, in the same batch as others."""
+    log = EventLog(store, app, settings.log_partitions)
+    far = _raw(store, settings, "dave", _tweet("dave", "future", MAX_EVENT_TIME_MS - 1))
+    log.append_batch(seed_events(NOW))
+    pipeline.wait_until_caught_up(store)
+
+    found = deadletters.show(store, "activity", far)
+    assert found is not None and found.stage == deadletters.STAGE_VIEW
+    assert "year 10000 is out of range" in found.error and "Traceback" in found.traceback
+    assert found.event is not None and found.event["type"] == "tweet_posted"
+    assert deadletters.show(store, "entities", far) is None  # entities can render it
+    windows = read_snapshot(store, "activity", "global", settings.change_shards).rows
+    assert sum(w["total"] + w["late_total"] for w in windows.values()) == len(seed_events(NOW))
+    assert read_snapshot(store, "tweets", "dave:future", settings.change_shards).rows
+
+
+def test_views_with_bad_events_equal_a_recomputation_without_them(store, settings, pipeline):
+    log = EventLog(store, app, settings.log_partitions)
+    activity = Activity(users=10, seed=5)
+    bad = []
+    for i in range(4):
+        log.append_batch(activity.take(120))
+        bad.append(
+            _raw(store, settings, "erin", {**_tweet("erin", f"b{i}", NOW), "payload": b"[]"})
+        )
+        pipeline.wait_until_caught_up(store)
+    assert {d.offset for d in deadletters.listed(store, "entities")} == set(bad)
+    assert_views_consistent(store, settings.log_partitions, settings.change_shards, skip=bad)
+
+
+def _fragile_app():
+    """An application whose view raises on some events depending on its state: a key's third
+    event with ``"boom"`` raises, wherever it falls in a micro-batch. Declared in a function,
+    so Spark's workers get the processor by value."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from streaming import App, Schema, String
+    from streaming.job.isolation import isolated
+    from streaming.job.views import CHANGE_SCHEMA, Changes
+
+    fragile = App("fragile")
+    fragile.event_type("note", Schema({"user": String(), "text": String()}),
+                       lambda p: p["user"])  # fmt: skip
+    fragile.view("notes")
+
+    class Notes(StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.getValueState("count", StructType([StructField("n", LongType())]))
+
+        def handleInputRows(self, key, rows, timerValues):
+            stored = self.count.get()
+            n = stored[0] if stored else 0
+            changes = Changes()
+            for row in sorted(rows, key=lambda r: r["offset"]):
+                text = orjson.loads(row["payload"])["text"]
+                n += 1
+                if text == "boom" and n % 3 == 0:
+                    raise RuntimeError(f"note {n} of {key[0]} went boom")
+                changes.upsert("notes", key[0], "count", {"n": n, "last": text})
+            self.count.update((n,))
+            return iter(changes.rows())
+
+        def close(self):
+            pass
+
+    @fragile.pipeline("notes", views=["notes"])
+    def notes(events):
+        return (
+            events.select("partition", "offset", "key", "payload")
+            .groupBy("key")
+            .transformWithState(isolated(Notes()), CHANGE_SCHEMA, "Update", "None")
+        )
+
+    return fragile
+
+
+def test_a_processor_error_depending_on_state_sets_aside_exactly_that_event(spark, store, settings):
+    from streaming.job.queries import start
+
+    fragile = _fragile_app()
+    log = EventLog(store, fragile, settings.log_partitions)
+    texts = ["a", "b", "boom", "c", "boom", "boom", "d"]
+    # Counting only kept notes: a(1) b(2) boom(3: raises, set aside) c(3) boom(4) boom(5) d(6).
+    offsets = log.append_batch(
+        [{"type": "note", "payload": {"user": "u", "text": t}} for t in texts]
+    )
+    queries = start(spark, fragile, settings)
+    try:
+        deadline = time.monotonic() + 60
+        while not views_caught_up(store, settings.log_partitions):
+            assert queries[0].exception() is None, queries[0].exception()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # Later batches count on from the kept notes only: e(7), boom(8) is kept.
+        log.append_batch([{"type": "note", "payload": {"user": "u", "text": t}}
+                          for t in ["e", "boom"]])  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not views_caught_up(store, settings.log_partitions):
+            assert queries[0].exception() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        for q in queries:
+            q.stop()
+    letters = deadletters.listed(store, "notes")
+    assert [d.offset for d in letters] == [str(offsets[2])]
+    assert "note 3 of u went boom" in letters[0].error and letters[0].batch is not None
+    row = read_snapshot(store, "notes", "u", settings.change_shards).rows["count"]
+    assert row == {"n": 8, "last": "boom"}
