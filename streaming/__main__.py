@@ -15,6 +15,7 @@ from streaming.core.app import load_app
 from streaming.core.embedded import ensure_store
 from streaming.core.errors import LiveviewsError
 from streaming.core.settings import Settings
+from streaming.core.supervise import NEEDS_A_PERSON
 from streaming.job.java import require_java
 
 log = logging.getLogger("liveviews.pipeline")
@@ -159,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         run(settings)
     except LiveviewsError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
-        return 2
+        # A failed query (its store gone for longer than the source waits, say) may run when
+        # started again; a setting or a checkpoint that needs a person will not.
+        return 3 if exc.code == "pipeline_failed" else NEEDS_A_PERSON
     except Exception:  # the driver died under a call to it, say: the supervisor restarts us
         log.exception("the pipeline stopped on an unexpected error; exiting so it restarts")
         return 3
