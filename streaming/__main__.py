@@ -49,7 +49,8 @@ def run(settings: Settings) -> None:
     log.info("starting application %r on Spark %s; Spark's log: %s",
              app.name, settings.spark_master, spark_log)  # fmt: skip
     with ensure_store(settings):
-        from streaming.job.queries import start
+        from streaming.job.queries import sink_client, start
+        from streaming.job.recovery import Recovery
         from streaming.job.session import build_session
 
         stop = threading.Event()
@@ -62,22 +63,25 @@ def run(settings: Settings) -> None:
             signal.signal(sig, stop_asked)
         spark = build_session(settings)
         watch_driver(spark, stop)
-        queries = start(spark, app, settings)
+        queries = dict(zip(app.pipelines, start(spark, app, settings), strict=True))
         log.info("ready: %d queries running; checkpoints in %s",
                  len(queries), console.shown(settings.checkpoint_dir))  # fmt: skip
-        while not stop.is_set() and all(q.isActive for q in queries):
+        recovery = Recovery(sink_client(settings))
+        while not stop.is_set():
+            fatal = recovery.check(spark, app, settings, queries)
+            if fatal is not None:
+                stop.set()
+                with contextlib.suppress(Exception):
+                    for q in queries.values():
+                        q.stop()
+                raise query_failed(*fatal, settings)
+            if not all(q.isActive for q in queries.values()):
+                break  # a query stopped without failing: Spark is shutting down
             stop.wait(0.5)
         stop.set()
-        for query in queries:
-            failure = query.exception()
-            if failure is not None:
-                with contextlib.suppress(Exception):
-                    for q in queries:
-                        q.stop()
-                raise query_failed(query.name, str(failure), settings)
         log.info("stopping; the next start resumes from the checkpoints")
         with contextlib.suppress(Exception):  # Ctrl-C may have reached the JVM first
-            for query in queries:
+            for query in queries.values():
                 query.stop()
             spark.stop()
 

@@ -21,12 +21,14 @@ import time
 import traceback as tb
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import redis
 
-from streaming.core.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE, log_stream
+from streaming.core.events import log_stream
+
+if TYPE_CHECKING:  # the views import this module in Spark's workers, which need no client
+    import redis
 
 PREFIX = "lv:deadletters:"
 ORDER_STREAM = "lv:deadletters"
@@ -200,4 +202,66 @@ def replay(client: redis.Redis, pipeline: str, offset: str) -> str:
     return new_offset
 
 
-DECODED_FIELDS = (FIELD_TYPE, FIELD_KEY, FIELD_TIME, FIELD_PAYLOAD)
+def _summary(d: DeadLetter) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.recorded_ms / 1000))
+    replayed = f"  replayed as {d.replayed_as}" if d.replayed_as else ""
+    return f"{when}  {d.pipeline:<12} {d.offset:<24} {d.stage:<6} {d.error[:90]}{replayed}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streaming.core.deadletters list|show|replay``: what the pipelines set aside."""
+    import argparse
+    import sys
+
+    import redis
+
+    from streaming.core.settings import Settings
+
+    parser = argparse.ArgumentParser(
+        prog="python -m streaming.core.deadletters",
+        description="The log entries the pipelines set aside instead of stopping on them.",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    commands = parser.add_subparsers(dest="command", required=True)
+    ls = commands.add_parser("list", help="the newest dead letters, oldest first")
+    ls.add_argument("--pipeline", help="only this pipeline's")
+    ls.add_argument("--count", type=int, default=50, help="how many (default 50)")
+    for name, text in (
+        ("show", "one dead letter, with its event and traceback"),
+        ("replay", "append its event to the log again, once the view is fixed"),
+    ):
+        cmd = commands.add_parser(name, help=text)
+        cmd.add_argument("pipeline")
+        cmd.add_argument("offset", help="<partition>:<entry id>, as 'list' shows it")
+    args = parser.parse_args(argv)
+    client = redis.Redis.from_url(Settings.from_env().store_url)
+    try:
+        if args.command == "list":
+            for d in listed(client, args.pipeline, args.count):
+                print(d.to_json().decode() if args.json else _summary(d))
+            return 0
+        found = show(client, args.pipeline, args.offset)
+        if found is None:
+            print(
+                f"pipeline {args.pipeline!r} has no dead letter at {args.offset}.", file=sys.stderr
+            )
+            return 1
+        if args.command == "show":
+            if args.json:
+                print(found.to_json().decode())
+            else:
+                print(_summary(found))
+                print(orjson.dumps(found.event, option=orjson.OPT_INDENT_2).decode())
+                print(found.traceback)
+            return 0
+        new = replay(client, args.pipeline, args.offset)
+        print(orjson.dumps({"replayed": args.offset, "as": new}).decode() if args.json
+              else f"appended {args.offset} again as {new}")  # fmt: skip
+        return 0
+    except (KeyError, redis.RedisError) as exc:
+        print(f"liveviews: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

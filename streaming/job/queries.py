@@ -73,30 +73,40 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
             " Remove the data directory (make clean-data) and start again:"
             " the views are recomputed from the log."
         )
+    client = sink_client(settings)
+    check_layout(client, settings.log_partitions, settings.change_shards)
+    record_progress(spark, client)
+    return [start_pipeline(spark, app, settings, name, client) for name in app.pipelines]
+
+
+def sink_client(settings: Settings) -> redis.Redis:
     # A backlog batch writes up to LV_MAX_EVENTS_PER_BATCH events' changes, in calls that can
     # take longer than redis-py's default 5 s socket timeout.
     # Retrying a whole batch is safe: the sink skips what a lost reply had already applied.
-    client = redis.Redis.from_url(
+    return redis.Redis.from_url(
         settings.store_url,
         socket_timeout=SINK_TIMEOUT_S,
         retry=store_retry(),  # a restarting store pauses the batch instead of failing it
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
-    check_layout(client, settings.log_partitions, settings.change_shards)
-    names = list(app.pipelines)
-    ends = BatchEnds(spark)
+
+
+def start_pipeline(
+    spark: SparkSession, app: App, settings: Settings, name: str, client: redis.Redis
+) -> StreamingQuery:
+    """The query of one pipeline, from its checkpoint: at start, or again after a failure."""
+    pipeline = app.pipelines[name]
     partitions = str(spark.conf.get(SHUFFLE_PARTITIONS))  # LV_SHUFFLE_PARTITIONS or the user's
-    record_progress(spark, client)
-    queries = []
-    for name, pipeline in app.pipelines.items():
-        sink = ChangeTopicSink(
-            client, app, name, settings.change_shards, settings.change_retention, names, ends
-        )
-        spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
-        # A query takes the session's settings as they are when it starts; a new checkpoint
-        # records this count, which the query then keeps.
-        spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
-        query = (
+    sink = ChangeTopicSink(
+        client, app, name, settings.change_shards, settings.change_retention,
+        list(app.pipelines), BatchEnds(spark),
+    )  # fmt: skip
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
+    # A query takes the session's settings as they are when it starts; a new checkpoint
+    # records this count, which the query then keeps.
+    spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
+    try:
+        return (
             changes(pipeline, read_log(spark, settings, app, name))
             .writeStream.queryName(f"{QUERY_NAME}.{name}")
             .outputMode("update")
@@ -105,7 +115,6 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
             .trigger(processingTime=pipeline.trigger_interval or settings.trigger_interval)
             .start()
         )
-        queries.append(query)
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
-    spark.conf.set(SHUFFLE_PARTITIONS, partitions)
-    return queries
+    finally:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+        spark.conf.set(SHUFFLE_PARTITIONS, partitions)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import orjson
@@ -160,16 +163,131 @@ def test_a_processor_error_depending_on_state_sets_aside_exactly_that_event(spar
             time.sleep(0.05)
         # Later batches count on from the kept notes only: e(7), boom(8) is kept.
         log.append_batch([{"type": "note", "payload": {"user": "u", "text": t}}
-                          for t in ["e", "boom"]])  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not views_caught_up(store, settings.log_partitions):
-            assert queries[0].exception() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+                          for t in ["e", "boom", "f"]])  # fmt: skip
+        _caught_up(store, settings, queries)
+        letters = deadletters.listed(store, "notes")
+        assert [d.offset for d in letters] == [str(offsets[2])]
+        assert "note 3 of u went boom" in letters[0].error and letters[0].batch is not None
+        row = read_snapshot(store, "notes", "u", settings.change_shards).rows["count"]
+        assert row == {"n": 9, "last": "f"}
+
+        # The operator's command lists it, shows it, and replays it: as the 10th note, kept.
+        listed = _command(settings, "--json", "list", "--pipeline", "notes")
+        assert [orjson.loads(line)["offset"] for line in listed.splitlines()] == [str(offsets[2])]
+        shown = _command(settings, "show", "notes", str(offsets[2]))
+        assert "went boom" in shown and "Traceback" in shown and '\\"boom\\"' in shown
+        replayed = orjson.loads(_command(settings, "--json", "replay", "notes", str(offsets[2])))
+        _caught_up(store, settings, queries)
     finally:
         for q in queries:
             q.stop()
-    letters = deadletters.listed(store, "notes")
-    assert [d.offset for d in letters] == [str(offsets[2])]
-    assert "note 3 of u went boom" in letters[0].error and letters[0].batch is not None
     row = read_snapshot(store, "notes", "u", settings.change_shards).rows["count"]
-    assert row == {"n": 8, "last": "boom"}
+    assert row == {"n": 10, "last": "boom"}
+    assert deadletters.show(store, "notes", str(offsets[2])).replayed_as == replayed["as"]
+    assert deadletters.counts(store, ["notes"]) == {"notes": 1}
+    missing = subprocess.run(
+        [sys.executable, "-m", "streaming.core.deadletters", "show", "notes", "0:1-1"],
+        env={**os.environ, "REDIS_URL": settings.store_url}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert missing.returncode == 1 and "no dead letter at 0:1-1" in missing.stderr
+
+
+def _caught_up(store, settings, queries) -> None:
+    deadline = time.monotonic() + 60
+    while not views_caught_up(store, settings.log_partitions):
+        assert queries[0].exception() is None, queries[0].exception()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def _command(settings, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "streaming.core.deadletters", *args],
+        env={**os.environ, "REDIS_URL": settings.store_url}, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def _brittle_app():
+    """A view whose processor is not isolated and raises on any note "boom"."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from streaming import App, Schema, String
+    from streaming.job.views import CHANGE_SCHEMA, Changes
+
+    brittle = App("brittle")
+    brittle.event_type("note", Schema({"user": String(), "text": String()}),
+                       lambda p: p["user"])  # fmt: skip
+    brittle.view("notes")
+
+    class Notes(StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.getValueState("count", StructType([StructField("n", LongType())]))
+
+        def handleInputRows(self, key, rows, timerValues):
+            stored = self.count.get()
+            n = stored[0] if stored else 0
+            for row in rows:
+                if orjson.loads(row["payload"])["text"] == "boom":
+                    raise RuntimeError("boom is not a note")
+                n += 1
+            self.count.update((n,))
+            changes = Changes()
+            changes.upsert("notes", key[0], "count", {"n": n})
+            return iter(changes.rows())
+
+        def close(self):
+            pass
+
+    @brittle.pipeline("notes", views=["notes"])
+    def notes(events):
+        return (
+            events.select("key", "payload")
+            .groupBy("key")
+            .transformWithState(Notes(), CHANGE_SCHEMA, "Update", "None")
+        )
+
+    return brittle
+
+
+def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipeline_goes_on(
+    spark, store, settings
+):
+    from streaming.job.queries import sink_client, start
+    from streaming.job.recovery import Recovery
+
+    brittle = _brittle_app()
+    log = EventLog(store, brittle, settings.log_partitions)
+
+    def note(user: str, text: str) -> dict[str, object]:
+        return {"type": "note", "payload": {"user": user, "text": text}}
+
+    first = log.append_batch([note("u", "a"), note("v", "b")])
+    queries = dict(zip(brittle.pipelines, start(spark, brittle, settings), strict=True))
+    recovery = Recovery(sink_client(settings))
+
+    def run_until_caught_up() -> None:
+        deadline = time.monotonic() + 90
+        while not views_caught_up(store, settings.log_partitions):
+            assert recovery.check(spark, brittle, settings, queries) is None
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    try:
+        run_until_caught_up()
+        bad = log.append_batch([note("u", "c"), note("u", "boom"), note("v", "d")])
+        run_until_caught_up()
+        after = log.append_batch([note("u", "e")])
+        run_until_caught_up()
+    finally:
+        for q in queries.values():
+            q.stop()
+    letters = deadletters.listed(store, "notes")
+    assert {d.offset for d in letters} == {str(o) for o in bad}
+    assert all(d.stage == deadletters.STAGE_BATCH for d in letters)
+    assert "boom is not a note" in letters[0].error
+    assert read_snapshot(store, "notes", "u", settings.change_shards).rows["count"] == {"n": 2}
+    assert read_snapshot(store, "notes", "v", settings.change_shards).rows["count"] == {"n": 1}
+    assert first and after
