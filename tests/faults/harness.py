@@ -27,6 +27,7 @@ import redis
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity
 from streaming.core.changes import FRONTIER_BATCHES_KEY, batches_key
+from streaming.core.events import MAX_EVENT_TIME_MS, log_stream, partition_for
 from streaming.core.log import EventLog, views_caught_up
 from tests.support.processes import spark_jvm
 
@@ -223,21 +224,35 @@ class LogWriter(threading.Thread):
     landed whole or not at all, and it is counted only once the store acknowledged it.
     """
 
-    def __init__(self, client: redis.Redis, seed: int, batch: int = 20, pause: float = 0.1):
+    def __init__(
+        self, client: redis.Redis, seed: int, batch: int = 20, pause: float = 0.1,
+        bad_every: int = 0,
+    ):  # fmt: skip
         super().__init__(daemon=True)
+        self.client = client
         self.log = EventLog(client, chirp, PARTITIONS)
         self.activity = Activity(users=30, seed=seed)
         self.batch, self.pause = batch, pause
+        self.bad_every = bad_every
+        """After every this many batches, two bad entries written straight into the log."""
+        self.undecodable: list[str] = []
+        """Offsets of entries no pipeline can decode (a payload that is not an object)."""
+        self.unrenderable: list[str] = []
+        """Offsets of tweets dated in year 9999, whose activity window cannot be rendered."""
         self.halt = threading.Event()
         self.written = 0
         self.failures = 0
 
     def run(self) -> None:
         pending: list[Any] = []
+        batches = 0
         while not self.halt.is_set():
             pending = pending or self.activity.take(self.batch)
             try:
                 self.log.append_batch(pending)
+                batches += 1
+                if self.bad_every and batches % self.bad_every == 0:
+                    self._write_bad(batches)
             except redis.ConnectionError:
                 self.failures += 1
                 time.sleep(0.1)
@@ -245,6 +260,16 @@ class LogWriter(threading.Thread):
             self.written += len(pending)
             pending = []
             time.sleep(self.pause)
+
+    def _write_bad(self, n: int) -> None:
+        user = "zed"
+        stream = log_stream(partition_for(user, PARTITIONS))
+        tweet = {"user": user, "tweet": f"{user}:far{n}", "text": "from the future"}
+        fields = {"type": "tweet_posted", "key": user, "payload": orjson.dumps(tweet)}
+        broken = self.client.xadd(stream, {**fields, "time": 1, "payload": b"[]"})  # type: ignore[dict-item]
+        self.undecodable.append(f"{partition_for(user, PARTITIONS)}:{broken.decode()}")  # type: ignore[union-attr]
+        far = self.client.xadd(stream, {**fields, "time": MAX_EVENT_TIME_MS - n})  # type: ignore[dict-item]
+        self.unrenderable.append(f"{partition_for(user, PARTITIONS)}:{far.decode()}")  # type: ignore[union-attr]
 
     def stop(self) -> int:
         self.halt.set()

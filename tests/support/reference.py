@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from streaming.core.events import decode_entry, entry_id_tuple, log_stream
+from streaming.core.events import MAX_EVENT_TIME_MS, decode_entry, entry_id_tuple, log_stream
 
 Views = dict[tuple[str, str], dict[str, Any]]  # (view, key) -> rows
 
@@ -51,11 +51,14 @@ def recompute(client: redis.Redis, partitions: int, skip: Collection[str] = ()) 
             p = e.payload
             t = e.time_ms
             start = t - t % 60_000
-            late = newest >= 0 and t < newest - 30_000
-            w = windows.setdefault(start, {"counts": {}, "late": {}})
-            bucket = w["late" if late else "counts"]
-            bucket[e.type] = bucket.get(e.type, 0) + 1
-            newest = max(newest, t)
+            # A window that would end after year 9999 cannot be rendered: the activity view
+            # sets such an event aside as a dead letter, as if it were not in the log.
+            if start + 60_000 <= MAX_EVENT_TIME_MS:
+                late = newest >= 0 and t < newest - 30_000
+                w = windows.setdefault(start, {"counts": {}, "late": {}})
+                bucket = w["late" if late else "counts"]
+                bucket[e.type] = bucket.get(e.type, 0) + 1
+                newest = max(newest, t)
             if e.type == "profile_set":
                 profiles[p["user"]] = (p["name"], p.get("avatar"))
             elif e.type == "tweet_posted":
