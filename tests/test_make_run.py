@@ -1,0 +1,167 @@
+"""The whole system as ``make run`` starts it (the Procfile under honcho), fed bad events.
+
+An event that no view can render, entries another producer wrote straight into the log, and
+the pipeline killed outright: the gateway keeps serving all along, later events still reach
+the views, and the bad ones are listed as dead letters.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from streaming.core import deadletters
+from streaming.core.events import MAX_EVENT_TIME_MS, log_stream, partition_for
+from streaming.core.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class System:
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = _free_port()
+        self.env = {
+            **os.environ,
+            "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+            "PYSPARK_PYTHON": sys.executable,
+            "LV_DATA_DIR": str(tmp_path / "data"),
+            "LV_PORT": str(self.port),
+            "LV_EMBEDDED_PORT": str(_free_port()),
+            "LV_WAIT_FOR_STORE": "30",
+            "LV_DEMO_ACTIVITY": "0",
+        }
+        for name in ("REDIS_URL", "LV_ENV", "LV_JWT_SECRET"):
+            self.env.pop(name, None)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = ""
+        self.proc = subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "honcho"), "-f", "Procfile", "start"],
+            cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def store(self) -> redis.Redis:
+        return redis.Redis.from_url(Settings.from_env(self.env).store_url)
+
+    def request(self, path: str, body: object = None) -> tuple[int, Any]:
+        """(status, JSON body) of a GET, or of a POST of ``body``."""
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None if body is None else orjson.dumps(body)
+        req = urllib.request.Request(self.url + path, data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, orjson.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, orjson.loads(exc.read() or b"null")
+
+    def rows(self, view: str, key: str) -> dict[str, Any]:
+        status, body = self.request(f"/v1/views/{view}/{key}")
+        return body["rows"] if status == 200 else {}
+
+    def wait(self, what: str, ok: Callable[[], object], timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "make run stopped"
+            try:
+                if ok():
+                    return
+            except (redis.RedisError, OSError):
+                pass
+            time.sleep(0.25)
+        raise AssertionError(f"{what}: not within {timeout} s")
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            out, _ = self.proc.communicate()
+        return out.decode(errors="replace")
+
+
+def _tweet(user: str, suffix: str, text: str = "hello") -> dict[str, object]:
+    return {"type": "tweet_posted", "payload": {"user": user, "tweet": f"{user}:{suffix}",
+                                                "text": text}}  # fmt: skip
+
+
+def _pipeline_pid(root: int) -> int | None:
+    """The ``python -m streaming`` process that ``make run`` (process ``root``) started."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True)
+    parent, args = {}, {}
+    for line in out.stdout.splitlines():
+        pid, ppid, cmd = line.split(None, 2) if len(line.split(None, 2)) == 3 else (0, 0, "")
+        parent[int(pid)], args[int(pid)] = int(ppid), cmd
+    for pid, cmd in args.items():
+        if cmd.endswith("-m streaming") and "supervise" not in cmd:
+            up = pid
+            while up > 1:
+                up = parent.get(up, 0)
+                if up == root:
+                    return pid
+    return None
+
+
+@pytest.mark.timeout(600)
+def test_make_run_keeps_serving_through_bad_events_and_a_killed_pipeline(tmp_path):
+    system = System(tmp_path)
+    out = ""
+    try:
+        system.wait("the gateway", lambda: system.request("/readyz")[0] == 200)
+        status, token = system.request("/v1/dev/token", {"user": "zed", "scope": "read publish"})
+        system.token = token["token"]
+        assert system.request("/v1/events", _tweet("zed", "first"))[0] == 202
+        system.wait("the first tweet", lambda: system.rows("tweets", "zed:first"))
+
+        # A far-future time is refused at the door; written straight into the log, it and
+        # an undecodable entry are set aside, and later events still arrive.
+        future = {**_tweet("zed", "future"), "time": "9999-12-31T23:59:59Z"}
+        status, refused = system.request("/v1/events", future)
+        assert status == 422, refused
+        store = system.store()
+        p = partition_for("zed", Settings.from_env(system.env).log_partitions)
+        far = store.xadd(log_stream(p), {"type": "tweet_posted", "key": "zed",
+                                         "time": MAX_EVENT_TIME_MS - 1,
+                                         "payload": orjson.dumps(future["payload"])})  # fmt: skip
+        junk = store.xadd(log_stream(p), {"type": "tweet_posted", "key": "zed", "time": "x"})
+        assert system.request("/v1/events", _tweet("zed", "after"))[0] == 202
+        system.wait("a tweet after the bad entries", lambda: system.rows("tweets", "zed:after"))
+        far_offset = f"{p}:{far.decode()}"
+        system.wait("the dead letters",
+                    lambda: deadletters.show(store, "activity", far_offset))  # fmt: skip
+        assert deadletters.show(store, "entities", f"{p}:{junk.decode()}") is not None
+
+        # The pipeline killed outright is started again; the gateway serves all along.
+        pid = _pipeline_pid(system.proc.pid)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert system.rows("tweets", "zed:after")
+        assert system.request("/v1/events", _tweet("zed", "later"))[0] == 202
+        system.wait("a tweet after the restart", lambda: system.rows("tweets", "zed:later"))
+        assert _pipeline_pid(system.proc.pid) not in (None, pid)
+    finally:
+        out = system.stop()
+        print(out[-6000:])
+    assert "pipeline exited with status" in out and "starting it again in 1 s" in out
