@@ -20,6 +20,7 @@ from server.serve import config, raise_open_files, supervise
 from server.settings import GatewaySettings
 from streaming.core import console
 from streaming.core.errors import ConfigurationError, LiveviewsError
+from streaming.core.password import redacted
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -61,7 +62,7 @@ def main() -> int:
         console.setup("gateway", settings.store)
         log.info("starting on %s:%d%s; store at %s", settings.host, settings.port,
                  f" in {settings.workers} processes" if settings.workers > 1 else "",
-                 settings.store.store_url)  # fmt: skip
+                 redacted(settings.store.store_url))  # fmt: skip
         if settings.workers > 1 and settings.port == 0:
             raise ConfigurationError("LV_WORKERS > 1 needs a fixed LV_PORT, not 0.")
         app = create_app(settings) if settings.workers == 1 else None

@@ -22,6 +22,7 @@ from streaming.core.embedded import ensure_store
 from streaming.core.errors import LiveviewsError
 from streaming.core.events import log_stream
 from streaming.core.log import EventLog, check_layout
+from streaming.core.password import redacted
 from streaming.core.settings import Settings
 
 log = logging.getLogger("chirp")
@@ -40,7 +41,7 @@ def run(settings: Settings, rate: float) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with ensure_store(settings) as store_url:
-        log.info("starting: Chirp's events into the log at %s", store_url)
+        log.info("starting: Chirp's events into the log at %s", redacted(store_url))
         client = redis.Redis.from_url(store_url)
         check_layout(client, settings.log_partitions, settings.change_shards)
         if seed_if_empty(client, settings):

@@ -11,6 +11,12 @@ it instead, as Redis and Valkey are built by default: with the C library's, abou
 the store's time applying row changes went to allocating and freeing, and with jemalloc the
 store used about half the CPU per row change (docs/PERFORMANCE.md).
 ``LV_STORE_ALLOCATOR=builtin`` runs the server with the allocator it was built with.
+
+It asks for a password (``streaming.core.password``: made once into the data directory, and
+given to the server on its standard input, never on its command line, which every user of the
+machine can read), and it holds at most ``LV_STORE_MAXMEMORY`` (a quarter of the machine's
+memory by default) with ``noeviction``: when full it refuses writes rather than dropping keys,
+which would silently lose events of the log.
 ``python -m streaming.core.embedded`` runs it in the foreground, as the Procfile's ``store``
 process does.
 """
@@ -22,6 +28,7 @@ import functools
 import glob
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -36,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from streaming.core.errors import ConfigurationError
+from streaming.core.password import embedded_url, password_path, redacted, store_password
 
 if TYPE_CHECKING:
     from streaming.core.settings import Settings
@@ -50,6 +58,12 @@ LIBRARY_DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/li
                 "/lib/*-linux-gnu")  # fmt: skip
 LINGER_S = 10.0
 """On stop, how long the store waits for the processes using it to finish first."""
+MAXMEMORY = "25%"
+"""``LV_STORE_MAXMEMORY``: a quarter of the machine's memory leaves the rest to Spark, the
+gateway, and the copy of the store its append-only file's rewrite makes (copy-on-write)."""
+CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+SIZE_RE = re.compile(r"([0-9]+)(%|b|kb|mb|gb|tb)?")
+SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
 
 log = logging.getLogger("liveviews.store")
 
@@ -120,6 +134,51 @@ def allocator_env(binary: str, setting: str) -> tuple[str, dict[str, str]]:
     return "builtin", {}
 
 
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its container's limit if less."""
+    total = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    for cgroup_limit in CGROUP_MEMORY_LIMITS:  # "max", or absent, when there is none
+        try:
+            limit = Path(cgroup_limit).read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            total = min(total, int(limit))
+    return total
+
+
+def maxmemory_setting(env: Mapping[str, str] | None = None) -> int:
+    """Bytes ``LV_STORE_MAXMEMORY`` allows the store (0: no limit), from ``25%`` of the
+    machine's memory (the default), a size (``512mb``, ``2gb``, bytes), or ``off``."""
+    raw = ((os.environ if env is None else env).get("LV_STORE_MAXMEMORY") or MAXMEMORY).strip()
+    if raw.lower() == "off":
+        return 0
+    size = SIZE_RE.fullmatch(raw.lower())
+    if size is None or (size[2] == "%" and not 1 <= int(size[1]) <= 100):
+        raise ConfigurationError(
+            f"LV_STORE_MAXMEMORY must be a share of the machine's memory (25%), a size (512mb, "
+            f"2gb) or off, not {raw!r}."
+        )
+    if size[2] == "%":
+        return machine_memory() * int(size[1]) // 100
+    return int(size[1]) * SIZE_UNITS[size[2] or "b"]
+
+
+def answers(url: str, timeout: float = 0.5) -> bool:
+    """Does a Redis-compatible server answer at ``url``, even one that refuses its password?"""
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (redis.AuthenticationError, redis.ResponseError):
+        return True
+    except redis.RedisError:
+        return False
+    return True
+
+
 def reachable(url: str, timeout: float = 0.5) -> bool:
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
@@ -152,10 +211,13 @@ class EmbeddedStore:
         *,
         appendfsync: str | None = None,
         allocator: str | None = None,
+        maxmemory: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
         self.appendfsync = appendfsync or fsync_policy()
+        self.maxmemory = maxmemory_setting() if maxmemory is None else maxmemory
+        """Bytes the store may hold (0: no limit); full, it refuses writes (noeviction)."""
         env = {"LV_STORE_ALLOCATOR": allocator} if allocator else None
         self.allocator_setting = allocator_setting(env)
         self.allocator = ""
@@ -164,12 +226,13 @@ class EmbeddedStore:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The store's address with its password: give it to clients, never to a log."""
+        return embedded_url(self.port, store_password(self.data_dir))
 
     def start(self, timeout: float = 15.0) -> str:
         if self.process is not None:
             raise RuntimeError("Cannot start the embedded store twice.")
-        if reachable(self.url, 0.2):
+        if answers(self.url, 0.2):
             raise ConfigurationError(
                 f"port {self.port} already has a Redis-compatible server. Stop it, set "
                 "REDIS_URL to use it, or set LV_EMBEDDED_PORT to a free port."
@@ -188,9 +251,20 @@ class EmbeddedStore:
             "--save", "",
             "--protected-mode", "yes",
             "--maxclients", "20000",
+            "--maxmemory", str(self.maxmemory),
+            "--maxmemory-policy", "noeviction",
             "--logfile", str(store_dir / "server.log"),
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, env={**os.environ, **env})
+        # "-": the server reads more configuration from its standard input, where the password
+        # goes, out of sight of ps and /proc/<pid>/cmdline.
+        args.insert(1, "-")
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env={**os.environ, **env}
+        )  # it logs to its file; its standard output says only that it read its standard input
+        assert self.process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it exited at once: the loop below says so
+            self.process.stdin.write(f"requirepass {store_password(self.data_dir)}\n".encode())
+            self.process.stdin.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -273,7 +347,7 @@ def ensure_store(settings: Settings) -> Iterator[str]:
         while not reachable(url):
             if time.monotonic() > deadline:
                 raise ConfigurationError(
-                    f"no store answered at {url} within {settings.wait_for_store} s; "
+                    f"no store answered at {redacted(url)} within {settings.wait_for_store} s; "
                     "is the 'store' process running?"
                 )
             time.sleep(0.1)
@@ -291,7 +365,8 @@ def main() -> int:
         settings = Settings.from_env()
         console.setup("store", settings)
         if not settings.embedded:
-            log.info("REDIS_URL is set (%s); no embedded store is needed", settings.redis_url)
+            log.info("REDIS_URL is set (%s); no embedded store is needed",
+                     redacted(settings.store_url))  # fmt: skip
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
             return 0
         store = EmbeddedStore(settings.data_dir, settings.embedded_port)
@@ -301,8 +376,10 @@ def main() -> int:
     except ConfigurationError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2
-    log.info("ready on redis://127.0.0.1:%d (appendfsync %s, allocator %s)",
-             store.port, store.appendfsync, store.allocator)  # fmt: skip
+    log.info("ready on redis://127.0.0.1:%d (appendfsync %s, allocator %s, maxmemory %s); "
+             "its password is in %s", store.port, store.appendfsync, store.allocator,
+             f"{store.maxmemory / 1_048_576:.0f} MB" if store.maxmemory else "off",
+             console.shown(password_path(store.data_dir)))  # fmt: skip
     stop = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streaming.core.errors import ConfigurationError
+from streaming.core.password import embedded_url, store_password
 
 DEFAULT_EMBEDDED_PORT = 6390
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -99,8 +100,11 @@ class Settings:
 
     @property
     def store_url(self) -> str:
-        """The configured server, or the embedded one's address when none is configured."""
-        return self.redis_url or f"redis://127.0.0.1:{self.embedded_port}/0"
+        """The configured server, or the embedded one's address when none is configured, with
+        its password (made on first use): give it to clients, never to a log (``redacted``)."""
+        if self.redis_url:
+            return self.redis_url
+        return embedded_url(self.embedded_port, store_password(self.data_dir))
 
     @property
     def embedded(self) -> bool:
