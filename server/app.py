@@ -20,7 +20,7 @@ from server.api import rest, sessions, streams
 from server.api.cors import GatewayCORS
 from server.api.responses import HELD, Rest, json_response
 from server.api.static import static_routes
-from server.errors import INTERNAL_MESSAGE, GatewayError, Unavailable
+from server.errors import INTERNAL_MESSAGE, GatewayError, TooManyRequests, Unavailable
 from server.gateway import Gateway
 from server.settings import GatewaySettings
 from streaming.core.app import App
@@ -53,6 +53,8 @@ def routes(dev_tokens: bool, log_feed: bool = True) -> list[BaseRoute]:
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if isinstance(exc, TooManyRequests):
+        headers = {"Retry-After": str(exc.retry_after)}
     return json_response(exc.to_dict(), exc.status, headers)
 
 

@@ -57,6 +57,17 @@ class Unprocessable(GatewayError):
     code = "invalid_event"
 
 
+class TooManyRequests(GatewayError):
+    """A rate was exceeded; ``retry_after`` (whole seconds) is also sent as ``Retry-After``."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int, code: str | None = None) -> None:
+        super().__init__(message, code=code, retry_after=retry_after)
+        self.retry_after = retry_after
+
+
 class Unavailable(GatewayError):
     status = 503
     code = "unavailable"

@@ -13,6 +13,7 @@ from typing import Literal
 
 from redis.exceptions import RedisError
 
+from server.api.publish import Publisher
 from server.auth import Authenticator, Principal
 from server.errors import Forbidden, NotFound, Unavailable
 from server.fanout.hub import Hub
@@ -42,6 +43,7 @@ class Gateway:
         self.metrics = Metrics()
         self.layout = store.Layout(settings.store.log_partitions, settings.store.change_shards)
         self.client = store.connect(settings.store.store_url)
+        self.publisher = Publisher(settings, self.app, self.client, self.metrics)
         self.feed_client = store.connect(settings.store.store_url, blocking=True)
         # A view's subscribers follow the frontier of the pipeline that writes it: a pipeline
         # that runs its micro-batches seconds apart does not hold back the others' views.

@@ -21,6 +21,8 @@ class Metrics:
     slow_consumers: int = 0
     resets: int = 0
     events_published: int = 0
+    publishes_rate_limited: int = 0
+    publishes_refused_store_full: int = 0
     feed_reads: int = 0
     feed_errors: int = 0
     feed_lag_seconds: float = 0.0
@@ -51,6 +53,9 @@ class Metrics:
              [("", self.resets)]),
             ("lv_events_published_total", "counter", "Events appended to the log.",
              [("", self.events_published)]),
+            ("lv_publishes_refused_total", "counter", "Publishes refused by a limit.",
+             [('{reason="rate_limited"}', self.publishes_rate_limited),
+              ('{reason="store_full"}', self.publishes_refused_store_full)]),
             ("lv_change_feed_reads_total", "counter", "Reads of the change topic.",
              [("", self.feed_reads)]),
             ("lv_change_feed_errors_total", "counter", "Failed reads of the change topic.",

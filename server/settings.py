@@ -39,6 +39,24 @@ def _float(env: dict[str, str], name: str, default: float) -> float:
     return value
 
 
+def _per_second(env: dict[str, str], name: str, default: float) -> float:
+    """A rate in events per second; ``0`` (or ``off``) means no limit."""
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw == "off":
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{name} must be a number of events per second (0 or off for no limit), not {raw!r}."
+        ) from None
+    if not 0 <= value < float("inf"):
+        raise ConfigurationError(f"{name} must be 0 (no limit) or more, not {raw!r}.")
+    return value
+
+
 def _dir(env: dict[str, str], name: str, default: Path) -> Path | None:
     """A directory to serve: unset means the default, ``off`` means serve nothing."""
     raw = (env.get(name) or "").strip()
@@ -67,6 +85,15 @@ class GatewaySettings:
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 1_048_576
     max_batch_events: int = 1000
+    publish_rate: float = 100.0
+    """Events per second each subject may publish, on average (0: no limit)."""
+    publish_burst: int = 1000
+    """Events a subject may publish at once after a pause; at least ``max_batch_events``."""
+    event_time_max_ahead_seconds: int = 86_400
+    event_time_max_age_days: int = 3650
+    store_full_percent: int = 90
+    """Publishing is refused while the store uses more than this share of its maxmemory."""
+    store_memory_check_ms: int = 500
     max_connections: int = 10_000
     max_subscriptions_per_socket: int = 100
     subscriber_buffer: int = 256
@@ -81,6 +108,17 @@ class GatewaySettings:
     log_feed: bool = True
     static_dir: Path | None = DEFAULT_STATIC_DIR
     client_js_dir: Path | None = DEFAULT_CLIENT_JS_DIR
+
+    def __post_init__(self) -> None:
+        if self.publish_rate and self.publish_burst < self.max_batch_events:
+            raise ConfigurationError(
+                f"LV_PUBLISH_BURST ({self.publish_burst}) must be at least LV_MAX_BATCH_EVENTS "
+                f"({self.max_batch_events}), or a full batch could never be published."
+            )
+        if not 1 <= self.store_full_percent <= 100:
+            raise ConfigurationError(
+                f"LV_STORE_FULL_PERCENT must be from 1 to 100, not {self.store_full_percent}."
+            )
 
     @property
     def dev(self) -> bool:
@@ -120,6 +158,14 @@ class GatewaySettings:
             cors_origins=origins,
             max_body_bytes=env_int(env, "LV_MAX_BODY_BYTES", 1_048_576),
             max_batch_events=env_int(env, "LV_MAX_BATCH_EVENTS", 1000),
+            publish_rate=_per_second(env, "LV_PUBLISH_RATE", 100.0),
+            publish_burst=env_int(env, "LV_PUBLISH_BURST", 1000),
+            event_time_max_ahead_seconds=env_int(
+                env, "LV_EVENT_TIME_MAX_AHEAD_SECONDS", 86_400, minimum=0
+            ),
+            event_time_max_age_days=env_int(env, "LV_EVENT_TIME_MAX_AGE_DAYS", 3650),
+            store_full_percent=env_int(env, "LV_STORE_FULL_PERCENT", 90),
+            store_memory_check_ms=env_int(env, "LV_STORE_MEMORY_CHECK_MS", 500, minimum=10),
             max_connections=env_int(env, "LV_MAX_CONNECTIONS", 10_000),
             max_subscriptions_per_socket=env_int(env, "LV_MAX_SUBSCRIPTIONS_PER_SOCKET", 100),
             subscriber_buffer=env_int(env, "LV_SUBSCRIBER_BUFFER", 256),

@@ -26,12 +26,19 @@ def _errors(*statuses: int) -> dict[str, Any]:
         404: "Unknown view, or a key that is empty or too long.",
         413: "Body or batch too large.",
         422: "An event does not match its schema.",
+        429: "The subject is over its publish rate; retry after Retry-After seconds.",
         503: "Store unreachable, or the process is at a limit.",
     }
     out: dict[str, Any] = {}
     for s in statuses:
         if s == 304:
             out["304"] = {"description": reasons[s], "headers": {"ETag": ETAG}}
+        elif s == 429:
+            out["429"] = {
+                "description": reasons[s],
+                "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+                "content": {"application/json": {"schema": ERROR}},
+            }
         else:
             out[str(s)] = {
                 "description": reasons[s],
@@ -223,7 +230,7 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                                 "type": "object", "properties": {"offsets": {
                                     "type": "array",
                                     "items": {"$ref": "#/components/schemas/Offset"}}}}}}},
-                    **_errors(400, 401, 403, 413, 422, 503),
+                    **_errors(400, 401, 403, 413, 422, 429, 503),
                 },
             }
         },

@@ -1,8 +1,10 @@
 """Publishing: from a request body to offsets in the log, all or nothing.
 
 A body is one event (``{"type", "payload", "time"?}``), an array of events, or
-``{"events": [...]}``. Every event is validated against the application's schemas and must be
-authored by the token's subject before anything is written; then the batch is one MULTI/EXEC.
+``{"events": [...]}``. Every event is validated against the application's schemas, with its
+time near the gateway's clock, and must be authored by the token's subject; the store must have
+room and the subject must be within its publish rate. Only then is anything written: the batch
+is one MULTI/EXEC.
 """
 
 from __future__ import annotations
@@ -10,13 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from redis.exceptions import OutOfMemoryError
 
+from server.api.ratelimit import PublishRate, retry_after
 from server.auth import Principal
-from server.errors import BadRequest, Forbidden, PayloadTooLarge, Unprocessable
+from server.errors import (
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    TooManyRequests,
+    Unavailable,
+    Unprocessable,
+)
 from server.feed import store
+from server.feed.memory import StoreMemory, store_full
+from server.metrics import Metrics
+from server.settings import GatewaySettings
 from streaming.core.app import App
 from streaming.core.errors import InvalidEvent
-from streaming.core.events import Offset
+from streaming.core.events import Offset, TimeWindow
 
 
 def parse_body(body: bytes) -> Any:
@@ -49,20 +63,62 @@ def offset_dict(offset: Offset) -> dict[str, Any]:
     return {**offset.to_dict(), "token": str(offset)}
 
 
-async def publish(
-    client: store.Client, app: App, partitions: int, principal: Principal, raws: list[Any]
-) -> list[Offset]:
-    try:
-        events = app.validate_batch(raws)
-    except InvalidEvent as exc:
-        raise Unprocessable(exc.message, code=exc.code, index=exc.index, field=exc.field) from None
-    for i, event in enumerate(events):
-        author = app.event_types[event.type].author
-        if author is not None and author(event.payload) != principal.subject:
-            raise Forbidden(
-                f"event {i}: you are signed in as {principal.subject!r} and may publish only "
-                f"as yourself, not as {author(event.payload)!r}.",
-                code="not_author",
-                index=i,
+class Publisher:
+    """A gateway process's way into the log, shared by ``POST /v1/events`` and WebSocket
+    ``publish``, with the state its limits keep: the subjects' rates and the store's room."""
+
+    def __init__(
+        self, settings: GatewaySettings, app: App, client: store.Client, metrics: Metrics
+    ) -> None:
+        self.app = app
+        self.client = client
+        self.metrics = metrics
+        self.partitions = settings.store.log_partitions
+        self.window = TimeWindow(
+            max_ahead_ms=settings.event_time_max_ahead_seconds * 1000,
+            max_age_ms=settings.event_time_max_age_days * 86_400_000,
+        )
+        self.rate = PublishRate(settings.publish_rate, settings.publish_burst)
+        self.memory = StoreMemory(
+            client, settings.store_full_percent, settings.store_memory_check_ms / 1000
+        )
+
+    async def publish(self, principal: Principal, raws: list[Any]) -> list[Offset]:
+        try:
+            events = self.app.validate_batch(raws, self.window)
+        except InvalidEvent as exc:
+            raise Unprocessable(
+                exc.message, code=exc.code, index=exc.index, field=exc.field
+            ) from None
+        for i, event in enumerate(events):
+            author = self.app.event_types[event.type].author
+            if author is not None and author(event.payload) != principal.subject:
+                raise Forbidden(
+                    f"event {i}: you are signed in as {principal.subject!r} and may publish only "
+                    f"as yourself, not as {author(event.payload)!r}.",
+                    code="not_author",
+                    index=i,
+                )
+        try:
+            await self.memory.check()
+        except Unavailable:
+            self.metrics.publishes_refused_store_full += 1
+            raise
+        # Taken last, right before the write: a batch refused for any other reason costs none.
+        wait = self.rate.take(principal.subject, len(events))
+        if wait:
+            self.metrics.publishes_rate_limited += 1
+            raise TooManyRequests(
+                f"{principal.subject!r} may publish {self.rate.rate:g} events per second, "
+                f"{self.rate.burst} at once; send these {len(events)} again in "
+                f"{retry_after(wait)} s, or fewer sooner.",
+                retry_after=retry_after(wait),
             )
-    return await store.append(client, events, partitions)
+        try:
+            return await store.append(self.client, events, self.partitions)
+        except OutOfMemoryError:
+            # The store's own refusal, before this gateway's next look at its memory: the
+            # same answer, and the batch was not written (its MULTI was discarded).
+            self.metrics.publishes_refused_store_full += 1
+            self.memory.forget()
+            raise store_full() from None

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from server.api.openapi import document
-from server.api.publish import events_of, offset_dict, parse_body, publish
+from server.api.publish import events_of, offset_dict, parse_body
 from server.api.responses import json_response, read_body
 from server.auth import ALL_SCOPES, COOKIE, PUBLISH, READ, authenticate
 from server.errors import BadRequest
@@ -32,7 +32,7 @@ async def post_events(request: Request) -> Response:
     principal = authenticate(request, gw.auth, PUBLISH)
     body = await read_body(request, gw.settings.max_body_bytes)
     raws = events_of(parse_body(body), gw.settings.max_batch_events)
-    offsets = await publish(gw.client, gw.app, gw.settings.store.log_partitions, principal, raws)
+    offsets = await gw.publisher.publish(principal, raws)
     gw.metrics.events_published += len(offsets)
     return json_response({"offsets": [offset_dict(o) for o in offsets]}, 202)
 

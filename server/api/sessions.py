@@ -24,7 +24,7 @@ from starlette.types import Receive, Send
 from starlette.websockets import WebSocket
 
 from server._uvicorn import websocket_protocol
-from server.api.publish import events_of, offset_dict, publish
+from server.api.publish import events_of, offset_dict
 from server.api.responses import hand_over
 from server.auth import PUBLISH, READ, Principal, token_from
 from server.errors import BadRequest, GatewayError, Unauthorized, Unavailable
@@ -278,9 +278,7 @@ class Session:
             raise BadRequest("a publish message needs a 'req' id string.", code="invalid_message")
         self.principal.require(PUBLISH)
         raws = events_of(msg.get("events"), self.gw.settings.max_batch_events)
-        offsets = await publish(
-            self.gw.client, self.gw.app, self.gw.settings.store.log_partitions, self.principal, raws
-        )
+        offsets = await self.gw.publisher.publish(self.principal, raws)
         self.gw.metrics.events_published += len(offsets)
         self.send(frames.ws_message(
             "published", req=req, offsets=[offset_dict(o) for o in offsets]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streaming.core.errors import ConfigurationError, InvalidEvent
-from streaming.core.events import Event, parse_event_time
+from streaming.core.events import Event, TimeWindow, now_ms, parse_event_time
 from streaming.core.schema import Schema
 
 if TYPE_CHECKING:
@@ -163,8 +163,12 @@ class App:
                 return p.name
         return None
 
-    def validate(self, raw: Any) -> Event:
-        """Check one event as a client sends it: ``{"type", "payload", "time"?}``."""
+    def validate(self, raw: Any, window: TimeWindow | None = None, now: int | None = None) -> Event:
+        """Check one event as a client sends it: ``{"type", "payload", "time"?}``.
+
+        ``window`` bounds its time around ``now`` (the clock by default); without one, any
+        time from 1970 to the year 9999 is taken (a replay or an import of old events).
+        """
         if not isinstance(raw, dict):
             raise InvalidEvent("an event must be a JSON object.", code="wrong_type")
         unknown = sorted(set(raw) - {"type", "payload", "time"})
@@ -184,13 +188,17 @@ class App:
                 field="type",
             )
         payload = et.schema.validate(raw.get("payload"))
-        return Event(et.name, et.partition_key(payload), payload, parse_event_time(raw.get("time")))
+        time_ms = parse_event_time(raw.get("time"), window, now)
+        return Event(et.name, et.partition_key(payload), payload, time_ms)
 
-    def validate_batch(self, raws: Iterable[Any]) -> list[Event]:
+    def validate_batch(self, raws: Iterable[Any], window: TimeWindow | None = None) -> list[Event]:
+        """Check a batch; with a ``window``, its events' times are bounded around one instant,
+        so an event without a time and the window agree on what "now" is."""
         out = []
+        now = now_ms()
         for i, raw in enumerate(raws):
             try:
-                out.append(self.validate(raw))
+                out.append(self.validate(raw, window, now))
             except InvalidEvent as exc:
                 raise exc.at(i) from None
         return out

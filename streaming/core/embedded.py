@@ -16,7 +16,8 @@ It asks for a password (``streaming.core.password``: made once into the data dir
 given to the server on its standard input, never on its command line, which every user of the
 machine can read), and it holds at most ``LV_STORE_MAXMEMORY`` (a quarter of the machine's
 memory by default) with ``noeviction``: when full it refuses writes rather than dropping keys,
-which would silently lose events of the log.
+which would silently lose events of the log. The gateway stops taking events a little before
+(server/feed/memory.py).
 ``python -m streaming.core.embedded`` runs it in the foreground, as the Procfile's ``store``
 process does.
 """

@@ -129,10 +129,51 @@ def decode_entry(partition: int, entry_id: bytes | str, fields: dict[bytes, byte
     )
 
 
-def parse_event_time(value: Any) -> int:
-    """Milliseconds since the epoch from an int (ms), an ISO-8601 string or a datetime."""
+@dataclass(frozen=True)
+class TimeWindow:
+    """How far an event time may lie from the clock of the process that appends it.
+
+    A producer's clock or its input can be wrong, and an event time far in the future would
+    outrank every later event (a tweet pinned to the top of every timeline, every later event
+    of its partition counted late): a writer facing clients refuses such times.
+    """
+
+    max_ahead_ms: int
+    max_age_ms: int
+
+    def check(self, ms: int, now_ms: int) -> None:
+        if now_ms - self.max_age_ms <= ms <= now_ms + self.max_ahead_ms:
+            return
+        raise InvalidEvent(
+            f"time {iso(ms)} is outside the accepted window: at most "
+            f"{span(self.max_ahead_ms)} after the server's clock and {span(self.max_age_ms)} "
+            f"before it (it is {iso(now_ms)}). Send the time the event happened, or omit it.",
+            code="time_out_of_range",
+            field="time",
+        )
+
+
+def span(ms: int) -> str:
+    """A duration in the largest whole unit that fits: ``1 day``, ``3650 days``, ``90 s``."""
+    for unit_ms, unit in ((86_400_000, "day"), (3_600_000, "hour"), (60_000, "minute")):
+        if ms >= unit_ms and ms % unit_ms == 0:
+            n = ms // unit_ms
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{ms / 1000:g} s"
+
+
+def now_ms() -> int:
+    return int(_time.time() * 1000)
+
+
+def parse_event_time(value: Any, window: TimeWindow | None = None, now: int | None = None) -> int:
+    """Milliseconds since the epoch from an int (ms), an ISO-8601 string or a datetime.
+
+    With a ``window``, a time outside it around ``now`` (the clock by default) is refused;
+    without one, any time from 1970 to the year 9999 is taken.
+    """
     if value is None:
-        return int(_time.time() * 1000)
+        return now_ms() if now is None else now
     if isinstance(value, datetime):
         dt = value if value.tzinfo else value.replace(tzinfo=UTC)
         ms = int(dt.timestamp() * 1000)
@@ -159,6 +200,8 @@ def parse_event_time(value: Any) -> int:
             code="invalid_time",
             field="time",
         )
+    if window is not None:
+        window.check(ms, now_ms() if now is None else now)
     return ms
 
 
