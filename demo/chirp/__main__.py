@@ -32,7 +32,8 @@ def seed_if_empty(client: redis.Redis, settings: Settings) -> bool:
     if any(client.exists(log_stream(p)) for p in range(settings.log_partitions)):
         return False
     now_ms = int(time.time() * 1000)
-    EventLog(client, app, settings.log_partitions).append_batch(seed_events(now_ms))
+    events = EventLog(client, app, settings.log_partitions, settings.log_retention)
+    events.append_batch(seed_events(now_ms))
     return True
 
 
@@ -50,7 +51,7 @@ def run(settings: Settings, rate: float) -> None:
             log.info("ready: writing %g events/s", rate)
         else:
             log.info("ready: no background activity (LV_DEMO_ACTIVITY=N writes N events/s)")
-        events = EventLog(client, app, settings.log_partitions)
+        events = EventLog(client, app, settings.log_partitions, settings.log_retention)
         activity = Activity(users=list(SEED_USERS), seed=int(time.time()))
         activity.prefix = f"bg{int(time.time())}-"
         while not stop.wait(1.0 / rate if rate > 0 else 3600):

@@ -74,6 +74,7 @@ class Publisher:
         self.client = client
         self.metrics = metrics
         self.partitions = settings.store.log_partitions
+        self.retention = settings.store.log_retention
         self.window = TimeWindow(
             max_ahead_ms=settings.event_time_max_ahead_seconds * 1000,
             max_age_ms=settings.event_time_max_age_days * 86_400_000,
@@ -115,7 +116,7 @@ class Publisher:
                 retry_after=retry_after(wait),
             )
         try:
-            return await store.append(self.client, events, self.partitions)
+            return await store.append(self.client, events, self.partitions, self.retention)
         except OutOfMemoryError:
             # The store's own refusal, before this gateway's next look at its memory: the
             # same answer, and the batch was not written (its MULTI was discarded).

@@ -30,7 +30,7 @@ from streaming.core.changes import (
 )
 from streaming.core.errors import StoreMismatch
 from streaming.core.events import Event, Offset
-from streaming.core.log import META_KEY, offsets_from, placements
+from streaming.core.log import META_KEY, Retention, offsets_from, placements, queue_appends
 
 Client = aioredis.Redis
 MAX_STORE_CONNECTIONS = 64
@@ -207,13 +207,14 @@ async def read_history(
     )
 
 
-async def append(client: Client, events: Sequence[Event], partitions: int) -> list[Offset]:
+async def append(
+    client: Client, events: Sequence[Event], partitions: int, retention: Retention | None = None
+) -> list[Offset]:
     """Append a validated batch in one MULTI/EXEC: every event or none."""
     if not events:
         return []
     placed = placements(events, partitions)
     async with client.pipeline(transaction=True) as pipe:
-        for stream, fields in placed:
-            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+        queue_appends(pipe, placed, retention)
         ids = await pipe.execute()
     return offsets_from([s for s, _ in placed], ids)

@@ -2,17 +2,57 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from streaming.core.app import App
 from streaming.core.changes import VIEWS_FRONTIER, read_frontier
-from streaming.core.errors import StoreMismatch
-from streaming.core.events import Event, Offset, log_stream, partition_for
+from streaming.core.errors import ConfigurationError, StoreMismatch
+from streaming.core.events import Event, Offset, log_stream, now_ms, partition_for
 
 META_KEY = "lv:meta"
+AGE_RE = re.compile(r"([0-9]+)([smhd])")
+AGE_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class Retention:
+    """``LV_LOG_RETENTION``: how much of each log partition an append keeps, if not all.
+
+    Either the newest ``entries`` of each partition, or the events appended in the last
+    ``age_ms`` (by their entry id, the time the store took them, not their event time). The
+    store trims whole nodes of a stream (``MAXLEN ~`` / ``MINID ~``), so a partition keeps a
+    little more than asked, never less. Views are computed from the log: a view rebuilt from a
+    trimmed log (a new pipeline, a removed checkpoint) sees only the events that remain.
+    """
+
+    entries: int | None = None
+    age_ms: int | None = None
+
+    @classmethod
+    def parse(cls, raw: str | None) -> Retention | None:
+        value = (raw or "").strip().lower()
+        if value in ("", "off"):
+            return None
+        if value.isdigit() and int(value) > 0:
+            return cls(entries=int(value))
+        age = AGE_RE.fullmatch(value)
+        if age and int(age[1]) > 0:
+            return cls(age_ms=int(age[1]) * AGE_UNITS_MS[age[2]])
+        raise ConfigurationError(
+            f"LV_LOG_RETENTION must be off, a number of events to keep per log partition "
+            f"(1000000), or an age to keep them for (30d, 12h, 90m, 3600s), not {raw!r}."
+        )
+
+    def xadd_options(self, now: int) -> dict[str, Any]:
+        if self.entries is not None:
+            return {"maxlen": self.entries, "approximate": True}
+        assert self.age_ms is not None
+        return {"minid": str(max(0, now - self.age_ms)), "approximate": True}
 
 
 def check_layout(client: redis.Redis, partitions: int, shards: int) -> None:
@@ -39,6 +79,16 @@ def placements(events: Sequence[Event], partitions: int) -> list[tuple[str, dict
     return [(log_stream(partition_for(e.key, partitions)), e.encode()) for e in events]
 
 
+def queue_appends(
+    pipe: Any, placed: Sequence[tuple[str, dict[bytes, bytes]]], retention: Retention | None
+) -> None:
+    """Queue the XADDs of ``placed`` on a pipeline (sync or asyncio), trimming as ``retention``
+    says: the trim rides with the append, so a partition never grows past it between appends."""
+    options = retention.xadd_options(now_ms()) if retention is not None else {}
+    for stream, fields in placed:
+        pipe.xadd(stream, fields, **options)
+
+
 def offsets_from(streams: Sequence[str], ids: Sequence[Any]) -> list[Offset]:
     out = []
     for stream, eid in zip(streams, ids, strict=True):
@@ -54,10 +104,13 @@ class EventLog:
     A batch is one MULTI/EXEC transaction: either every event is appended or none is.
     """
 
-    def __init__(self, client: redis.Redis, app: App, partitions: int) -> None:
+    def __init__(
+        self, client: redis.Redis, app: App, partitions: int, retention: Retention | None = None
+    ) -> None:
         self.client = client
         self.app = app
         self.partitions = partitions
+        self.retention = retention
 
     def append(self, raw: Any) -> Offset:
         return self.append_batch([raw])[0]
@@ -71,8 +124,7 @@ class EventLog:
             return []
         placed = placements(events, self.partitions)
         with self.client.pipeline(transaction=True) as pipe:
-            for stream, fields in placed:
-                pipe.xadd(stream, fields)  # type: ignore[arg-type]
+            queue_appends(pipe, placed, self.retention)
             ids = pipe.execute()
         return offsets_from([s for s, _ in placed], ids)
 

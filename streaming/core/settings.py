@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streaming.core.errors import ConfigurationError
+from streaming.core.log import Retention
 from streaming.core.password import embedded_url, store_password
 
 DEFAULT_EMBEDDED_PORT = 6390
@@ -97,6 +98,8 @@ class Settings:
     """Spark's Python processes import the installed PySpark (streaming.tuning.pythonlauncher)."""
     log_level: str = "info"
     """What the console shows: one of ``LOG_LEVELS`` (streaming.core.console)."""
+    log_retention: Retention | None = None
+    """How much of each log partition an append keeps (``LV_LOG_RETENTION``); None: all."""
 
     @property
     def store_url(self) -> str:
@@ -142,4 +145,5 @@ class Settings:
             else None,
             python_launcher=env_bool(env, "LV_PYTHON_LAUNCHER", True),
             log_level=env_log_level(env),
+            log_retention=Retention.parse(env.get("LV_LOG_RETENTION")),
         )

@@ -293,6 +293,18 @@ async def test_the_stores_own_refusal_answers_store_full(small_store: redis.Redi
         served.stop()
 
 
+async def test_the_log_keeps_what_lv_log_retention_says(store_url: str, store: redis.Redis) -> None:
+    """Log streams grew without bound; with LV_LOG_RETENTION=N each append trims its
+    partition to about its newest N events (whole nodes of 100: never fewer than N)."""
+    served = ServedGateway(settings_for(store_url, LV_LOG_RETENTION="100")).start()
+    try:
+        for _ in range(6):
+            assert (await post(served, profiles("alice", 50)))[0] == 202
+    finally:
+        served.stop()
+    assert 100 <= log_length(store) <= 200
+
+
 def test_publishing_limits_have_defaults_and_can_be_lifted() -> None:
     given = GatewaySettings.from_env({})
     assert (given.publish_rate, given.publish_burst) == (100.0, 1000)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from demo.chirp import app
-from streaming.core.errors import InvalidEvent, StoreMismatch
+from streaming.core.errors import ConfigurationError, InvalidEvent, StoreMismatch
 from streaming.core.events import decode_entry, entry_id_tuple, log_stream, partition_for
-from streaming.core.log import EventLog, check_layout
+from streaming.core.log import EventLog, Retention, check_layout
+from streaming.core.settings import Settings
 
 GOOD = {"type": "tweet_posted", "payload": {"user": "bob", "tweet": "bob:1", "text": "hi"}}
 
@@ -77,3 +78,53 @@ def test_store_keeps_the_layout_it_was_created_with(store):
     check_layout(store, 4, 16)
     with pytest.raises(StoreMismatch, match="LV_LOG_PARTITIONS=4"):
         check_layout(store, 8, 16)
+
+
+def test_retention_by_count_keeps_about_the_newest_n_of_each_partition(store):
+    log = EventLog(store, app, 4, Retention(entries=100))
+    for _ in range(10):
+        log.append_batch([GOOD] * 50)
+    # Trimmed by whole nodes of 100 entries (MAXLEN ~): never fewer than asked.
+    assert 100 <= store.xlen(log_stream(partition_for("bob", 4))) <= 200
+
+
+def test_retention_by_age_trims_what_the_store_took_before_it(store):
+    stream = log_stream(partition_for("bob", 4))
+    for i in range(200):  # two whole nodes appended in 1970
+        store.xadd(
+            stream, {"type": "x", "key": "bob", "time": "0", "payload": "{}"}, id=f"1-{i + 1}"
+        )
+    EventLog(store, app, 4, Retention(age_ms=86_400_000)).append(GOOD)
+    assert [entry_id_tuple(e[0].decode())[0] > 1 for e in store.xrange(stream)] == [True]
+
+
+def test_no_retention_keeps_everything(store):
+    log = EventLog(store, app, 4)
+    for _ in range(5):
+        log.append_batch([GOOD] * 50)
+    assert total_entries(store) == 250
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("off", None),
+        ("1000000", Retention(entries=1_000_000)),
+        ("30d", Retention(age_ms=30 * 86_400_000)),
+        ("12h", Retention(age_ms=12 * 3_600_000)),
+        ("90m", Retention(age_ms=90 * 60_000)),
+        ("3600s", Retention(age_ms=3_600_000)),
+    ],
+)
+def test_lv_log_retention_is_off_a_count_or_an_age(raw, expected):
+    assert Retention.parse(raw) == expected
+    env = {"LV_DATA_DIR": "/tmp/lv-unused", **({"LV_LOG_RETENTION": raw} if raw else {})}
+    assert Settings.from_env(env).log_retention == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "1w", "30 days", "d", "1.5h"])
+def test_a_malformed_lv_log_retention_is_refused_with_its_forms(raw):
+    with pytest.raises(ConfigurationError, match="LV_LOG_RETENTION must be off, a number"):
+        Retention.parse(raw)
