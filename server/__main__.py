@@ -17,7 +17,7 @@ import uvicorn
 from server._uvicorn import IncompatibleServer
 from server.app import create_app
 from server.serve import config, raise_open_files, supervise
-from server.settings import GatewaySettings
+from server.settings import DEV_JWT_SECRET, GatewaySettings
 from streaming.core import console
 from streaming.core.errors import ConfigurationError, LiveviewsError
 from streaming.core.password import redacted
@@ -69,7 +69,7 @@ def main() -> int:
     except LiveviewsError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2
-    if settings.dev:
+    if settings.dev and settings.jwt_secret == DEV_JWT_SECRET:
         log.warning(
             "dev mode: tokens are signed with the public dev secret%s",
             " and /v1/dev/token hands them out" if settings.dev_tokens else "",

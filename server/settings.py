@@ -8,6 +8,7 @@ The gateway adds its own ``LV_*`` variables, each with a default that runs on on
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ DEFAULT_CLIENT_JS_DIR = REPO / "client-js" / "src"
 """Where a checkout keeps the demo and the JavaScript client; an installed package has neither."""
 
 MIN_SECRET_BYTES = 32
+ORIGIN_RE = re.compile(r"https?://[^/\s?#@]+", re.IGNORECASE)
 ENVIRONMENTS = ("dev", "production")
 
 
@@ -124,14 +126,55 @@ class GatewaySettings:
     def dev(self) -> bool:
         return self.environment == "dev"
 
+    def check_exposure(self) -> None:
+        """Refuse the combinations that would hand out tokens or events to anyone."""
+        if "*" in self.cors_origins:
+            raise ConfigurationError(
+                "LV_CORS_ORIGINS cannot contain '*': this gateway allows credentials, so '*' "
+                "would let a page of any origin act as its signed-in user. List the origins."
+            )
+        for origin in self.cors_origins:
+            if ORIGIN_RE.fullmatch(origin) is None:
+                raise ConfigurationError(
+                    f"LV_CORS_ORIGINS lists {origin!r}, which is not an origin: write each as "
+                    "a browser sends it, scheme://host[:port], e.g. https://app.example.com."
+                )
+        if not self.dev:
+            for name, on, what in (
+                ("LV_DEV_TOKENS", self.dev_tokens, "/v1/dev/token signs a token for anyone"),
+                ("LV_LOG_FEED", self.log_feed, "/v1/log/live shows every event to every reader"),
+            ):
+                if on:
+                    raise ConfigurationError(
+                        f"{name} cannot be on when LV_ENV=production: {what}. Unset it."
+                    )
+            if self.jwt_secret == DEV_JWT_SECRET:
+                raise ConfigurationError(
+                    "LV_JWT_SECRET cannot be the public dev secret when LV_ENV=production."
+                )
+        if self.dev_tokens and self.jwt_secret != DEV_JWT_SECRET:
+            raise ConfigurationError(
+                "LV_DEV_TOKENS cannot be on with LV_JWT_SECRET set: /v1/dev/token would sign "
+                "tokens for anyone with that secret. Dev tokens are signed with the public dev "
+                "secret only: unset LV_JWT_SECRET, or LV_DEV_TOKENS."
+            )
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> GatewaySettings:
         env = dict(os.environ if env is None else env)
+        secret = env.get("LV_JWT_SECRET") or ""
+        if secret and not env.get("LV_ENV"):
+            # A secret is a deployment's; guessing its mode would either hand out dev tokens
+            # signed with it or hide the demo from someone trying it out.
+            raise ConfigurationError(
+                "LV_JWT_SECRET is set but LV_ENV is not: set LV_ENV=production to serve with "
+                "this secret, or LV_ENV=dev to try it on this machine (without dev tokens)."
+            )
         environment = env.get("LV_ENV") or "dev"
         if environment not in ENVIRONMENTS:
             raise ConfigurationError(f"LV_ENV must be 'dev' or 'production', not {environment!r}.")
         dev = environment == "dev"
-        secret = env.get("LV_JWT_SECRET") or ""
+        dev_secret = not secret
         if not secret:
             if not dev:
                 raise ConfigurationError(
@@ -146,14 +189,14 @@ class GatewaySettings:
         origins = tuple(
             o.strip() for o in (env.get("LV_CORS_ORIGINS") or "").split(",") if o.strip()
         )
-        return cls(
+        settings = cls(
             store=Settings.from_env(env),
             host=env.get("LV_HOST") or "127.0.0.1",
             port=env_int(env, "LV_PORT", 8000, minimum=0),
             environment=environment,
             jwt_secret=secret,
             jwt_audience=env.get("LV_JWT_AUDIENCE") or "liveviews",
-            dev_tokens=env_bool(env, "LV_DEV_TOKENS", dev),
+            dev_tokens=env_bool(env, "LV_DEV_TOKENS", dev and dev_secret),
             dev_token_ttl=env_int(env, "LV_DEV_TOKEN_TTL", 3600),
             cors_origins=origins,
             max_body_bytes=env_int(env, "LV_MAX_BODY_BYTES", 1_048_576),
@@ -181,3 +224,5 @@ class GatewaySettings:
             static_dir=_dir(env, "LV_STATIC_DIR", DEFAULT_STATIC_DIR),
             client_js_dir=_dir(env, "LV_CLIENT_JS_DIR", DEFAULT_CLIENT_JS_DIR),
         )
+        settings.check_exposure()
+        return settings
