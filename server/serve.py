@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from server import redact
 from server._uvicorn import WebSocketProtocol, check, http_protocol
 from server.app import create_app
 from server.settings import GatewaySettings
@@ -55,7 +56,10 @@ def config(settings: GatewaySettings, app: Any, **overrides: Any) -> uvicorn.Con
         timeout_graceful_shutdown=5,
         backlog=4096,
     )
-    return uvicorn.Config(app, **{**options, **overrides})
+    server_config = uvicorn.Config(app, **{**options, **overrides})
+    # After uvicorn has set its loggers up: no line of theirs or ours shows a token.
+    redact.install()
+    return server_config
 
 
 def serve_worker() -> None:
