@@ -5,13 +5,20 @@ rights: ``read`` to read and subscribe, ``publish`` to append events), ``aud`` (
 audience) and ``exp``. Only HS256 is accepted, so ``alg: none`` and algorithm confusion fail
 like a forged signature. Browsers' EventSource cannot set headers, so a token is also taken
 from the ``access_token`` query parameter or the ``lv_token`` cookie.
+
+The cookie is the one credential a browser sends on its own, whichever page asks it to, so it
+is not taken as a cross-site one: a request that changes state with it (any method but GET,
+HEAD and OPTIONS, and a WebSocket handshake) must come from this gateway's own origin or from
+one listed in ``LV_CORS_ORIGINS`` (``check_origin``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 from starlette.requests import HTTPConnection
@@ -24,6 +31,9 @@ QUERY_PARAM = "access_token"
 READ = "read"
 PUBLISH = "publish"
 ALL_SCOPES = (READ, PUBLISH)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+ORIGIN_REFUSED = "origin_refused"
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
 @dataclass(frozen=True)
@@ -47,11 +57,13 @@ class Principal:
 
 
 class Authenticator:
-    """Verifies and (for the dev token endpoint) issues tokens with one secret."""
+    """Verifies and (for the dev token endpoint) issues tokens with one secret; ``origins``
+    are the other origins whose pages may act with the ``lv_token`` cookie."""
 
-    def __init__(self, secret: str, audience: str) -> None:
+    def __init__(self, secret: str, audience: str, origins: Iterable[str] = ()) -> None:
         self.secret = secret
         self.audience = audience
+        self.origins = frozenset(o for o in map(_origin, origins) if o is not None)
 
     def verify(self, token: str) -> Principal:
         try:
@@ -114,6 +126,15 @@ def token_from(conn: HTTPConnection) -> str | None:
     return conn.query_params.get(QUERY_PARAM) or conn.cookies.get(COOKIE) or None
 
 
+def by_cookie(conn: HTTPConnection) -> bool:
+    """Is the token ``token_from`` takes the cookie's?"""
+    return (
+        "authorization" not in conn.headers
+        and not conn.query_params.get(QUERY_PARAM)
+        and bool(conn.cookies.get(COOKIE))
+    )
+
+
 def authenticate(conn: HTTPConnection, auth: Authenticator, scope: str) -> Principal:
     token = token_from(conn)
     if token is None:
@@ -122,6 +143,66 @@ def authenticate(conn: HTTPConnection, auth: Authenticator, scope: str) -> Princ
             "parameter or the lv_token cookie.",
             code="token_missing",
         )
+    if conn.scope.get("method") not in SAFE_METHODS and by_cookie(conn):
+        check_origin(conn, auth.origins)
     principal = auth.verify(token)
     principal.require(scope)
     return principal
+
+
+def check_origin(conn: HTTPConnection, allowed: frozenset[str]) -> None:
+    """Refuses (403 ``origin_refused``) a request that is not from a page of this gateway's own
+    origin nor of one of ``allowed``; called for the state changes the cookie authenticates.
+
+    A browser sends ``Origin`` with every POST and WebSocket handshake; when it is missing the
+    ``Referer``'s origin stands in, and a request that names neither is refused. The page's
+    host and port must be the request's ``Host``; its scheme is not compared, as a proxy that
+    ends TLS may not pass it on. ``Sec-Fetch-Site: same-origin``, which browsers set and pages
+    cannot, also admits a request, for a proxy that rewrites ``Host``.
+    """
+    if conn.headers.get("sec-fetch-site") == "same-origin":
+        return
+    raw = conn.headers.get("origin") or conn.headers.get("referer")
+    origin = _origin(raw) if raw else None
+    if origin is not None and (origin in allowed or origin == _own_origin(conn, origin)):
+        return
+    if raw is None:
+        refused = "but names no page it comes from (no Origin or Referer header)"
+    else:
+        refused = (
+            f"from a page at {raw[:100]!r}, which is neither this gateway's origin nor one "
+            "listed in LV_CORS_ORIGINS"
+        )
+    raise Forbidden(
+        f"this request would change state with the lv_token cookie {refused}: send the token "
+        "itself (Authorization header, access_token parameter or WebSocket auth message), or "
+        "send the request from a page of an allowed origin.",
+        code=ORIGIN_REFUSED,
+    )
+
+
+def _origin(url: str) -> str | None:
+    """``scheme://host[:port]`` of ``url``, lowercased and without a default port; None for
+    an opaque origin (``null``) or anything that is not an absolute http(s) URL."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    if port is not None and str(port) != _DEFAULT_PORTS[scheme]:
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}"
+
+
+def _own_origin(conn: HTTPConnection, page: str) -> str | None:
+    """The origin of the request's own ``Host`` in the page origin's scheme, which a proxy
+    that ends TLS may not have passed on."""
+    scheme = page.partition("://")[0]
+    host = conn.headers.get("host", "").strip()
+    if not host or any(c in host for c in "/\\@?#"):
+        return None
+    return _origin(f"{scheme}://{host}")

@@ -52,6 +52,11 @@ class PayloadTooLarge(GatewayError):
     code = "body_too_large"
 
 
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    code = "unsupported_media_type"
+
+
 class Unprocessable(GatewayError):
     status = 422
     code = "invalid_event"

@@ -39,7 +39,7 @@ class Gateway:
     def __init__(self, settings: GatewaySettings, app: App | None = None) -> None:
         self.settings = settings
         self.app = app if app is not None else load_app(settings.store.app)
-        self.auth = Authenticator(settings.jwt_secret, settings.jwt_audience)
+        self.auth = Authenticator(settings.jwt_secret, settings.jwt_audience, settings.cors_origins)
         self.metrics = Metrics()
         self.layout = store.Layout(settings.store.log_partitions, settings.store.change_shards)
         self.client = store.connect(settings.store.store_url)

@@ -25,6 +25,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         403: "The token does not allow this.",
         404: "Unknown view, or a key that is empty or too long.",
         413: "Body or batch too large.",
+        415: "The body is not sent as application/json.",
         422: "An event does not match its schema.",
         429: "The subject is over its publish rate; retry after Retry-After seconds.",
         503: "Store unreachable, or the process is at a limit.",
@@ -230,7 +231,7 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                                 "type": "object", "properties": {"offsets": {
                                     "type": "array",
                                     "items": {"$ref": "#/components/schemas/Offset"}}}}}}},
-                    **_errors(400, 401, 403, 413, 422, 429, 503),
+                    **_errors(400, 401, 403, 413, 415, 422, 429, 503),
                 },
             }
         },
@@ -314,7 +315,7 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                                              "pattern": "^(read|publish)( (read|publish))?$"}}}}}},
                 "responses": {"200": {"description": "A signed token; also set as the lv_token "
                                       "cookie.", "content": _json(DEV_TOKEN)},
-                              **_errors(400, 413)},
+                              **_errors(400, 413, 415)},
             }
         }  # fmt: skip
     return {

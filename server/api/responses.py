@@ -1,5 +1,5 @@
-"""What every endpoint shares: JSON answers, bounded request bodies, and the hand-over of a
-started stream's rest to the application's outermost call."""
+"""What every endpoint shares: JSON answers, bounded JSON request bodies, and the hand-over of
+a started stream's rest to the application's outermost call."""
 
 from __future__ import annotations
 
@@ -10,13 +10,35 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.errors import PayloadTooLarge
+from server.errors import PayloadTooLarge, UnsupportedMediaType
 
 
 def json_response(
     body: object, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
     return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def is_json(content_type: str) -> bool:
+    """``application/json`` or a ``+json`` type (RFC 6839), with any parameters."""
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+async def read_json(request: Request, limit: int) -> bytes:
+    """The body of a request that must send JSON, refused with 415 if it says it is anything
+    else. A browser sends a page's cross-origin request without asking the gateway first only
+    when its type is one a form could send (text/plain, say), never application/json."""
+    content_type = request.headers.get("content-type", "")
+    if not is_json(content_type):
+        sent = content_type.partition(";")[0].strip()[:100]
+        raise UnsupportedMediaType(
+            "send the body as JSON, with Content-Type: application/json"
+            + (f", not {sent!r}." if sent else "; this request has no Content-Type.")
+        )
+    return await read_body(request, limit)
 
 
 async def read_body(request: Request, limit: int) -> bytes:

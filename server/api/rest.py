@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from server.api.openapi import document
 from server.api.publish import events_of, offset_dict, parse_body
-from server.api.responses import json_response, read_body
+from server.api.responses import json_response, read_json
 from server.auth import ALL_SCOPES, COOKIE, PUBLISH, READ, authenticate
 from server.errors import BadRequest
 from server.feed.store import read_snapshot
@@ -30,7 +30,7 @@ def _gateway(request: Request) -> Gateway:
 async def post_events(request: Request) -> Response:
     gw = _gateway(request)
     principal = authenticate(request, gw.auth, PUBLISH)
-    body = await read_body(request, gw.settings.max_body_bytes)
+    body = await read_json(request, gw.settings.max_body_bytes)
     raws = events_of(parse_body(body), gw.settings.max_batch_events)
     offsets = await gw.publisher.publish(principal, raws)
     gw.metrics.events_published += len(offsets)
@@ -70,7 +70,7 @@ async def get_view(request: Request) -> Response:
 
 async def dev_token(request: Request) -> Response:
     gw = _gateway(request)
-    document_ = parse_body(await read_body(request, 4096))
+    document_ = parse_body(await read_json(request, 4096))
     user = document_.get("user") if isinstance(document_, dict) else None
     if not isinstance(user, str) or DEV_USER_RE.fullmatch(user) is None:
         raise BadRequest(

@@ -26,8 +26,8 @@ from starlette.websockets import WebSocket
 from server._uvicorn import websocket_protocol
 from server.api.publish import events_of, offset_dict
 from server.api.responses import hand_over
-from server.auth import PUBLISH, READ, Principal, token_from
-from server.errors import BadRequest, GatewayError, Unauthorized, Unavailable
+from server.auth import PUBLISH, READ, Principal, by_cookie, check_origin, token_from
+from server.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
 from server.fanout.subscription import Subscription
 from server.gateway import Gateway
 from server.live.sender import log_failure
@@ -287,6 +287,14 @@ class Session:
 
 async def socket(websocket: WebSocket) -> None:
     gw: Gateway = websocket.app.state.gateway
+    if by_cookie(websocket):
+        try:
+            check_origin(websocket, gw.auth.origins)
+        except Forbidden:
+            # Closing before accepting answers the handshake 403. (A denial response with a
+            # body would make uvicorn's sans-I/O protocol log an error for each refusal.)
+            await websocket.close()
+            return
     await websocket.accept()
     try:
         gw.admit("ws")
