@@ -114,16 +114,30 @@ class Authenticator:
 
 
 def token_from(conn: HTTPConnection) -> str | None:
-    """The Authorization header wins over the query parameter, which wins over the cookie."""
-    header = conn.headers.get("authorization")
-    if header is not None:
-        scheme, _, value = header.partition(" ")
+    """The Authorization header wins over the query parameter, which wins over the cookie.
+
+    A header or parameter given twice is refused: which of the two tokens to take is anyone's
+    guess, and a first one that is wrong would pass unnoticed.
+    """
+    headers = conn.headers.getlist("authorization")
+    if len(headers) > 1:
+        raise Unauthorized(
+            f"send one Authorization header, not {len(headers)}.", code="token_invalid"
+        )
+    if headers:
+        scheme, _, value = headers[0].partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
             raise Unauthorized(
                 "the Authorization header must be 'Bearer <token>'.", code="token_invalid"
             )
         return value.strip()
-    return conn.query_params.get(QUERY_PARAM) or conn.cookies.get(COOKIE) or None
+    tokens = conn.query_params.getlist(QUERY_PARAM)
+    if len(tokens) > 1:
+        raise Unauthorized(
+            f"send the {QUERY_PARAM} query parameter once, not {len(tokens)} times.",
+            code="token_invalid",
+        )
+    return (tokens[0] if tokens else None) or conn.cookies.get(COOKIE) or None
 
 
 def by_cookie(conn: HTTPConnection) -> bool:

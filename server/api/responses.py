@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from server.api.params import number_over
 from server.errors import PayloadTooLarge, UnsupportedMediaType
 
 
@@ -44,8 +45,7 @@ async def read_json(request: Request, limit: int) -> bytes:
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
     too_large = PayloadTooLarge(f"the body is larger than {limit} bytes; send smaller batches.")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if number_over(request.headers.get("content-length", ""), limit):
         raise too_large
     chunks, size = [], 0
     async for chunk in request.stream():

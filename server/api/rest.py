@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from server.api.openapi import document
+from server.api.params import view_and_key
 from server.api.publish import events_of, offset_dict, parse_body
 from server.api.responses import json_response, read_json
 from server.auth import ALL_SCOPES, COOKIE, PUBLISH, READ, authenticate
@@ -47,7 +48,7 @@ def _etag_matches(header: str, etag: str) -> bool:
 async def get_view(request: Request) -> Response:
     gw = _gateway(request)
     principal = authenticate(request, gw.auth, READ)
-    view, key = request.path_params["view"], request.path_params["key"]
+    view, key = view_and_key(request)
     gw.readable_view(principal, view, key)
     snap = await read_snapshot(gw.client, gw.layout, view, key, gw.frontier_of(view))
     # The rows change only with the key's last change; the frontier is part of the answer too.

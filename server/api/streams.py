@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from server.api.params import single, single_header, view_and_key, whole_number
 from server.api.responses import hand_over
 from server.auth import READ, Principal, authenticate
 from server.errors import BadRequest
@@ -33,17 +34,10 @@ def resume_id(request: Request) -> EventId | None:
 
     Both are checked: a malformed id is the client's mistake even where the other one wins.
     """
-    raws = (request.headers.get("last-event-id"), _single(request, "last_event_id"))
+    header = single_header(request, "Last-Event-ID", "invalid_last_event_id")
+    raws = (header, single(request, "last_event_id"))
     ids = [EventId.parse(raw) if raw else None for raw in raws]
     return ids[0] or ids[1]
-
-
-def _single(request: Request, name: str) -> str | None:
-    """A query parameter given at most once: which of several to take is anyone's guess."""
-    values = request.query_params.getlist(name)
-    if len(values) > 1:
-        raise BadRequest(f"send {name!r} once, not {len(values)} times.", code="invalid_parameter")
-    return values[0] if values else None
 
 
 class SubscriptionResponse(Response):
@@ -101,7 +95,7 @@ class LiveResponse(EventSourceResponse):
 async def live(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     principal = authenticate(request, gw.auth, READ)
-    view, key = request.path_params["view"], request.path_params["key"]
+    view, key = view_and_key(request)
     gw.readable_view(principal, view, key)
     resume = resume_id(request)
     if request.method == "HEAD":
@@ -120,16 +114,16 @@ DEFAULT_RECENT = 20
 
 
 def _recent(request: Request) -> int:
-    raw = _single(request, "recent")
+    raw = single(request, "recent")
     if raw is None:
         return DEFAULT_RECENT
-    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and "٣".
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > RECENT:
+    recent = whole_number(raw, RECENT)
+    if recent is None:
         raise BadRequest(
             f"'recent' must be a whole number from 0 to {RECENT}, not {raw[:20]!r}.",
             code="invalid_parameter",
         )
-    return int(raw)
+    return recent
 
 
 async def _log_stream(
