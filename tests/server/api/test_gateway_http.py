@@ -110,3 +110,19 @@ async def test_cors_allows_the_configured_origins_only(tight_gateway: ServedGate
         assert live.status == 200
         assert live.headers["Access-Control-Allow-Origin"] == "http://chirp.example"
         live.close()
+
+
+async def test_metrics_count_each_pipelines_dead_letters(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    from streaming.core import deadletters
+
+    letters = [deadletters.letter("activity", f"0:{i}-0", deadletters.STAGE_VIEW, "boom")
+               for i in (1, 2)]  # fmt: skip
+    deadletters.record(store, letters)
+    deadletters.record(store, letters)  # recorded once, however often a batch is replayed
+    async with aiohttp.ClientSession() as s:
+        text = await (await s.get(gateway.url + "/metrics")).text()
+    assert 'lv_dead_letters{pipeline="activity"} 2' in text
+    assert 'lv_dead_letters{pipeline="entities"} 0' in text
+    assert store.xlen(deadletters.ORDER_STREAM) == 2
