@@ -48,11 +48,13 @@ def single(conn: HTTPConnection, name: str) -> str | None:
 
 
 def single_header(conn: HTTPConnection, name: str, code: str) -> str | None:
-    """A header sent at most once (``code`` names the refusal of a second one)."""
+    """A header sent at most once (``code`` names the refusal of a second one), without the
+    spaces and tabs around its value, which are not part of it (RFC 9110 5.5); the server
+    drops those before the value, not after."""
     values = conn.headers.getlist(name)
     if len(values) > 1:
         raise BadRequest(f"send one {name} header, not {len(values)}.", code=code)
-    return values[0] if values else None
+    return values[0].strip(" \t") if values else None
 
 
 def view_and_key(conn: HTTPConnection) -> tuple[str, str]:

@@ -59,7 +59,8 @@ async def get_view(request: Request) -> Response:
     )
     etag = f'W/"{hashlib.sha256(tag_source).hexdigest()[:24]}"'
     headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
-    if _etag_matches(request.headers.get("if-none-match", ""), etag):
+    # A list header may come in several lines, which are one list (RFC 9110 5.3).
+    if _etag_matches(", ".join(request.headers.getlist("if-none-match")), etag):
         return Response(status_code=304, headers=headers)
     body = {
         "view": view,

@@ -10,6 +10,10 @@ fuzzing of every query parameter and header found, and states it with its fix.
   "\\ufffd", which the client never named; it now answers 404 ``invalid_key``.
 - A ``Content-Length`` of another script's digits ("²") reached ``int()`` and raised; no
   server we run passes one on, but the body reader no longer trusts ``str.isdigit()``.
+- ``If-None-Match`` in two lines: only the first was compared, so a tag that matched in the
+  second answered 200 with the whole snapshot instead of 304. The lines are one list now.
+- ``Last-Event-ID: e.1-0`` followed by a space was refused: the server drops the spaces
+  before a header's value, not those after it, which are not part of it either.
 """
 
 from __future__ import annotations
@@ -80,6 +84,21 @@ async def test_a_last_event_id_header_sent_twice_is_refused(gateway: ServedGatew
         headers.add("Last-Event-ID", second)
         async with aiohttp.ClientSession() as s, s.get(gateway.url + LIVE, headers=headers) as r:
             assert await answer(r) == (400, "invalid_last_event_id")
+
+
+async def test_spaces_after_a_last_event_id_are_not_part_of_it(gateway: ServedGateway) -> None:
+    headers = {**gateway.headers(), "Last-Event-ID": "e.1-0 \t "}
+    async with aiohttp.ClientSession() as s, s.get(gateway.url + LIVE, headers=headers) as r:
+        assert await answer(r) == (200, None)
+
+
+async def test_if_none_match_in_two_lines_is_one_list(gateway: ServedGateway) -> None:
+    async with aiohttp.ClientSession(headers=gateway.headers()) as s:
+        async with s.get(gateway.url + VIEW) as r:
+            etag = r.headers["ETag"]
+        lines = CIMultiDict([("If-None-Match", '"other"'), ("If-None-Match", etag)])
+        async with s.get(gateway.url + VIEW, headers=lines) as r:
+            assert r.status == 304
 
 
 @pytest.mark.parametrize("where", ["query", "header"])
