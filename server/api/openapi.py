@@ -23,7 +23,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         400: "Malformed request (code says what).",
         401: "No token, or an invalid or expired one.",
         403: "The token does not allow this.",
-        404: "Unknown view, or a key that is empty or too long.",
+        404: "Unknown view, or a key that is empty, too long or not UTF-8.",
         413: "Body or batch too large.",
         415: "The body is not sent as application/json.",
         422: "An event does not match its schema.",
@@ -57,7 +57,7 @@ EVENT_ID = {
     "type": "string",
     "pattern": r"^$|^[A-Za-z0-9_-]{1,64}\.[0-9]{1,20}-[0-9]{1,20}$",
     "description": "An event id as the gateway sent it (docs/PROTOCOL.md, section 3); "
-    "empty means none.",
+    "empty means none. Sent once: a repeated one is refused.",
 }
 
 
@@ -241,7 +241,8 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                 "security": BEARER,
                 "parameters": [
                     *_view_params(views),
-                    {"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},
+                    {"name": "If-None-Match", "in": "header", "schema": {"type": "string"},
+                     "description": "Entity tags, compared weakly; several lines are one list."},
                 ],
                 "responses": {
                     "200": {"description": "The snapshot; ETag header set.",
@@ -292,6 +293,7 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                     {
                         "name": "recent",
                         "in": "query",
+                        "description": "ASCII digits, sent once.",
                         "schema": {"type": "integer", "minimum": 0, "maximum": 100, "default": 20},
                     }
                 ],

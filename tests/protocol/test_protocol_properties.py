@@ -3,7 +3,9 @@
 Frames (``server/wire/frames.py``) are read back with a small SSE parser written here from the
 WHATWG rules, independent of the gateway's and of the test client's, and as WebSocket JSON.
 Event ids (``server/wire/eventid.py``) round-trip, keep their order and refuse anything else with
-the documented error only. The WebSocket endpoint's reading of client messages answers any
+the documented error only; numbers in query parameters and headers (``server/api/params.py``)
+are ASCII digits up to their maximum, whatever other scripts' digits, signs, spaces or lengths
+come. Both agree with the reference of ``tests/support/params.py``. The WebSocket endpoint's reading of client messages answers any
 text or bytes with documented frames, never a crash, both called directly and over a real
 socket. ``LV_FUZZ_EXAMPLES`` sets the number of examples per property (default 100).
 """
@@ -28,6 +30,7 @@ import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from server.api.params import number_over, whole_number
 from server.api.sessions import CLOSE_UNAUTHORIZED, Session
 from server.auth import Principal
 from server.errors import BadRequest
@@ -37,6 +40,7 @@ from server.wire import frames
 from server.wire.eventid import MAX_PART, EventId, position_tuple
 from streaming.core.embedded import free_port
 from tests.support.gateway import ServedGateway
+from tests.support.params import EVENT_ID_LIKE, EVENT_IDS, NUMBER_LIKE, event_id_ok, number_ok
 
 EXAMPLES = int(os.environ.get("LV_FUZZ_EXAMPLES", "100"))
 PROPERTY = settings(
@@ -257,7 +261,8 @@ ID_LIKE = st.builds(
 
 
 @PROPERTY
-@given(raw=st.text(CHARS) | ID_LIKE)
+@given(raw=st.text(CHARS) | ID_LIKE | EVENT_ID_LIKE | st.sampled_from(EVENT_IDS).filter(
+    lambda r: isinstance(r, str)))  # fmt: skip
 def test_anything_else_is_refused_with_the_documented_error_only(raw: str) -> None:
     try:
         parsed = EventId.parse(raw)
@@ -271,6 +276,7 @@ def test_anything_else_is_refused_with_the_documented_error_only(raw: str) -> No
     ms, seq = int(match[2]), int(match[3])
     assert ms <= MAX_PART and seq <= MAX_PART
     assert parsed == EventId(match[1], f"{ms}-{seq}")
+    assert event_id_ok(raw), raw  # the reference of tests/support/params.py agrees
 
 
 @pytest.mark.parametrize(
@@ -278,12 +284,32 @@ def test_anything_else_is_refused_with_the_documented_error_only(raw: str) -> No
     ["", "e", "e.1", "e.1-", "e.-1", "e.1-2-3", "e.1-2 ", " e.1-2", "e 1.1-2", "e.+1-2",
      "e.\u0661-0", "e.1-\uff11", "e.18446744073709551616-0", "e.0-18446744073709551616",
      "e.18446744073709551615-18446744073709551615", "e.1-2\n", "e\n.1-2", "é.1-2",
-     "x" * 65 + ".1-2", "e.1-2\x00", "e." + "9" * 21 + "-0"],
+     "x" * 65 + ".1-2", "e.1-2\x00", "e." + "9" * 21 + "-0", "e.²-0", "e.1-٣", "e.𝟙-0",
+     "e.+0-0", "e. 1-0", "e.1-0\t", "e.1_0-0", "e.0x1-0", "e." + "9" * 5000 + "-0"],
 )  # fmt: skip
 def test_malformed_event_ids_are_refused(raw: str) -> None:
     with pytest.raises(BadRequest) as caught:
         EventId.parse(raw)
     assert caught.value.code == "invalid_last_event_id"
+
+
+# --- numbers in query parameters and headers (server/api/params.py) ----------------------------
+
+
+@PROPERTY
+@given(raw=NUMBER_LIKE | st.text(CHARS, max_size=12), maximum=st.integers(0, 2**64))
+def test_a_number_is_ascii_digits_up_to_its_maximum_and_nothing_else(
+    raw: str, maximum: int
+) -> None:
+    """Other scripts' digits, signs, spaces, "_", NUL and numbers of any length: never an
+    error of its own, and a number exactly where the reference (PROTOCOL.md) says so."""
+    value = whole_number(raw, maximum)
+    assert (value is not None) == number_ok(raw, maximum), raw
+    if value is not None:
+        assert 0 <= value <= maximum and value == int(raw.lstrip("0") or "0")
+    assert number_over(raw, maximum) == (
+        re.fullmatch(r"[0-9]+", raw) is not None and not number_ok(raw, maximum)
+    )
 
 
 # --- client messages over WebSocket ------------------------------------------------------------
@@ -344,7 +370,7 @@ def loop_and_gateway(store: redis.Redis, store_url: str) -> Iterator[tuple[Any, 
 
 
 VIEWS = st.sampled_from(["profiles", "likes", "tweets", "timeline", "activity", "nope", ""])
-FIELD_VALUES = JSON | EVENT_ID | VIEWS | st.just("alice")
+FIELD_VALUES = JSON | EVENT_ID | EVENT_ID_LIKE | VIEWS | st.just("alice")
 MESSAGE = st.one_of(
     st.binary(max_size=64).map(lambda b: b.decode("utf-8", "replace")),  # as the endpoint reads
     st.text(CHARS, max_size=64),

@@ -12,20 +12,35 @@ The SSE operations are fuzzed like the others: schemathesis reads an event strea
 one snapshot frame. While the log feed is fuzzed, events are appended every 50 ms, so each of
 its streams has a frame at once too.
 
-    LV_FUZZ_EXAMPLES=2000 .venv/bin/pytest tests/server/test_api_fuzz.py -q -s
+Generated values rarely hit what careless parsers get wrong, so every query parameter, header
+and path parameter the document declares (and the token's query parameter and header) gets, in
+a second pass, valid cases with values of its family put in (``mutated``), and a sweep sends
+each value of each family alone in an otherwise valid request (``test_every_parameter_...``):
+other scripts' digits ("²", "٣", "１"), signs, spaces, huge numbers, empty values, repetitions,
+NUL and bytes that are not UTF-8 (``tests/support/params.py``). Whatever is served must be what
+the documents accept; in the sweep, whatever they accept must be served too. And the document
+must declare every query parameter the gateway's code reads, or none of this would reach it.
+
+    LV_FUZZ_EXAMPLES=2000 .venv/bin/pytest tests/server/api/test_api_fuzz.py -q -s
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
+import http.client
 import os
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
+import orjson
 import pytest
 import redis
 import requests
@@ -43,6 +58,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from streaming.core.events import log_stream
+from tests.support import params
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS
 
@@ -111,10 +127,21 @@ def check_error_shape(response: schemathesis.Response, codes: set[str]) -> None:
     assert set(body) <= {"code", "message", "index", "field"}, body
 
 
+@dataclass
+class Fuzzed:
+    """A generated request, and the values of its targets replaced after generation."""
+
+    case: Case
+    changes: dict[params.Target, params.Sent] = field(default_factory=dict)
+
+
 def fuzz(gw: ServedGateway, store: redis.Redis, headers: dict[str, str]) -> None:
+    """Each operation twice: schemathesis's cases, then valid ones with some of their
+    parameters' values replaced by values of the sweep's families (``mutated``)."""
     codes = documented_codes()
     schema = schemathesis.openapi.from_url(gw.url + "/openapi.json")
     schema.config.max_stream_events = MAX_STREAM_EVENTS
+    doc = requests.get(gw.url + "/openapi.json", timeout=5).json()
     session = requests.Session()
     for result in schema.get_all_operations():
         operation = result.ok()
@@ -125,10 +152,15 @@ def fuzz(gw: ServedGateway, store: redis.Redis, headers: dict[str, str]) -> None
         publish = (operation.method.upper(), operation.path) == ("POST", "/v1/events")
         if publish and headers:
             strategy = st.tuples(strategy, st.booleans()).map(lambda c: as_signed_in(*c))
+        passes = [strategy.map(Fuzzed)]
+        if (replaced := mutated(operation, doc)) is not None:
+            passes.append(replaced)
         with appending(gw) if operation.path == "/v1/log/live" else contextlib.nullcontext():
-            run_operation(strategy, functools.partial(
-                exercise, gw=gw, store=store, headers=headers, codes=codes, publish=publish,
-                session=session))  # fmt: skip
+            for fuzzed in passes:
+                run_operation(fuzzed, functools.partial(
+                    exercise, gw=gw, store=store, headers=headers, codes=codes,
+                    publish=publish, session=session,
+                    views=set(gw.gateway.app.views)))  # fmt: skip
     session.close()
 
 
@@ -170,7 +202,7 @@ def appending(gw: ServedGateway) -> Iterator[None]:
         thread.join(5)
 
 
-def run_operation(strategy: st.SearchStrategy[Case], body: Callable[[Case], None]) -> None:
+def run_operation(strategy: st.SearchStrategy[Fuzzed], body: Callable[[Fuzzed], None]) -> None:
     @settings(
         max_examples=EXAMPLES,
         deadline=None,
@@ -179,25 +211,36 @@ def run_operation(strategy: st.SearchStrategy[Case], body: Callable[[Case], None
         phases=[Phase.explicit, Phase.generate, Phase.shrink],
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=strategy)
-    def test(case: Case) -> None:
-        body(case)
+    @given(fuzzed=strategy)
+    def test(fuzzed: Fuzzed) -> None:
+        body(fuzzed)
 
     test()
 
 
 def exercise(
-    case: Case,
+    fuzzed: Fuzzed,
     gw: ServedGateway,
     store: redis.Redis,
     headers: dict[str, str],
     codes: set[str],
     publish: bool,
     session: requests.Session,
+    views: set[str],
 ) -> None:
+    case = fuzzed.case
     before = log_length(store) if publish else 0
-    response = case.call(base_url=gw.url, headers=headers, session=session,
-                         timeout=STREAM_SECONDS)  # fmt: skip
+    query = {t.name: list(v) for t, v in fuzzed.changes.items() if t.where == "query"}
+    sent_headers = {
+        **headers,
+        **{
+            t.name: v[0] if isinstance(v[0], bytes) else v[0].encode()
+            for t, v in fuzzed.changes.items()
+            if t.where == "header"
+        },
+    }
+    response = case.call(base_url=gw.url, headers=sent_headers, params=query or None,
+                         session=session, timeout=STREAM_SECONDS)  # fmt: skip
     TALLY.count(response.status_code)
     checks = list(CHECKS)
     if case.meta is not None and case.meta.generation.mode is GenerationMode.NEGATIVE:
@@ -207,6 +250,13 @@ def exercise(
         check_error_shape(response, codes)
     if publish and response.status_code != 202:
         assert log_length(store) == before, "a refused publish wrote to the log"
+    if response.status_code < 400:
+        # Served: then every replaced value is one the documents accept. The token's query
+        # parameter is not read where its header, which wins, is sent.
+        token = headers.get("Authorization", "").removeprefix("Bearer ")
+        for target, sent in fuzzed.changes.items():
+            if not (target.name == "access_token" and token):
+                assert params.documented(target, sent, token, views), (target, sent)
 
 
 def test_fuzz_without_a_token(gateway: ServedGateway, store: redis.Redis) -> None:
@@ -215,6 +265,198 @@ def test_fuzz_without_a_token(gateway: ServedGateway, store: redis.Redis) -> Non
 
 def test_fuzz_with_a_valid_token(gateway: ServedGateway, store: redis.Redis) -> None:
     fuzz(gateway, store, gateway.headers(SUBJECT))
+
+
+# Every parameter and header the document declares, with values a careless reader gets wrong.
+
+
+def send(
+    gw: ServedGateway, target: params.Target, sent: params.Sent, token: str
+) -> tuple[int, str, bytes]:
+    """One request of ``target``'s operation, valid but for ``sent`` as ``target``, with
+    exactly the bytes given: http.client neither re-encodes nor folds them."""
+    segments = {"view": "profiles", "key": "alice"}
+    query: list[tuple[str, params.Raw]] = []
+    headers: list[tuple[str, params.Raw]] = []
+    if target.name not in ("access_token", "Authorization"):
+        headers.append(("Authorization", f"Bearer {token}"))
+    for raw in sent:
+        if target.where == "path":
+            segments[target.name] = str(raw)
+        elif target.where == "query":
+            query.append((target.name, raw))
+        else:
+            headers.append((target.name, raw))
+    path = target.path.format(**segments)
+    if query:
+        path += "?" + "&".join(f"{n}={quote(r, safe='')}" for n, r in query)
+    body = None
+    if target.method == "POST":
+        body = orjson.dumps({**PROFILE, "payload": {"user": SWEEPER, "name": "P"}})
+        headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    conn = http.client.HTTPConnection("127.0.0.1", gw.settings.port, timeout=10)
+    try:
+        conn.putrequest(target.method, path, skip_accept_encoding=True)
+        for name, raw in headers:
+            conn.putheader(name, raw if isinstance(raw, bytes) else raw.encode())
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        ctype = resp.getheader("content-type", "")
+        # An accepted stream is not read: its head says enough.
+        return resp.status, ctype, b"" if ctype.startswith("text/event-stream") else resp.read()
+    finally:
+        conn.close()
+
+
+SWEEPER = "sweeper"
+SERVED = {"GET": 200, "POST": 202}
+
+
+def misanswered(target: params.Target, sent: params.Sent, answer: tuple[int, str, bytes],
+                accepted: bool, codes: set[str]) -> str | None:  # fmt: skip
+    """What is wrong with ``answer``, if anything: a 5xx, a refusal not in the one documented
+    shape, a refusal of what the documents accept, or a value served that they do not."""
+    status, ctype, body = answer
+    if status >= 500:
+        return f"answered {status}: {body[:200]!r}"
+    code = None
+    if 400 <= status < 500:
+        error = orjson.loads(body) if ctype.startswith("application/json") else None
+        if not (isinstance(error, dict) and isinstance(error.get("message"), str)
+                and error.get("code") in codes):  # fmt: skip
+            return f"{status} is not a documented {{code, message}}: {body[:200]!r}"
+        code = error["code"]
+    if accepted and code is not None:
+        return f"refused what the documents accept ({status} {code})"
+    if not accepted and code not in params.REFUSALS[target.name]:
+        return f"answered {status} {code}, not one of {sorted(params.REFUSALS[target.name])}"
+    return None
+
+
+def test_every_parameter_and_header_with_every_value_of_its_family(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    """Each query parameter, header and path parameter the document declares, alone in an
+    otherwise valid request, with other scripts' digits, signs, spaces, huge numbers, empty
+    values, repetitions, NUL and bytes that are not UTF-8: served exactly when the protocol
+    documents say so, and otherwise refused with one of the parameter's documented codes."""
+    doc = requests.get(gateway.url + "/openapi.json", timeout=5).json()
+    views, codes, token = set(gateway.gateway.app.views), documented_codes(), gateway.token(SWEEPER)
+    etag = requests.get(gateway.url + "/v1/views/profiles/alice", timeout=5,
+                        headers=gateway.headers()).headers["ETag"]  # fmt: skip
+    wrong, swept = [], Counter[str]()
+    for target in params.targets(doc):
+        for sent in params.family(target, token):
+            sent = tuple(r.replace(params.ETAG, etag) if isinstance(r, str) else r for r in sent)
+            if target.where == "header" and not all(map(params.sendable_in_a_header, sent)):
+                continue
+            answer = send(gateway, target, sent, token)
+            TALLY.count(answer[0])
+            swept[target.name] += 1
+            accepted = params.documented(target, sent, token, views)
+            problem = misanswered(target, sent, answer, accepted, codes)
+            if target.name == "If-None-Match" and problem is None:
+                tags = [t.strip() for s in sent for t in str(s).split(",")]
+                match = any(t == "*" or t.removeprefix("W/") == etag.removeprefix("W/")
+                            for t in tags)  # fmt: skip
+                if answer[0] != (304 if match else 200):
+                    problem = f"answered {answer[0]}; the tags {'' if match else 'do not '}match"
+            if problem is not None:
+                wrong.append(f"{target.method} {target.path} {target.name}="
+                             f"{repr(sent)[:100]}: {problem}")  # fmt: skip
+    assert not wrong, "\n".join(wrong[:40])
+    assert set(swept) == set(params.REFUSALS) | {"If-None-Match"}, swept
+
+
+SERVER = Path(__file__).resolve().parents[3] / "server"
+READERS = {"get", "getlist", "single"}
+"""``query_params.get(name)``, ``query_params.getlist(name)`` and ``server.api.params.single``."""
+
+
+def query_parameters_read() -> dict[str, str]:
+    """Each query parameter name the gateway's code reads, and where: the name is a string
+    literal or a module's string constant, or a parameter of a helper whose callers name it."""
+    found = {}
+    for path in SERVER.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                     and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                     for t in n.targets if isinstance(t, ast.Name)}  # fmt: skip
+        for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            forwarded = {a.arg for a in function.args.args}
+            for node in ast.walk(function):
+                arg = _named(node)
+                if arg is None or (isinstance(arg, ast.Name) and arg.id in forwarded):
+                    continue
+                name = arg.value if isinstance(arg, ast.Constant) else constants.get(
+                    getattr(arg, "id", ""))  # fmt: skip
+                assert isinstance(name, str), f"{path}:{node.lineno}: name it by a constant"
+                found[name] = f"{path.relative_to(SERVER.parent)}:{node.lineno}"
+    return found
+
+
+def _named(node: ast.AST) -> ast.expr | None:
+    """The name argument of a call that reads a query parameter, if ``node`` is one."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "single" and len(node.args) == 2:
+        return node.args[1]
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in READERS
+        and isinstance(func.value, ast.Attribute)
+        and func.value.attr == "query_params"
+    ):
+        return node.args[0]  # fmt: skip
+    return None
+
+
+def test_the_document_declares_every_query_parameter_the_gateway_reads(
+    gateway: ServedGateway,
+) -> None:
+    """A parameter the document does not declare is one schemathesis never generates."""
+    doc = requests.get(gateway.url + "/openapi.json", timeout=5).json()
+    declared = {t.name for t in params.targets(doc) if t.where == "query"}
+    read = query_parameters_read()
+    assert {"recent", "last_event_id", "access_token"} <= set(read)
+    assert not {n: where for n, where in read.items() if n not in declared}
+
+
+# The schemathesis cases again, with values of those families in some of their parameters.
+
+
+def mutation(target: params.Target) -> st.SearchStrategy[params.Sent] | None:
+    """Values of ``target`` to put in a generated request, or None for a target the sweep
+    alone covers (the token's header, which the signed-in run sets itself)."""
+    if target.name == "Authorization":
+        return None
+    if target.where == "path":
+        return params.PATH_SEGMENTS.map(lambda s: (s,))
+    if target.name == "If-None-Match" or target.where == "header":
+        return params.HEADER_VALUES.map(lambda v: (v,))
+    one = params.NUMBER_LIKE | params.EVENT_ID_LIKE | params.QUERY_VALUES
+    return st.lists(one, min_size=1, max_size=3).map(tuple)
+
+
+def mutated(operation: Any, doc: dict[str, Any]) -> st.SearchStrategy[Fuzzed] | None:
+    """Positive cases of ``operation`` with one to three of its targets' values replaced."""
+    mine = {t: s for t in params.targets(doc) if (t.method, t.path) == (operation.method.upper(),
+            operation.path) and (s := mutation(t)) is not None}  # fmt: skip
+    if not mine:
+        return None
+    changes = st.sets(st.sampled_from(sorted(mine, key=str)), min_size=1, max_size=3).flatmap(
+        lambda ts: st.fixed_dictionaries({t: mine[t] for t in ts}))  # fmt: skip
+    return st.builds(apply, operation.as_strategy(generation_mode=GenerationMode.POSITIVE), changes)
+
+
+def apply(case: Case, changes: dict[params.Target, params.Sent]) -> Fuzzed:
+    """Path parameters are replaced in the case; query parameters and headers, which may be
+    bytes or repeated (which a case cannot hold), when it is sent (``exercise``)."""
+    for target, sent in changes.items():
+        if target.where == "path":
+            case.path_parameters = {**(case.path_parameters or {}), target.name: sent[0]}
+    return Fuzzed(case, changes)
 
 
 # Regressions of what the fuzzing found, each as a plain request.
