@@ -28,6 +28,9 @@ from server.live.writes import socket_fd, write_now
 from server.wire import rfc6455
 
 CLOSE_SEND_TIMEOUT = (rfc6455.CLOSE_POLICY, "send timeout")
+FRAMES_PER_CALL = 512
+"""Client frames one callback of the loop parses and acts on (~0.1 ms of tiny frames): a
+socket's client cannot hold the loop, and every other subscriber, for longer, whatever it sends."""
 
 
 class Handler(Protocol):
@@ -77,12 +80,16 @@ class OwnedSocket(asyncio.Protocol):
     the transport's high-water mark for ``send_timeout`` (1008). A closing handshake the
     client does not complete within ``send_timeout`` ends with the connection closed anyway
     (and reset after ``server._uvicorn.http``'s linger if the client takes nothing more).
+
+    What the client sends is parsed ``FRAMES_PER_CALL`` frames per turn of the event loop at
+    most, with reading paused while frames already read wait (``_parse``), and not at all
+    while the handler has paused reading.
     """
 
     __slots__ = ("transport", "connections", "handler", "reader",
                  "ping_interval", "ping_timeout", "send_timeout", "now", "_ping", "_ping_at",
                  "_paused_at", "_close_at", "_fd", "_write_raw", "_is_closing", "_buffered",
-                 "_gone")  # fmt: skip
+                 "_gone", "_held", "_handler_paused", "_reading_paused")  # fmt: skip
 
     def __init__(
         self, transport: Any, connections: set[Any], max_size: int, ping_interval: float,
@@ -101,6 +108,9 @@ class OwnedSocket(asyncio.Protocol):
         self._paused_at: float | None = None
         self._close_at: float | None = None
         self._gone = False
+        self._held = False  # frames already read wait for the loop's next turn
+        self._handler_paused = False  # the handler asked to hear nothing more for now
+        self._reading_paused = False  # the transport's reading, paused for either
         # Bound once: the server wraps its transport, and these run on every delivery.
         self._write_raw = transport.write
         self._is_closing = transport.is_closing
@@ -136,12 +146,14 @@ class OwnedSocket(asyncio.Protocol):
         self._close_at = self.now + self.send_timeout
 
     def pause_reading(self) -> None:
-        if not self._is_closing():
-            self.transport.pause_reading()
+        self._handler_paused = True
+        self._pace_reading()
 
     def resume_reading(self) -> None:
-        if not self._is_closing():
-            self.transport.resume_reading()
+        self._handler_paused = False
+        if self.reader.backlog and not self._held:
+            self._hold()  # frames read before the pause come first
+        self._pace_reading()
 
     def tick(self, now: float) -> None:
         self.now = now
@@ -169,18 +181,26 @@ class OwnedSocket(asyncio.Protocol):
     # The connection's protocol.
 
     def data_received(self, data: bytes) -> None:
+        self._parse(data)
+
+    def _parse(self, data: bytes = b"") -> None:
+        """Act on the frames of ``data`` and those waiting, ``FRAMES_PER_CALL`` at most: the
+        rest wait, with reading paused, until the loop has run its other callbacks."""
+        self._held = False
+        if self._gone:
+            return
         try:
-            messages = self.reader.feed(data)
+            messages = self.reader.feed(data, FRAMES_PER_CALL)
         except rfc6455.ProtocolError as exc:
             self._fail(exc.code, exc.reason)
             return
+        ping: bytes | None = None
         for m in messages:
             if m.opcode in (rfc6455.OP_TEXT, rfc6455.OP_BINARY):
                 if self._close_at is None and self.handler is not None:
                     self.handler.received(m.data)
             elif m.opcode == rfc6455.OP_PING:
-                if not self.closing:
-                    self._write(rfc6455.frame(rfc6455.OP_PONG, m.data))
+                ping = m.data
             elif m.opcode == rfc6455.OP_PONG:
                 if self._ping is not None and m.data == self._ping:
                     self._ping = None
@@ -188,6 +208,28 @@ class OwnedSocket(asyncio.Protocol):
             else:  # close
                 self._closed_by_client(m.data)
                 return
+        # RFC 6455 5.5.3: a pong for the latest of several pings is enough; one write per
+        # batch keeps a stream of pings from costing a system call each.
+        if ping is not None and not self.closing:
+            self._write(rfc6455.frame(rfc6455.OP_PONG, ping))
+        if self.reader.backlog and not self._handler_paused:
+            self._hold()
+        self._pace_reading()
+
+    def _hold(self) -> None:
+        """Parse the frames already read on the loop's next turn, reading no more till then."""
+        self._held = True
+        asyncio.get_running_loop().call_soon(self._parse)
+
+    def _pace_reading(self) -> None:
+        """Read from the client only while no frame it sent waits and the handler listens."""
+        paused = self._held or self._handler_paused or self.reader.backlog
+        if paused != self._reading_paused and not self._is_closing():
+            self._reading_paused = paused
+            if paused:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     def _closed_by_client(self, payload: bytes) -> None:
         if self._close_at is None and not self._is_closing():

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +37,7 @@ from tests.faults.hostile_support import (
     sse_request,
     token,
     wait_until,
+    ws_frame,
 )
 
 N = hostile_n(20)
@@ -53,6 +55,8 @@ SLACK = 48 * 1024 * 1024
 POOL = 64
 """The gateway's store connections may grow up to server.feed.store.MAX_STORE_CONNECTIONS."""
 HALF_OPEN_SSE = 4
+TINY_FRAMES = 1_000_000
+"""6-byte pings, 6 MB: seconds of the event loop at the old parser's speed."""
 P99_BOUND = 1.0 * max(1.0, N / 100)
 """Seconds; hostile clients that never read take a burst of writes each until they are cut off,
 and the machine has two cores, so bigger runs get a proportionally looser bound."""
@@ -370,3 +374,48 @@ def _closed(s: socket.socket) -> bool:
     except OSError:
         pass
     return True
+
+
+def test_a_stream_of_tiny_frames_does_not_hold_the_loop(
+    fresh: GatewayProcess, store_url: str
+) -> None:
+    """6-byte frames used to be parsed and answered one system call each, all of a read at
+    once: one client held the event loop, and every subscriber, for seconds."""
+    gw = fresh
+    ping = ws_frame(b"", opcode=0x9)
+    flood = ping * TINY_FRAMES
+
+    with DeltaPump(store_url, ["hot"], RATE), \
+            reference_running(gw.url + "/v1/views/likes/hot/live") as ref:  # fmt: skip
+        quiet = measure_baseline(ref, 2.0)
+        mark = ref.mark()
+        s = open_ws(gw.port, rcvbuf=None)
+        answered = threading.Event()
+
+        def read_answers() -> None:
+            s.settimeout(30)
+            seen = b""
+            with contextlib.suppress(OSError):
+                while part := s.recv(1 << 20):
+                    seen = seen[-64:] + part
+                    if b'"snapshot"' in seen:
+                        answered.set()
+                        return
+
+        reader = threading.Thread(target=read_answers, daemon=True)
+        reader.start()
+        start = time.monotonic()
+        # The pings, then a subscribe: its snapshot comes once the gateway has read them all.
+        s.sendall(flood + ws_frame(b'{"type":"subscribe","sub":"a","view":"likes","key":"t"}'))
+        assert answered.wait(60), "the subscribe behind the pings was never answered"
+        took = time.monotonic() - start
+        time.sleep(0.5)
+        attacked = ref.since(mark)
+        s.close()
+        reader.join(2)
+    report("tiny-frames", bytes=len(flood), frames=TINY_FRAMES, read_in_s=f"{took:.2f}",
+           mb_per_s=f"{len(flood) / took / 1e6:.1f}", p99_quiet=ms(percentile(quiet, 99)),
+           p99_attack=ms(percentile(attacked, 99)), max_attack=ms(max(attacked, default=0)),
+           deliveries_attack=len(attacked))  # fmt: skip
+    assert len(attacked) >= RATE * took / 2, "the reference subscriber kept receiving"
+    assert percentile(attacked, 99) < P99_BOUND

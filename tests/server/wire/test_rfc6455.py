@@ -140,3 +140,30 @@ def test_an_idle_reader_holds_no_buffer() -> None:
     assert reader.feed(raw[:3]) == [] and not reader.idle
     assert reader.feed(raw[3:]) == [rfc6455.Message(rfc6455.OP_TEXT, b"hello")]
     assert reader.idle
+
+
+def test_a_message_in_too_many_fragments_is_refused() -> None:
+    """Empty continuation frames add nothing to a message's size; each still counts as one of
+    the at most ``MAX_FRAGMENTS`` frames a message may arrive in (they grew a list without
+    bound before)."""
+    first = client_frame(Opcode.TEXT, b"{", fin=False)
+    empty = client_frame(Opcode.CONT, b"", fin=False)
+    reader = rfc6455.Reader(max_size=1 << 20)
+    with pytest.raises(rfc6455.ProtocolError) as refused:
+        reader.feed(first + empty * 100_000)
+    assert refused.value.code == rfc6455.CLOSE_TOO_BIG
+    # A message in as many fragments as allowed still comes out whole.
+    reader = rfc6455.Reader(max_size=1 << 20)
+    parts = [client_frame(Opcode.CONT, b"", fin=False)] * (rfc6455.MAX_FRAGMENTS - 2)
+    raw = first + b"".join(parts) + client_frame(Opcode.CONT, b"}")
+    assert reader.feed(raw) == [rfc6455.Message(rfc6455.OP_TEXT, b"{}")]
+
+
+def test_a_limited_feed_leaves_the_rest_for_the_next_call() -> None:
+    pings = [client_frame(Opcode.PING, b"%d" % i) for i in range(10)]
+    reader = rfc6455.Reader(max_size=100)
+    got = reader.feed(b"".join(pings), limit=4)
+    assert [m.data for m in got] == [b"0", b"1", b"2", b"3"] and reader.backlog
+    got += reader.feed(b"", limit=4) + reader.feed(b"", limit=4)
+    assert [m.data for m in got] == [b"%d" % i for i in range(10)]
+    assert not reader.backlog and reader.idle
