@@ -38,7 +38,11 @@ def config(settings: GatewaySettings, app: Any, **overrides: Any) -> uvicorn.Con
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http=http_protocol(settings.header_timeout_seconds, settings.send_timeout_seconds),
+        http=http_protocol(
+            settings.header_timeout_seconds,
+            settings.send_timeout_seconds,
+            settings.body_timeout_seconds,
+        ),
         ws=WebSocketProtocol,
         ws_max_size=settings.max_body_bytes,
         # permessage-deflate keeps a compressor and a decompressor per socket for its whole

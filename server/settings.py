@@ -104,6 +104,7 @@ class GatewaySettings:
     workers: int = 1
     send_timeout_seconds: float = 10.0
     header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 10.0
     ws_auth_timeout_seconds: float = 10.0
     ws_compression: bool = False
     feed_block_ms: int = 1000
@@ -217,6 +218,7 @@ class GatewaySettings:
             workers=env_int(env, "LV_WORKERS", 1, minimum=1),
             send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
             header_timeout_seconds=_float(env, "LV_HEADER_TIMEOUT_SECONDS", 10.0),
+            body_timeout_seconds=_float(env, "LV_BODY_TIMEOUT_SECONDS", 10.0),
             ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),
             ws_compression=env_bool(env, "LV_WS_COMPRESSION", False),
             feed_block_ms=env_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),

@@ -5,10 +5,15 @@ client that connects and sends nothing, or trickles header lines forever (slowlo
 socket and a file descriptor indefinitely. And closing a transport waits until its write buffer
 is flushed, so a connection closed because its peer stopped reading (send timeout, slow
 consumer, WebSocket ping timeout) keeps its file descriptor for as long as the peer stays
-silent. ``http_protocol`` returns uvicorn's httptools protocol with both bounded:
+silent. And once a request's headers are in, nothing bounds how long its body takes, so a client
+that trickles a body a byte at a time holds its connection (and the request's task) as long as
+it likes. ``http_protocol`` returns uvicorn's httptools protocol with all three bounded:
 
 - the headers of a request must be complete within ``header_timeout`` seconds of the
   connection being made (or of the previous response on a kept-alive connection);
+- its body must be complete within ``body_timeout`` seconds of its headers: if not, the request
+  is answered 408 ``body_timeout`` (or, if its answer has begun, cut off) and the connection
+  closed;
 - a transport that is closed with data still unsent is aborted (RST) after ``linger``
   seconds if the peer has not taken the data by then.
 
@@ -32,6 +37,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
@@ -120,11 +126,29 @@ class LingeringTransport:
         return getattr(self._transport, name)
 
 
-def http_protocol(header_timeout: float, linger: float) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol with a header timeout and a bounded close (see above)."""
+def body_timeout_response(body_timeout: float) -> bytes:
+    """The whole answer to a request whose body was too slow, in the gateway's error shape."""
+    body = orjson.dumps({
+        "code": "body_timeout",
+        "message": f"the request body did not arrive within {body_timeout:g} s of its headers; "
+                   "send it at once, or send less.",
+    })  # fmt: skip
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(body), body)
+    )
+
+
+def http_protocol(
+    header_timeout: float, linger: float, body_timeout: float = 10.0
+) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with header and body timeouts and a bounded close (see
+    above)."""
+    too_slow = body_timeout_response(body_timeout)
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _body_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             lingering = LingeringTransport(transport, linger, self._release)
@@ -133,6 +157,7 @@ def http_protocol(header_timeout: float, linger: float) -> type[asyncio.Protocol
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_timer()
+            self._disarm_body_timer()
             self._unreleasable()
             super().connection_lost(exc)
 
@@ -166,6 +191,13 @@ def http_protocol(header_timeout: float, linger: float) -> type[asyncio.Protocol
         def on_headers_complete(self) -> None:
             self._disarm_header_timer()
             super().on_headers_complete()
+            if not self.parser.should_upgrade():
+                # Disarmed when the body is complete: at once, for a request without one.
+                self._body_timer = self.loop.call_later(body_timeout, self._body_too_slow)
+
+        def on_message_complete(self) -> None:
+            self._disarm_body_timer()
+            super().on_message_complete()
 
         def on_response_complete(self) -> None:
             pipelined = bool(self.pipeline)  # its headers are complete already
@@ -186,5 +218,22 @@ def http_protocol(header_timeout: float, linger: float) -> type[asyncio.Protocol
             self._header_timer = None
             if not self.transport.is_closing():
                 self.transport.close()
+
+        def _disarm_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_too_slow(self) -> None:
+            self._body_timer = None
+            cycle, transport = self.cycle, self.transport
+            if transport.is_closing():
+                return
+            if cycle is not None and not cycle.response_started:
+                # The application waits for the rest of the body: it hears that the client is
+                # gone, and whatever it answers is not written.
+                cycle.response_started = True
+                transport.write(too_slow)
+            transport.close()
 
     return GuardedHttpToolsProtocol
