@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Literal
 
 from redis.exceptions import RedisError
 
+from server.admission import Admission
 from server.api.publish import Publisher
 from server.auth import Authenticator, Principal
-from server.errors import Forbidden, NotFound, Unavailable
+from server.errors import Forbidden, NotFound
 from server.fanout.hub import Hub
 from server.fanout.subscription import Source
 from server.feed import store
@@ -30,8 +30,6 @@ from streaming.core.changes import VIEWS_FRONTIER
 
 log = logging.getLogger("liveviews.gateway")
 
-Transport = Literal["sse", "ws"]
-
 
 class Gateway:
     """Settings, application, store clients, hub and change feed of one process."""
@@ -41,6 +39,7 @@ class Gateway:
         self.app = app if app is not None else load_app(settings.store.app)
         self.auth = Authenticator(settings.jwt_secret, settings.jwt_audience, settings.cors_origins)
         self.metrics = Metrics()
+        self.admission = Admission(settings, self.metrics)
         self.layout = store.Layout(settings.store.log_partitions, settings.store.change_shards)
         self.client = store.connect(settings.store.store_url)
         self.publisher = Publisher(settings, self.app, self.client, self.metrics)
@@ -131,21 +130,3 @@ class Gateway:
         if not v.readable(principal.subject, key):
             raise Forbidden(f"{principal.subject!r} may not read {view}/{key}.", code="forbidden")
         return v
-
-    def admit(self, transport: Transport) -> None:
-        """Count a new connection, or refuse it when the process is full."""
-        if self.metrics.connections >= self.settings.max_connections:
-            raise Unavailable(
-                "this gateway is at its connection limit; retry later or on another gateway.",
-                code="too_many_connections",
-            )
-        if transport == "sse":
-            self.metrics.sse_connections += 1
-        else:
-            self.metrics.ws_connections += 1
-
-    def release(self, transport: Transport) -> None:
-        if transport == "sse":
-            self.metrics.sse_connections -= 1
-        else:
-            self.metrics.ws_connections -= 1

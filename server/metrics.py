@@ -6,13 +6,19 @@ frame, where an attribute add is the cheapest thing there is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
 class Metrics:
     sse_connections: int = 0
     ws_connections: int = 0
+    ws_unauthenticated: int = 0
+    connections_refused: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("process", "subject", "address", "unauthenticated"), 0
+        )
+    )
     subscriptions: int = 0
     deltas_in: int = 0
     deltas_out: int = 0
@@ -37,6 +43,13 @@ class Metrics:
             ("lv_connections", "gauge", "Open client connections.",
              [('{transport="sse"}', self.sse_connections),
               ('{transport="ws"}', self.ws_connections)]),
+            ("lv_unauthenticated_sockets", "gauge",
+             "WebSockets open but not signed in yet (not counted in lv_connections).",
+             [("", self.ws_unauthenticated)]),
+            ("lv_connections_refused_total", "counter",
+             "Connections refused for a spent budget (the process's, a subject's, an "
+             "address's, or that of sockets not signed in).",
+             [(f'{{budget="{k}"}}', v) for k, v in self.connections_refused.items()]),
             ("lv_subscriptions", "gauge", "Subscriptions attached to the hub.",
              [("", self.subscriptions)]),
             ("lv_deltas_in_total", "counter", "Deltas read from the change topic.",

@@ -97,6 +97,13 @@ class GatewaySettings:
     """Publishing is refused while the store uses more than this share of its maxmemory."""
     store_memory_check_ms: int = 500
     max_connections: int = 10_000
+    max_connections_per_subject: int = 100
+    """Connections one subject may hold in this process (0: no limit)."""
+    max_connections_per_address: int = 1000
+    """Connections one client address may hold in this process (0: no limit); generous, since
+    users behind one NAT, or behind a proxy not in ``FORWARDED_ALLOW_IPS``, share an address."""
+    max_unauthenticated: int = 256
+    """WebSockets that may wait to sign in at once, apart from the connection slots."""
     max_subscriptions_per_socket: int = 100
     subscriber_buffer: int = 256
     heartbeat_seconds: float = 15.0
@@ -105,7 +112,7 @@ class GatewaySettings:
     send_timeout_seconds: float = 10.0
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 10.0
-    ws_auth_timeout_seconds: float = 10.0
+    ws_auth_timeout_seconds: float = 5.0
     ws_compression: bool = False
     feed_block_ms: int = 1000
     log_feed: bool = True
@@ -211,6 +218,13 @@ class GatewaySettings:
             store_full_percent=env_int(env, "LV_STORE_FULL_PERCENT", 90),
             store_memory_check_ms=env_int(env, "LV_STORE_MEMORY_CHECK_MS", 500, minimum=10),
             max_connections=env_int(env, "LV_MAX_CONNECTIONS", 10_000),
+            max_connections_per_subject=env_int(
+                env, "LV_MAX_CONNECTIONS_PER_SUBJECT", 100, minimum=0
+            ),
+            max_connections_per_address=env_int(
+                env, "LV_MAX_CONNECTIONS_PER_ADDRESS", 1000, minimum=0
+            ),
+            max_unauthenticated=env_int(env, "LV_MAX_UNAUTHENTICATED", 256),
             max_subscriptions_per_socket=env_int(env, "LV_MAX_SUBSCRIPTIONS_PER_SOCKET", 100),
             subscriber_buffer=env_int(env, "LV_SUBSCRIBER_BUFFER", 256),
             heartbeat_seconds=_float(env, "LV_HEARTBEAT_SECONDS", 15.0),
@@ -219,7 +233,7 @@ class GatewaySettings:
             send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
             header_timeout_seconds=_float(env, "LV_HEADER_TIMEOUT_SECONDS", 10.0),
             body_timeout_seconds=_float(env, "LV_BODY_TIMEOUT_SECONDS", 10.0),
-            ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 10.0),
+            ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 5.0),
             ws_compression=env_bool(env, "LV_WS_COMPRESSION", False),
             feed_block_ms=env_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),
             log_feed=env_bool(env, "LV_LOG_FEED", dev),

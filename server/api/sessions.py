@@ -24,6 +24,7 @@ from starlette.types import Receive, Send
 from starlette.websockets import WebSocket
 
 from server._uvicorn import websocket_protocol
+from server.admission import Slot, client_address
 from server.api.publish import events_of, offset_dict
 from server.api.responses import hand_over
 from server.auth import PUBLISH, READ, Principal, by_cookie, check_origin, token_from
@@ -42,6 +43,10 @@ log = logging.getLogger("liveviews.gateway.ws")
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_SERVICE_RESTART = 1012
+UNAUTHENTICATED_CLOSE_SECONDS = 1.0
+"""How long a socket that never signed in has to answer its close before it is dropped (not
+at once: closing a connection the client is still sending on resets it, and the client would
+lose the reason it was closed)."""
 MAX_ID_LENGTH = 64
 INBOX_LIMIT = 16
 """Client messages waiting to be handled before the socket stops reading more."""
@@ -62,12 +67,14 @@ class Session:
     It is the socket's ``Handler`` (``server.live.sockets``) and one of the ticker's streams.
     """
 
-    __slots__ = ("gw", "sock", "principal", "auth_deadline", "senders", "last_write", "closed",
-                 "_inbox", "_task")  # fmt: skip
+    __slots__ = ("gw", "sock", "slot", "principal", "auth_deadline", "senders", "last_write",
+                 "closed", "_inbox", "_task")  # fmt: skip
 
-    def __init__(self, gw: Gateway, sock: Socket) -> None:
+    def __init__(self, gw: Gateway, sock: Socket, slot: Slot) -> None:
         self.gw = gw
         self.sock = sock
+        self.slot = slot
+        """Its place in the process's connection budgets (``server.admission``)."""
         self.principal: Principal | None = None
         self.auth_deadline = time.time() + gw.settings.ws_auth_timeout_seconds
         self.senders: dict[str, WsSender] = {}
@@ -76,16 +83,13 @@ class Session:
         self._inbox: deque[bytes] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def open(self, token: str | None) -> None:
-        """Start serving: sign in with the handshake's token, if it carried one."""
+    def open(self, principal: Principal | None) -> None:
+        """Start serving: signed in already if the handshake carried a valid token."""
         self.gw.ticker.add(self)
         if self.gw.ticker.exiting:
             self.exit()
-        elif token is not None:
-            try:
-                self._authenticate(token)
-            except Unauthorized as exc:
-                self._close_unauthorized(exc)
+        elif principal is not None:
+            self._signed_in(principal)
 
     def send(self, message: bytes) -> bool:
         if self.closed or not self.sock.send(message):
@@ -128,7 +132,7 @@ class Session:
             task.cancel()
         for sender in list(self.senders.values()):
             sender.finish()
-        self.gw.release("ws")
+        self.gw.admission.release(self.slot)
 
     # The ticker's stream.
 
@@ -167,9 +171,12 @@ class Session:
                 if not self._inbox:
                     self._inbox = None
 
-    def _close_unauthorized(self, exc: GatewayError) -> None:
+    def _close_unauthorized(self, exc: GatewayError, code: int = CLOSE_UNAUTHORIZED) -> None:
         self.send(frames.ws_error(exc.code, exc.message))
-        self.sock.close(CLOSE_UNAUTHORIZED, exc.code)
+        # A socket that never signed in is dropped soon whether or not its client answers the
+        # close: it holds a place in the small budget of those waiting to sign in.
+        wait = UNAUTHENTICATED_CLOSE_SECONDS if self.principal is None else None
+        self.sock.close(code, exc.code, wait=wait)
         self._inbox = None  # nothing the client sent after this is looked at
 
     def _authenticate(self, token: str) -> None:
@@ -180,6 +187,15 @@ class Session:
                 f"{principal.subject!r}; open another socket for another user.",
                 code="subject_changed",
             )
+        if self.principal is None:
+            try:
+                self.gw.admission.sign_in(self.slot, principal.subject)
+            except GatewayError as exc:  # a budget of signed-in connections is spent
+                self._close_unauthorized(exc, CLOSE_TRY_AGAIN_LATER)
+                return
+        self._signed_in(principal)
+
+    def _signed_in(self, principal: Principal) -> None:
         self.principal = principal
         self.send(frames.ws_message(
             "authenticated", subject=principal.subject, expires_at=int(principal.expires_at)
@@ -296,29 +312,30 @@ async def socket(websocket: WebSocket) -> None:
             await websocket.close()
             return
     await websocket.accept()
-    try:
-        gw.admit("ws")
-    except Unavailable as exc:
-        await websocket.send_text(frames.ws_error(exc.code, exc.message).decode())
-        await websocket.close(CLOSE_TRY_AGAIN_LATER, exc.code)
-        return
+    # A token in the handshake signs the socket in at once, and it takes a connection slot;
+    # without one it waits in the budget of sockets not signed in yet (``server.admission``).
     try:
         token = token_from(websocket)
+        principal = gw.auth.verify(token) if token is not None else None
     except Unauthorized as exc:
-        gw.release("ws")
-        await websocket.send_text(frames.ws_error(exc.code, exc.message).decode())
-        await websocket.close(CLOSE_UNAUTHORIZED, exc.code)
+        await _refuse(websocket, exc, CLOSE_UNAUTHORIZED)
+        return
+    subject = principal.subject if principal is not None else None
+    try:
+        slot = gw.admission.admit("ws", subject, client_address(websocket.scope))
+    except GatewayError as exc:
+        await _refuse(websocket, exc, CLOSE_TRY_AGAIN_LATER)
         return
     owned = _own_connection(websocket, gw)
     if owned is not None:
-        conn = Session(gw, owned)
+        conn = Session(gw, owned, slot)
         owned.handler = conn
-        conn.open(token)
+        conn.open(principal)
         return  # the socket lives on as its connection's protocol, with no task
 
     asgi = AsgiSocket(websocket, gw.settings.send_timeout_seconds)
-    conn = Session(gw, asgi)
-    conn.open(token)
+    conn = Session(gw, asgi, slot)
+    conn.open(principal)
 
     async def rest(receive: Receive, send: Send) -> None:
         try:
@@ -328,6 +345,11 @@ async def socket(websocket: WebSocket) -> None:
 
     # The socket's life, mostly waiting, is held by the application's outermost call.
     await hand_over(websocket.scope, rest, websocket.receive, websocket.send)
+
+
+async def _refuse(websocket: WebSocket, exc: GatewayError, code: int) -> None:
+    await websocket.send_text(frames.ws_error(exc.code, exc.message).decode())
+    await websocket.close(code, exc.code)
 
 
 def _own_connection(websocket: WebSocket, gw: Gateway) -> OwnedSocket | None:

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from server.admission import Slot, client_address
 from server.api.params import single, single_header, view_and_key, whole_number
 from server.api.responses import hand_over
 from server.auth import READ, Principal, authenticate
@@ -45,20 +46,21 @@ class SubscriptionResponse(Response):
     connection slot."""
 
     def __init__(self, sub: Subscription, first: list[frames.Frame], principal: Principal,
-                 gw: Gateway) -> None:  # fmt: skip
+                 gw: Gateway, slot: Slot) -> None:  # fmt: skip
         self.sub = sub
         self.first: list[frames.Frame] | None = first
         self.expires_at = principal.expires_at
         self.gateway = gw
+        self.slot = slot
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        sub, gw, expires_at = self.sub, self.gateway, self.expires_at
+        sub, gw, expires_at, slot = self.sub, self.gateway, self.expires_at, self.slot
         first, self.first = self.first or [], None
 
         def close() -> None:
             sub.close()
-            gw.release("sse")
+            gw.admission.release(slot)
 
         try:
             await begin(first, gw.metrics, send)
@@ -78,18 +80,19 @@ class LiveResponse(EventSourceResponse):
     """An SSE response that always detaches its reader and frees its connection slot."""
 
     def __init__(
-        self, content: AsyncIterator[bytes], close: Callable[[], None], gw: Gateway
+        self, content: AsyncIterator[bytes], close: Callable[[], None], gw: Gateway, slot: Slot
     ) -> None:
         super().__init__(content, ping=0, send_timeout=gw.settings.send_timeout_seconds)
         self.close = close
         self.gateway = gw
+        self.slot = slot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self.close()
-            self.gateway.release("sse")
+            self.gateway.admission.release(self.slot)
 
 
 async def live(request: Request) -> Response:
@@ -100,14 +103,14 @@ async def live(request: Request) -> Response:
     resume = resume_id(request)
     if request.method == "HEAD":
         return Response(media_type="text/event-stream")
-    gw.admit("sse")
+    slot = gw.admission.admit("sse", principal.subject, client_address(request.scope))
     sub = Subscription(gw.source, view, key, resume)
     try:
         first = await sub.start()
     except BaseException:
-        gw.release("sse")
+        gw.admission.release(slot)
         raise
-    return SubscriptionResponse(sub, first, principal, gw)
+    return SubscriptionResponse(sub, first, principal, gw, slot)
 
 
 DEFAULT_RECENT = 20
@@ -163,12 +166,12 @@ async def log_live(request: Request) -> Response:
     assert feed is not None, "the route exists only with LV_LOG_FEED on"
     principal = authenticate(request, gw.auth, READ)
     recent = _recent(request)
-    gw.admit("sse")
+    slot = gw.admission.admit("sse", principal.subject, client_address(request.scope))
     try:
         listener = await feed.attach()
     except BaseException:
-        gw.release("sse")
+        gw.admission.release(slot)
         raise
     return LiveResponse(
-        _log_stream(listener, recent, principal, gw), lambda: feed.detach(listener), gw
+        _log_stream(listener, recent, principal, gw), lambda: feed.detach(listener), gw, slot
     )

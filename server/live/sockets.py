@@ -61,8 +61,10 @@ class Socket(Protocol):
         """Write each of ``payloads`` as a text message, in order and at once (one system call
         where the socket writes itself); False if the socket is closing."""
 
-    def close(self, code: int, reason: str = "") -> None:
-        """Start the closing handshake; nothing more is written after it."""
+    def close(self, code: int, reason: str = "", wait: float | None = None) -> None:
+        """Start the closing handshake; nothing more is written after it. The connection is
+        closed anyway if the client has not answered within ``wait`` seconds (the send timeout
+        if None; 0: at once)."""
 
     def pause_reading(self) -> None: ...
 
@@ -139,11 +141,14 @@ class OwnedSocket(asyncio.Protocol):
         self._write(b"".join(rfc6455.text(p) for p in payloads))
         return True
 
-    def close(self, code: int, reason: str = "") -> None:
+    def close(self, code: int, reason: str = "", wait: float | None = None) -> None:
         if self.closing:
             return
         self._write(rfc6455.close(code, reason))
-        self._close_at = self.now + self.send_timeout
+        if wait == 0:
+            self.transport.close()
+        else:
+            self._close_at = self.now + (self.send_timeout if wait is None else wait)
 
     def pause_reading(self) -> None:
         self._handler_paused = True
@@ -300,7 +305,8 @@ class AsgiSocket:
         self._ready.set()
         return True
 
-    def close(self, code: int, reason: str = "") -> None:
+    def close(self, code: int, reason: str = "", wait: float | None = None) -> None:
+        # uvicorn runs the closing handshake of a socket served through ASGI.
         if not self._closing:
             self._closing = True
             self._out.append((code, reason))

@@ -337,8 +337,10 @@ def sse_request(view: str, key: str, user: str = "alice") -> bytes:
             f"Authorization: Bearer {token(user)}\r\nAccept: text/event-stream\r\n\r\n").encode()  # fmt: skip
 
 
-def ws_request(user: str = "alice") -> bytes:
-    return (f"GET /v1/ws?access_token={token(user)} HTTP/1.1\r\nHost: gw\r\n"
+def ws_request(user: str | None = "alice") -> bytes:
+    """A WebSocket handshake, with ``user``'s token (None: without one)."""
+    query = f"?access_token={token(user)}" if user is not None else ""
+    return (f"GET /v1/ws{query} HTTP/1.1\r\nHost: gw\r\n"
             "Upgrade: websocket\r\nConnection: Upgrade\r\n"
             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()  # fmt: skip
 

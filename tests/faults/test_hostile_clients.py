@@ -38,6 +38,7 @@ from tests.faults.hostile_support import (
     token,
     wait_until,
     ws_frame,
+    ws_request,
 )
 
 N = hostile_n(20)
@@ -55,6 +56,8 @@ SLACK = 48 * 1024 * 1024
 POOL = 64
 """The gateway's store connections may grow up to server.feed.store.MAX_STORE_CONNECTIONS."""
 HALF_OPEN_SSE = 4
+UNAUTHENTICATED = 256
+"""The default ``LV_MAX_UNAUTHENTICATED``."""
 TINY_FRAMES = 1_000_000
 """6-byte pings, 6 MB: seconds of the event loop at the old parser's speed."""
 P99_BOUND = 1.0 * max(1.0, N / 100)
@@ -73,6 +76,9 @@ def gw(store_url: str) -> Iterator[GatewayProcess]:
         LV_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT),
         LV_MAX_SUBSCRIPTIONS_PER_SOCKET=str(MAX_SUBS),
         LV_MAX_CONNECTIONS=str(MAX_CONNECTIONS),
+        # One user's token opens every stream of the process-limit test: its own cap would
+        # refuse them first (tests/server/test_admission.py tests that cap).
+        LV_MAX_CONNECTIONS_PER_SUBJECT=str(MAX_CONNECTIONS),
         LV_MAX_BODY_BYTES=str(MAX_BODY),
         LV_WS_AUTH_TIMEOUT_SECONDS="2",
     ).start()
@@ -374,6 +380,50 @@ def _closed(s: socket.socket) -> bool:
     except OSError:
         pass
     return True
+
+
+def test_a_flood_of_tokenless_handshakes_leaves_signed_in_readers_their_slots(
+    fresh: GatewayProcess, store_url: str
+) -> None:
+    """WebSockets that never sign in used to take connection slots until their deadline: a
+    few hundred kept every slot full, and readers with a token got 503."""
+    gw = fresh
+    flood_n = UNAUTHENTICATED + 2 * N
+
+    async def readers() -> dict[int, int]:
+        headers = {"Authorization": f"Bearer {token()}"}
+        statuses: dict[int, int] = {}
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+            held = []
+            for i in range(MAX_CONNECTIONS - 1):  # the reference holds one slot
+                r = await s.get(f"{gw.url}/v1/views/likes/k{i % 50}/live", headers=headers)
+                statuses[r.status] = statuses.get(r.status, 0) + 1
+                held.append(r)
+            for r in held:
+                r.close()
+        return statuses
+
+    with DeltaPump(store_url, ["hot"], RATE), \
+            reference_running(gw.url + "/v1/views/likes/hot/live") as ref:  # fmt: skip
+        wait_until(lambda: len(ref.latencies) > 5, 15)
+        mark = ref.mark()
+        flood: list[socket.socket] = []
+        for _ in range(flood_n):
+            s = raw_socket(gw.port)
+            s.sendall(ws_request(None))
+            assert s.recv(4096).startswith(b"HTTP/1.1 101")  # accepted; it never signs in
+            flood.append(s)
+        statuses = asyncio.run(readers())
+        waiting = gw.metric("lv_unauthenticated_sockets")
+        refused = gw.metric('lv_connections_refused_total{budget="unauthenticated"}')
+        attacked = ref.since(mark)
+        for s in flood:
+            s.close()
+    report("tokenless", handshakes=flood_n, waiting=waiting, refused=refused,
+           reader_statuses=statuses, p99_attack=ms(percentile(attacked, 99)))  # fmt: skip
+    assert statuses == {200: MAX_CONNECTIONS - 1}
+    assert refused == flood_n - UNAUTHENTICATED
+    assert percentile(attacked, 99) < P99_BOUND
 
 
 def test_a_stream_of_tiny_frames_does_not_hold_the_loop(
