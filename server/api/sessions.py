@@ -43,6 +43,7 @@ log = logging.getLogger("liveviews.gateway.ws")
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_SERVICE_RESTART = 1012
+CLOSE_SLOW_READER = (1008, "slow consumer")
 UNAUTHENTICATED_CLOSE_SECONDS = 1.0
 """How long a socket that never signed in has to answer its close before it is dropped (not
 at once: closing a connection the client is still sending on resets it, and the client would
@@ -68,7 +69,7 @@ class Session:
     """
 
     __slots__ = ("gw", "sock", "slot", "principal", "auth_deadline", "senders", "last_write",
-                 "closed", "_inbox", "_task")  # fmt: skip
+                 "closed", "unread", "reads", "_inbox", "_task")  # fmt: skip
 
     def __init__(self, gw: Gateway, sock: Socket, slot: Slot) -> None:
         self.gw = gw
@@ -80,6 +81,11 @@ class Session:
         self.senders: dict[str, WsSender] = {}
         self.last_write = gw.ticker.now
         self.closed = False
+        self.unread = 0
+        """Answers written while the client had not taken earlier writes (``reply``)."""
+        self.reads = asyncio.Lock()
+        """Held by a subscription of the socket while it reads the store: one read at a time,
+        however many subscribe messages the client sends."""
         self._inbox: deque[bytes] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -105,6 +111,23 @@ class Session:
         self.last_write = self.gw.ticker.now
         self.gw.metrics.bytes_out += sum(len(m) for m in messages)
         return True
+
+    def reply(self, message: bytes) -> None:
+        """Write one of the session's own answers (``authenticated``, ``published``, an error).
+
+        They count against the subscriber buffer as a subscription's frames do: a client that
+        sends and never reads is cut off once that many wait unsent behind what it has not
+        taken, rather than growing the write buffer for as long as the send timeout allows.
+        """
+        if self.sock.unsent:
+            self.unread += 1
+            if self.unread > self.gw.settings.subscriber_buffer:
+                # Closed at once: a client that takes nothing will not take the close either.
+                self.sock.close(*CLOSE_SLOW_READER, wait=0)
+                return
+        else:
+            self.unread = 1
+        self.send(message)
 
     # The socket's handler.
 
@@ -160,7 +183,7 @@ class Session:
 
     async def _drain(self) -> None:
         try:
-            while self._inbox and not self.closed:
+            while self._inbox and not self.closed and not self.sock.closing:
                 data = self._inbox.popleft()
                 if len(self._inbox) == INBOX_LIMIT - 1:
                     self.sock.resume_reading()
@@ -197,7 +220,7 @@ class Session:
 
     def _signed_in(self, principal: Principal) -> None:
         self.principal = principal
-        self.send(frames.ws_message(
+        self.reply(frames.ws_message(
             "authenticated", subject=principal.subject, expires_at=int(principal.expires_at)
         ))  # fmt: skip
 
@@ -246,10 +269,10 @@ class Session:
             message = (exc.message if isinstance(exc, StoreMismatch)
                        else "the store is unreachable; try again shortly.")  # fmt: skip
             code = "store_mismatch" if isinstance(exc, StoreMismatch) else "store_unavailable"
-            self.send(frames.ws_error(code, message, req=req))
+            self.reply(frames.ws_error(code, message, req=req))
         except GatewayError as exc:
             sub = msg.get("sub") if isinstance(msg, dict) else None
-            self.send(frames.ws_error(
+            self.reply(frames.ws_error(
                 exc.code, exc.message, sub=sub if isinstance(sub, str) else None, req=req,
                 **exc.extra,
             ))  # fmt: skip
@@ -275,7 +298,8 @@ class Session:
             raise BadRequest("'last_event_id' must be a string.", code="invalid_last_event_id")
         resume = EventId.parse(raw) if raw else None
         sub = Subscription(self.gw.source, view, key, resume)
-        sender = WsSender(self, sub_id, sub, self.gw.ticker, self.gw.metrics)
+        sender = WsSender(self, sub_id, sub, self.gw.ticker, self.gw.metrics,
+                          self.gw.settings.send_timeout_seconds)  # fmt: skip
         self.senders[sub_id] = sender
         sender.woken()
 
@@ -286,7 +310,7 @@ class Session:
                 f"there is no open subscription {sub_id!r}.", code="unknown_subscription"
             )
         sender.finish()
-        self.send(frames.ws_message("unsubscribed", sub=sub_id))
+        self.reply(frames.ws_message("unsubscribed", sub=sub_id))
 
     async def _publish(self, msg: dict[str, Any], req: str | None) -> None:
         assert self.principal is not None
@@ -296,7 +320,7 @@ class Session:
         raws = events_of(msg.get("events"), self.gw.settings.max_batch_events)
         offsets = await self.gw.publisher.publish(self.principal, raws)
         self.gw.metrics.events_published += len(offsets)
-        self.send(frames.ws_message(
+        self.reply(frames.ws_message(
             "published", req=req, offsets=[offset_dict(o) for o in offsets]
         ))  # fmt: skip
 

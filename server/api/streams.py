@@ -70,7 +70,8 @@ class SubscriptionResponse(Response):
 
         async def rest(receive: Receive, send: Send) -> None:
             await serve(
-                sub, expires_at, gw.ticker, gw.metrics, scope, receive, send, close
+                sub, expires_at, gw.ticker, gw.metrics, scope, receive, send, close,
+                gw.settings.send_timeout_seconds,
             )  # fmt: skip
 
         await hand_over(scope, rest, receive, send)

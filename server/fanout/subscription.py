@@ -24,6 +24,9 @@ from server.wire import frames
 from server.wire.eventid import EventId, position_tuple
 
 FEED_START_TIMEOUT = 5.0
+MAX_HISTORY_PAGE = 1000
+"""Change-topic entries one page of a resume reads at most; a page is also never more than the
+subscriber buffer, so that it can be written under the same rule as live deltas."""
 
 
 @dataclass(frozen=True)
@@ -41,9 +44,15 @@ class Source:
 
 
 class Subscription(Cursor):
-    """Turns the hub's items for one (view, key) into the frames its client must receive."""
+    """Turns the hub's items for one (view, key) into the frames its client must receive.
 
-    __slots__ = ("source", "view", "key", "resume", "subscriber")
+    A resume reads the deltas it missed a page at a time (``start`` gives the first page, each
+    ``next_frames`` the next one, until ``history`` is None), so that its sender writes each page
+    only once the client has taken the one before: a resume from an old id costs a page of
+    memory, not the retained shard.
+    """
+
+    __slots__ = ("source", "view", "key", "resume", "subscriber", "history")
 
     def __init__(self, source: Source, view: str, key: str, resume: EventId | None) -> None:
         super().__init__()
@@ -53,6 +62,9 @@ class Subscription(Cursor):
         self.resume = resume
         self.subscriber: Subscriber | None = None
         self.last_event_id = str(resume) if resume else None
+        self.history: str | None = None
+        """While a resume has history left to read: the shard position it has read up to.
+        Live deltas wait in the subscriber's buffer until it has read the rest."""
 
     async def start(self) -> list[frames.Frame]:
         """Attach, then the first frames: a snapshot, the missed deltas, or a reset + snapshot."""
@@ -94,22 +106,28 @@ class Subscription(Cursor):
         return [frames.reset(code, message), await self._snapshot()]
 
     async def _catch_up(self, resume: EventId) -> list[frames.Frame]:
-        s = self.source
-        out: list[frames.Frame] = []
-        after = resume.position
-        while True:
-            try:
-                page = await read_history(
-                    s.client, s.layout, self.view, self.key, resume.epoch, after
-                )
-            except HistoryGone as gone:
-                return await self._reset(gone.code, f"cannot resume: {gone.message}")
-            out.extend(FeedDelta(page.epoch, d).frame for d in page.deltas)
-            after = page.read_to
-            if page.complete:
-                break
-        self.epoch, self.position = resume.epoch, position_tuple(after)
-        self.progress_position = position_tuple(page.progress)
+        self.epoch, self.history = resume.epoch, resume.position
+        return await self._history_page()
+
+    async def _history_page(self) -> list[frames.Frame]:
+        """The next page of the missed deltas; or a reset and a snapshot if they are gone."""
+        s, after = self.source, self.history
+        assert after is not None
+        try:
+            page = await read_history(
+                s.client, s.layout, self.view, self.key, self.epoch, after,
+                count=min(s.buffer, MAX_HISTORY_PAGE),
+            )  # fmt: skip
+        except HistoryGone as gone:
+            self.history = None
+            return await self._reset(gone.code, f"cannot resume: {gone.message}")
+        out = [FeedDelta(page.epoch, d).frame for d in page.deltas]
+        self.position = position_tuple(page.read_to)
+        if page.complete:
+            self.history = None
+            self.progress_position = position_tuple(page.progress)
+        else:
+            self.history = page.read_to
         if out:
             self.last_event_id = out[-1].id
         return out
@@ -120,7 +138,9 @@ class Subscription(Cursor):
         await self.subscriber.wait()
 
     async def next_frames(self) -> list[frames.Frame]:
-        """The frames ready now, possibly none. Raises ``SlowConsumer`` if the buffer overflowed."""
+        """The frames ready now, possibly none: the next page of history while a resume has
+        some left, else what the hub buffered. Raises ``SlowConsumer`` if the buffer
+        overflowed."""
         sub = self.subscriber
         if sub is None or sub.state is SubscriberState.CLOSED:
             raise RuntimeError("Cannot read a subscription that is not started or is closed.")
@@ -129,6 +149,8 @@ class Subscription(Cursor):
                 "this subscriber fell too far behind; resume from last_event_id.",
                 last_event_id=self.last_event_id,
             )
+        if self.history is not None:
+            return await self._history_page()
         items, progress = sub.take()
         out: list[frames.Frame] = []
         for item in items:

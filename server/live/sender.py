@@ -12,6 +12,11 @@ subscription while it waits. A sender keeps the protocol's rules here, once:
 - wake-ups: what needs the store (the first frames of a WebSocket subscription, a reset after
   the store was replaced, the deltas buffered while it read) or ends the subscription wakes it,
   and one task runs until it is up to date again (``run``) or has ended;
+- history: a resume's missed deltas are read a page at a time, each page only once the client
+  has taken everything written before it; a client that has not within the send timeout is a
+  slow consumer. The store reads of one connection's subscriptions take turns (``reads``), and
+  one that has begun is let finish rather than cancelled, so a client subscribing and
+  unsubscribing in a loop costs at most one read at a time;
 - ending: overflow, an expired token, a closed connection or the server's shutdown end it, each
   the same way on every transport.
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -41,12 +47,14 @@ log = logging.getLogger("liveviews.gateway.live")
 SLOW_CONSUMER = "this subscriber fell too far behind; resume from last_event_id."
 TOKEN_EXPIRED = "the token expired; resume with a new one."
 STORE_UNREADABLE = "the store could not be read; resume shortly."
+DRAIN_POLL_SECONDS = 0.005
 
 
 class Sender:
     """The hub's sink for one subscription (``server.fanout.subscriber.Sink``) and its task."""
 
-    __slots__ = ("sub", "ticker", "metrics", "pending", "ended", "_running", "_task")
+    __slots__ = ("sub", "ticker", "metrics", "pending", "ended", "drain_timeout", "_running",
+                 "_reading", "_task")  # fmt: skip
 
     expires_at = float("inf")
     """When the subscription's token expires (an SSE stream's own; a WebSocket session
@@ -56,14 +64,21 @@ class Sender:
     """May it join its key's cohort once up to date (``server.fanout.cohort``)?"""
     exit_frame: bytes | None = None
     """What ``_close`` writes when the server shuts down (None: nothing)."""
+    reads: asyncio.Lock | None = None
+    """Taken around each store read, if the connection carries other subscriptions."""
 
-    def __init__(self, sub: Subscription, ticker: Ticker, metrics: Metrics) -> None:
+    def __init__(self, sub: Subscription, ticker: Ticker, metrics: Metrics,
+                 drain_timeout: float = 10.0) -> None:  # fmt: skip
         self.sub = sub
         self.ticker = ticker
         self.metrics = metrics
         self.pending = 0  # frames written since the client was last seen to have taken all
         self.ended = False
+        self.drain_timeout = drain_timeout
+        """How long a page of history waits for the client to take what was written before
+        it (the send timeout)."""
         self._running = False
+        self._reading = False
         self._task: asyncio.Task[None] | None = None
 
     # What a transport supplies.
@@ -80,9 +95,14 @@ class Sender:
     def _send_progress(self, progress: Progress) -> bool:
         raise NotImplementedError
 
-    def _send_frame(self, frame: frames.Frame, first: bool) -> bool:
-        """Write one frame read from the store; a subscription's ``first`` frames (its snapshot,
-        or the deltas it missed, however many) are all written, whatever the buffer."""
+    def _send_frames(self, out: list[frames.Frame], first: bool) -> bool:
+        """Write frames read from the store in one write, counted against the buffer unless
+        they are a subscription's ``first`` (its snapshot, or the first page of what it
+        missed); False, and nothing written, if the client does not keep up."""
+        raise NotImplementedError
+
+    def _unsent(self) -> bool:
+        """Does the connection hold written bytes the client has not taken yet?"""
         raise NotImplementedError
 
     def _end_frame(self, code: str, message: str, **fields: Any) -> bytes:
@@ -177,18 +197,16 @@ class Sender:
     def write_frames(
         self, out: list[frames.Frame], last_event_id: str | None, first: bool = False
     ) -> bool:
-        """Write ``out``; if the client cannot take them all, the subscription's last event id
-        is that of the last frame written (``last_event_id`` if none was)."""
+        """Write ``out``; if the client does not keep up, none of it, and the subscription's
+        last event id is ``last_event_id`` again (that of the last frame written before)."""
+        if not out:
+            return True
+        if not self._send_frames(out, first):
+            self.sub.last_event_id = last_event_id
+            return False
         metrics = self.metrics
-        for f in out:
-            if not self._send_frame(f, first):
-                self.sub.last_event_id = last_event_id
-                return False
-            if f.id is not None:
-                last_event_id = f.id
-            metrics.frames_out += 1
-            if f.event == frames.DELTA:
-                metrics.deltas_out += 1
+        metrics.frames_out += len(out)
+        metrics.deltas_out += sum(1 for f in out if f.event == frames.DELTA)
         return True
 
     # Its task.
@@ -208,7 +226,17 @@ class Sender:
         up_to_date = False
         try:
             if sub.subscriber is None:  # started here: its first frames are read now
-                out = await sub.start()
+                first = await self._read(sub.start)
+                if first is None:
+                    self.metrics.slow_consumers += 1
+                    self.finish(self._end_frame(
+                        "slow_consumer", SLOW_CONSUMER, last_event_id=sub.last_event_id
+                    ))  # fmt: skip
+                    return
+                if self.ended:  # unsubscribed while it read: let go of what it attached
+                    sub.close()
+                    return
+                out = first
                 assert sub.subscriber is not None
                 sub.subscriber.on_wake = self.woken
                 self.write_frames(out, sub.last_event_id, first=True)
@@ -248,16 +276,64 @@ class Sender:
                 return
             if subscriber.sink is self:
                 return
-            if not subscriber.buffer and subscriber.progress is None:
+            if sub.history is None and not subscriber.buffer and subscriber.progress is None:
                 subscriber.sink = self  # nothing awaited since the check: no item slips past
                 return
             before = sub.last_event_id
             try:
-                out = await sub.next_frames()
+                # A page of history waits for the client to take what it was sent before.
+                out = await self._read(sub.next_frames, drain=sub.history is not None)
             except SlowConsumer:
+                return
+            if out is None:
+                subscriber.overflow()  # it has not taken the last page: a slow consumer
+                return
+            if self.ended:
                 return
             if not self.write_frames(out, before):
                 subscriber.overflow()
+
+    async def _drained(self) -> bool:
+        """Wait until the connection holds nothing unsent, or is closing; False if it still
+        holds some after ``drain_timeout``: the client is not taking what it was sent."""
+        if not self._unsent():
+            return True
+        deadline = time.monotonic() + self.drain_timeout
+        delay = DRAIN_POLL_SECONDS
+        while self._unsent() and not self._closing() and not self.ended:
+            if time.monotonic() >= deadline:
+                return False
+            # Polled, and more slowly the longer it takes: only a resume that has written a
+            # page to a client that is not reading waits here.
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.25)
+        return True
+
+    async def _read(
+        self, read: Callable[[], Awaitable[list[frames.Frame]]], drain: bool = True
+    ) -> list[frames.Frame] | None:
+        """``read()`` from the store, in turn with the connection's other subscriptions and,
+        if ``drain``, once the client has taken what was written before: None, unread, if it
+        has not within ``drain_timeout``. A read that has begun is not cancelled by ``finish``
+        (cancelled halfway, it would cost the store connection it runs on)."""
+        lock = self.reads
+        if lock is not None:
+            await lock.acquire()
+        try:
+            if drain and not await self._drained():
+                return None
+            subscriber = self.sub.subscriber
+            if self.ended or (subscriber is not None
+                              and subscriber.state is SubscriberState.CLOSED):  # fmt: skip
+                return []
+            self._reading = True
+            try:
+                return await read()
+            finally:
+                self._reading = False
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _must_end(self) -> bool:
         """End the subscription if it must end now; True if it has."""
@@ -293,8 +369,8 @@ class Sender:
             subscriber.sink = None
             subscriber.on_wake = None
         task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        if task is not None and task is not asyncio.current_task() and not self._reading:
+            task.cancel()  # a task that is reading sees ``ended`` when the read returns
         self._close(last)
 
 

@@ -91,9 +91,9 @@ class SseSender(Sender):
 
     def __init__(
         self, sub: Subscription, transport: Any, ticker: Ticker, metrics: Metrics,
-        expires_at: float, end: Callable[[], None],
+        expires_at: float, end: Callable[[], None], send_timeout: float = 10.0,
     ) -> None:  # fmt: skip
-        super().__init__(sub, ticker, metrics)
+        super().__init__(sub, ticker, metrics, send_timeout)
         self.expires_at = expires_at
         self.last_write = ticker.now
         """When the stream last wrote (the ticker's clock): a heartbeat follows a quiet one."""
@@ -137,8 +137,12 @@ class SseSender(Sender):
     def _send_progress(self, progress: Progress) -> bool:
         return self._write(progress_chunk(progress))
 
-    def _send_frame(self, frame: frames.Frame, first: bool) -> bool:
-        return self._write(http_chunk(frame.sse))
+    def _send_frames(self, out: list[frames.Frame], first: bool) -> bool:
+        # Never a subscription's first: those went out with the response's head (``begin``).
+        return self._write(b"".join(http_chunk(f.sse) for f in out), len(out))
+
+    def _unsent(self) -> bool:
+        return bool(self._buffered())
 
     def _end_frame(self, code: str, message: str, **fields: Any) -> bytes:
         return frames.end(code, message, fields.get("last_event_id")).sse
@@ -252,10 +256,10 @@ async def begin(first: list[frames.Frame], metrics: Metrics, send: Send) -> None
 
 async def serve(
     sub: Subscription, expires_at: float, ticker: Ticker, metrics: Metrics, scope: Scope,
-    receive: Receive, send: Send, end: Callable[[], None],
+    receive: Receive, send: Send, end: Callable[[], None], send_timeout: float = 10.0,
 ) -> None:  # fmt: skip
-    """Send the rest of a started subscription's stream (after ``begin``); ``end`` is called
-    once it has ended.
+    """Send the rest of a started subscription's stream (after ``begin``): the rest of what a
+    resume missed, then its live frames; ``end`` is called once it has ended.
 
     Under the gateway's HTTP protocol the stream takes its connection over and this returns as
     soon as the stream is up to date: the stream lives on without a task.
@@ -263,7 +267,7 @@ async def serve(
     transport = response_transport(scope)
     release = getattr(transport, "release", None)
     if release is not None:
-        stream = SseSender(sub, transport, ticker, metrics, expires_at, end)
+        stream = SseSender(sub, transport, ticker, metrics, expires_at, end, send_timeout)
         if release(stream):
             subscriber = sub.subscriber
             assert subscriber is not None
@@ -290,7 +294,9 @@ async def _serve_through_asgi(
     sub: Subscription, expires_at: float, ticker: Ticker, metrics: Metrics,
     receive: Receive, send: Send,
 ) -> None:  # fmt: skip
-    """Any other server: wait for frames or the client's disconnect, send each batch."""
+    """Any other server: wait for frames or the client's disconnect, send each batch. A resume's
+    pages of history go first, one per ``send``, which waits while the client has not taken
+    what was written before."""
     gone = asyncio.ensure_future(_disconnected(receive))
     try:
         while True:
@@ -299,19 +305,22 @@ async def _serve_through_asgi(
                 end = frames.end("token_expired", TOKEN_EXPIRED, sub.last_event_id)
                 await send({"type": "http.response.body", "body": body_of([end], metrics)})
                 return
-            waiting = asyncio.ensure_future(sub.wait())
-            done, _ = await asyncio.wait(
-                {gone, waiting}, timeout=min(ticker.heartbeat, remaining),
-                return_when=asyncio.FIRST_COMPLETED,
-            )  # fmt: skip
-            waiting.cancel()
-            if gone in done:
+            if gone.done():
                 return
-            if not done:
-                metrics.bytes_out += len(frames.SSE_HEARTBEAT)
-                await send({"type": "http.response.body", "body": frames.SSE_HEARTBEAT,
-                            "more_body": True})  # fmt: skip
-                continue
+            if sub.history is None:
+                waiting = asyncio.ensure_future(sub.wait())
+                done, _ = await asyncio.wait(
+                    {gone, waiting}, timeout=min(ticker.heartbeat, remaining),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )  # fmt: skip
+                waiting.cancel()
+                if gone in done:
+                    return
+                if not done:
+                    metrics.bytes_out += len(frames.SSE_HEARTBEAT)
+                    await send({"type": "http.response.body", "body": frames.SSE_HEARTBEAT,
+                                "more_body": True})  # fmt: skip
+                    continue
             try:
                 out = await sub.next_frames()
             except SlowConsumer as exc:

@@ -9,6 +9,7 @@ the socket has unsent data is a slow consumer; its session and the other subscri
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from server.fanout.items import FeedDelta, FeedRun, Progress
@@ -25,6 +26,8 @@ class Session(Protocol):
 
     sock: Socket
     senders: dict[str, WsSender]
+    reads: asyncio.Lock
+    """Taken by each of its subscriptions around a read of the store (``Sender.reads``)."""
 
     def send(self, message: bytes) -> bool: ...
 
@@ -34,13 +37,14 @@ class Session(Protocol):
 class WsSender(Sender):
     """One subscription of a WebSocket session."""
 
-    __slots__ = ("session", "sub_id")
+    __slots__ = ("session", "sub_id", "reads")
 
     def __init__(self, session: Session, sub_id: str, sub: Subscription, ticker: Ticker,
-                 metrics: Metrics) -> None:  # fmt: skip
-        super().__init__(sub, ticker, metrics)
+                 metrics: Metrics, send_timeout: float) -> None:  # fmt: skip
+        super().__init__(sub, ticker, metrics, send_timeout)
         self.session = session
         self.sub_id = sub_id
+        self.reads = session.reads
 
     def _closing(self) -> bool:
         return self.session.sock.closing
@@ -65,11 +69,15 @@ class WsSender(Sender):
         self.session.send(progress.frame.ws(self.sub_id))
         return True
 
-    def _send_frame(self, frame: frames.Frame, first: bool) -> bool:
-        if not first and not self._keeps_up(1, self.session.sock.unsent):
+    def _send_frames(self, out: list[frames.Frame], first: bool) -> bool:
+        messages = [f.ws(self.sub_id) for f in out]
+        if not first and not self._keeps_up(len(messages), self.session.sock.unsent):
             return False
-        self.session.send(frame.ws(self.sub_id))
+        self.session.send_all(messages)
         return True
+
+    def _unsent(self) -> bool:
+        return self.session.sock.unsent
 
     def _end_frame(self, code: str, message: str, **fields: Any) -> bytes:
         return frames.ws_error(code, message, sub=self.sub_id, **fields)
