@@ -112,6 +112,8 @@ def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = N
     port = free_port()
     env = {"REDIS_URL": store_url, "LV_PORT": str(port), "LV_CHANGE_SHARDS": str(SHARDS),
            "LV_MAX_CONNECTIONS": "20000", "LV_LOG_FEED": "false", "LV_WORKERS": str(workers),
+           # The load comes from one user on one address: no per-subject or per-address cap.
+           "LV_MAX_CONNECTIONS_PER_SUBJECT": "0", "LV_MAX_CONNECTIONS_PER_ADDRESS": "0",
            **(extra or {})}  # fmt: skip
     name = name or ("liveviews" if workers == 1 else f"liveviews x{workers}")
     auth = {"Authorization": f"Bearer {token(scope='read')}"}

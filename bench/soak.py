@@ -180,6 +180,8 @@ class Pump:
 def start_gateway(store_url: str, port: int, subscribers: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "REDIS_URL": store_url, "LV_PORT": str(port),
            "LV_CHANGE_SHARDS": str(SHARDS), "LV_MAX_CONNECTIONS": str(subscribers + 100),
+           # The subscribers are one user on one address: no per-subject or per-address cap.
+           "LV_MAX_CONNECTIONS_PER_SUBJECT": "0", "LV_MAX_CONNECTIONS_PER_ADDRESS": "0",
            "LV_STATIC_DIR": "off", "LV_CLIENT_JS_DIR": "off", "LV_LOG_FEED": "false"}  # fmt: skip
     gateway = subprocess.Popen(
         [sys.executable, "-m", "server"], cwd=ROOT, env=env,

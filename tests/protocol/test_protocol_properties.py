@@ -336,7 +336,7 @@ class RecordingSocket:
         self.sent.append(msg)
         return True
 
-    def close(self, code: int, reason: str = "") -> None:
+    def close(self, code: int, reason: str = "", wait: float | None = None) -> None:
         if self.closed is None:
             self.closed = code
 
@@ -407,7 +407,7 @@ def test_any_client_message_is_answered_with_documented_frames(
 
     async def go() -> None:
         sock = RecordingSocket()
-        conn = Session(gw, sock)
+        conn = Session(gw, sock, gw.admission.admit("ws", None, None))
         if signed_in:
             conn.principal = Principal("alice", frozenset({"read", "publish"}), time.time() + 600)
         try:
