@@ -112,8 +112,9 @@ def _pipeline_pid(root: int) -> int | None:
     out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True)
     parent, args = {}, {}
     for line in out.stdout.splitlines():
-        pid, ppid, cmd = line.split(None, 2) if len(line.split(None, 2)) == 3 else (0, 0, "")
-        parent[int(pid)], args[int(pid)] = int(ppid), cmd
+        fields = line.split(None, 2)
+        if len(fields) == 3:
+            parent[int(fields[0])], args[int(fields[0])] = int(fields[1]), fields[2]
     for pid, cmd in args.items():
         if cmd.endswith("-m streaming") and "supervise" not in cmd:
             up = pid

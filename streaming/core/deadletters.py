@@ -176,11 +176,15 @@ def show(client: redis.Redis, pipeline: str, offset: str) -> DeadLetter | None:
     return None if raw is None else DeadLetter.from_json(raw)
 
 
-def read_entry(client: Any, offset: str) -> dict[bytes, bytes] | None:
-    """The log entry at ``offset``, or None when the log no longer has it."""
-    partition, _, entry_id = offset.partition(":")
-    found: Any = client.xrange(log_stream(int(partition)), min=entry_id, max=entry_id, count=1)
-    return found[0][1] if found else None
+def read_entries(client: Any, offsets: Sequence[str]) -> list[dict[bytes, bytes] | None]:
+    """The log entry at each of ``offsets`` (None where the log no longer has it), in one
+    round trip."""
+    with client.pipeline(transaction=False) as pipe:
+        for offset in offsets:
+            partition, _, entry_id = offset.partition(":")
+            pipe.xrange(log_stream(int(partition)), min=entry_id, max=entry_id, count=1)
+        found: list[Any] = pipe.execute() if offsets else []
+    return [f[0][1] if f else None for f in found]
 
 
 def replay(client: redis.Redis, pipeline: str, offset: str) -> str:
@@ -191,7 +195,7 @@ def replay(client: redis.Redis, pipeline: str, offset: str) -> str:
     found = show(client, pipeline, offset)
     if found is None:
         raise KeyError(f"pipeline {pipeline!r} has no dead letter at {offset}.")
-    fields = read_entry(client, offset)
+    fields = read_entries(client, [offset])[0]
     if fields is None:
         raise KeyError(f"the log no longer holds {offset}; nothing to replay.")
     partition = int(offset.partition(":")[0])

@@ -59,8 +59,9 @@ class _Layer:
 class _Held:
     """A state variable with its writes held back in two layers over the store."""
 
-    def __init__(self, handle: BufferedHandle) -> None:
+    def __init__(self, handle: BufferedHandle, state: Any) -> None:
         self.handle = handle
+        self.state = state
         self.kept = _Layer()
         self.pending = _Layer()
 
@@ -85,10 +86,6 @@ class _Held:
 
 
 class HeldMap(_Held):
-    def __init__(self, handle: BufferedHandle, state: Any) -> None:
-        super().__init__(handle)
-        self.state = state
-
     def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
         return self._lookup(tuple(key), lambda: self.state.getValue(key))  # type: ignore[no-any-return]
 
@@ -138,10 +135,6 @@ class HeldMap(_Held):
 class HeldValue(_Held):
     _KEY = "value"
 
-    def __init__(self, handle: BufferedHandle, state: Any) -> None:
-        super().__init__(handle)
-        self.state = state
-
     def get(self) -> tuple[Any, ...] | None:
         return self._lookup(self._KEY, self.state.get)  # type: ignore[no-any-return]
 
@@ -166,10 +159,6 @@ class HeldValue(_Held):
 
 class HeldList(_Held):
     _KEY = "list"
-
-    def __init__(self, handle: BufferedHandle, state: Any) -> None:
-        super().__init__(handle)
-        self.state = state
 
     def get(self) -> Iterator[tuple[Any, ...]]:
         found = self._lookup(self._KEY, lambda: list(self.state.get()))

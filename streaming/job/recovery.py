@@ -27,6 +27,7 @@ from streaming.core import deadletters
 from streaming.core.app import App
 from streaming.core.settings import Settings
 from streaming.job.offsetlog import UNREAD, parse
+from streaming.job.source import READ_CHUNK
 
 log = logging.getLogger("liveviews.recovery")
 
@@ -44,7 +45,6 @@ INFRASTRUCTURE_FAILURES = (
     "MemoryError",
     "No space left on device",
 )
-READ_CHUNK = 5000
 
 
 def is_view_failure(failure: str) -> bool:

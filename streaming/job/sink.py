@@ -97,10 +97,10 @@ class ChangeTopicSink:
         id each log partition was read to by the end of the batch."""
         read_to = read_to or {}
         groups: dict[Group, list[Op]] = defaultdict(list)
-        letters = []
+        letter_rows = []
         for r in rows:
             if r["view"] == DEAD_LETTER_VIEW:
-                letters.append(self._dead_letter(r, batch_id))
+                letter_rows.append(r)
                 continue
             if r["view"] not in self.limits:
                 raise ConfigurationError(f"a pipeline wrote to undeclared view {r['view']!r}.")
@@ -109,6 +109,7 @@ class ChangeTopicSink:
         by_shard: dict[int, list[tuple[Group, list[Op]]]] = defaultdict(list)
         for group, ops in groups.items():
             by_shard[shard_for(group[0], group[1], self.shards)].append((group, ops))
+        letters = self._dead_letters(letter_rows, batch_id) if letter_rows else []
         frontier_args: list[Any] = [self.name, batch_id, VIEWS_FRONTIER, len(self.pipelines)]
         frontier_args += self.pipelines
         for partition in sorted(read_to):
@@ -130,15 +131,18 @@ class ChangeTopicSink:
                          args=frontier_args, client=pipe)  # fmt: skip
             pipe.execute()
 
-    def _dead_letter(self, r: Any, batch_id: int) -> deadletters.DeadLetter:
-        why = orjson.loads(r["value"])
-        return deadletters.letter(
-            self.name, r["key"], r["row"], why["error"], trace=why["traceback"],
-            fields=None if r["key"].startswith("timer:") else deadletters.read_entry(
-                self.client, r["key"]
-            ),
-            batch=batch_id,
-        )  # fmt: skip
+    def _dead_letters(self, rows: list[Any], batch_id: int) -> list[deadletters.DeadLetter]:
+        """The records of the events a view set aside, each with its entry from the log."""
+        events = [r["key"] for r in rows if not r["key"].startswith("timer:")]
+        entries = dict(zip(events, deadletters.read_entries(self.client, events), strict=True))
+        out = []
+        for r in rows:
+            why = orjson.loads(r["value"])
+            out.append(deadletters.letter(
+                self.name, r["key"], r["row"], why["error"], trace=why["traceback"],
+                fields=entries.get(r["key"]), batch=batch_id,
+            ))  # fmt: skip
+        return out
 
     def _queue_call(
         self,

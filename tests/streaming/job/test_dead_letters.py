@@ -97,10 +97,11 @@ def test_views_with_bad_events_equal_a_recomputation_without_them(store, setting
     assert_views_consistent(store, settings.log_partitions, settings.change_shards, skip=bad)
 
 
-def _fragile_app():
-    """An application whose view raises on some events depending on its state: a key's third
-    event with ``"boom"`` raises, wherever it falls in a micro-batch. Declared in a function,
-    so Spark's workers get the processor by value."""
+def _notes_app(isolate: bool):
+    """An application whose view raises on some events depending on its state: a note
+    ``"boom"`` that would be a key's third (sixth, ...) raises, wherever it falls in a
+    micro-batch. With ``isolate``, its processor is wrapped by ``isolated``. Declared in a
+    function, so Spark's workers get the processor by value."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import LongType, StructField, StructType
 
@@ -108,10 +109,10 @@ def _fragile_app():
     from streaming.job.isolation import isolated
     from streaming.job.views import CHANGE_SCHEMA, Changes
 
-    fragile = App("fragile")
-    fragile.event_type("note", Schema({"user": String(), "text": String()}),
-                       lambda p: p["user"])  # fmt: skip
-    fragile.view("notes")
+    notes_app = App("notes")
+    notes_app.event_type("note", Schema({"user": String(), "text": String()}),
+                         lambda p: p["user"])  # fmt: skip
+    notes_app.view("notes")
 
     class Notes(StatefulProcessor):
         def init(self, handle):
@@ -133,37 +134,35 @@ def _fragile_app():
         def close(self):
             pass
 
-    @fragile.pipeline("notes", views=["notes"])
+    @notes_app.pipeline("notes", views=["notes"])
     def notes(events):
+        processor = isolated(Notes()) if isolate else Notes()
         return (
             events.select("partition", "offset", "key", "payload")
             .groupBy("key")
-            .transformWithState(isolated(Notes()), CHANGE_SCHEMA, "Update", "None")
+            .transformWithState(processor, CHANGE_SCHEMA, "Update", "None")
         )
 
-    return fragile
+    return notes_app
+
+
+def _note(user: str, text: str) -> dict[str, object]:
+    return {"type": "note", "payload": {"user": user, "text": text}}
 
 
 def test_a_processor_error_depending_on_state_sets_aside_exactly_that_event(spark, store, settings):
     from streaming.job.queries import start
 
-    fragile = _fragile_app()
-    log = EventLog(store, fragile, settings.log_partitions)
+    notes_app = _notes_app(isolate=True)
+    log = EventLog(store, notes_app, settings.log_partitions)
     texts = ["a", "b", "boom", "c", "boom", "boom", "d"]
     # Counting only kept notes: a(1) b(2) boom(3: raises, set aside) c(3) boom(4) boom(5) d(6).
-    offsets = log.append_batch(
-        [{"type": "note", "payload": {"user": "u", "text": t}} for t in texts]
-    )
-    queries = start(spark, fragile, settings)
+    offsets = log.append_batch([_note("u", t) for t in texts])
+    queries = start(spark, notes_app, settings)
     try:
-        deadline = time.monotonic() + 60
-        while not views_caught_up(store, settings.log_partitions):
-            assert queries[0].exception() is None, queries[0].exception()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        _caught_up(store, settings, queries)
         # Later batches count on from the kept notes only: e(7), boom(8) is kept.
-        log.append_batch([{"type": "note", "payload": {"user": "u", "text": t}}
-                          for t in ["e", "boom", "f"]])  # fmt: skip
+        log.append_batch([_note("u", t) for t in ["e", "boom", "f"]])
         _caught_up(store, settings, queries)
         letters = deadletters.listed(store, "notes")
         assert [d.offset for d in letters] == [str(offsets[2])]
@@ -209,62 +208,15 @@ def _command(settings, *args: str) -> str:
     return done.stdout
 
 
-def _brittle_app():
-    """A view whose processor is not isolated and raises on any note "boom"."""
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    from streaming import App, Schema, String
-    from streaming.job.views import CHANGE_SCHEMA, Changes
-
-    brittle = App("brittle")
-    brittle.event_type("note", Schema({"user": String(), "text": String()}),
-                       lambda p: p["user"])  # fmt: skip
-    brittle.view("notes")
-
-    class Notes(StatefulProcessor):
-        def init(self, handle):
-            self.count = handle.getValueState("count", StructType([StructField("n", LongType())]))
-
-        def handleInputRows(self, key, rows, timerValues):
-            stored = self.count.get()
-            n = stored[0] if stored else 0
-            for row in rows:
-                if orjson.loads(row["payload"])["text"] == "boom":
-                    raise RuntimeError("boom is not a note")
-                n += 1
-            self.count.update((n,))
-            changes = Changes()
-            changes.upsert("notes", key[0], "count", {"n": n})
-            return iter(changes.rows())
-
-        def close(self):
-            pass
-
-    @brittle.pipeline("notes", views=["notes"])
-    def notes(events):
-        return (
-            events.select("key", "payload")
-            .groupBy("key")
-            .transformWithState(Notes(), CHANGE_SCHEMA, "Update", "None")
-        )
-
-    return brittle
-
-
 def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipeline_goes_on(
     spark, store, settings
 ):
     from streaming.job.queries import sink_client, start
     from streaming.job.recovery import Recovery
 
-    brittle = _brittle_app()
+    brittle = _notes_app(isolate=False)
     log = EventLog(store, brittle, settings.log_partitions)
-
-    def note(user: str, text: str) -> dict[str, object]:
-        return {"type": "note", "payload": {"user": user, "text": text}}
-
-    first = log.append_batch([note("u", "a"), note("v", "b")])
+    first = log.append_batch([_note("u", "a"), _note("v", "b")])
     queries = dict(zip(brittle.pipelines, start(spark, brittle, settings), strict=True))
     recovery = Recovery(sink_client(settings))
 
@@ -277,9 +229,10 @@ def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipelin
 
     try:
         run_until_caught_up()
-        bad = log.append_batch([note("u", "c"), note("u", "boom"), note("v", "d")])
+        # u's boom would be its third note: the unisolated processor fails the whole batch.
+        bad = log.append_batch([_note("u", "c"), _note("u", "boom"), _note("v", "d")])
         run_until_caught_up()
-        after = log.append_batch([note("u", "e")])
+        after = log.append_batch([_note("u", "e")])
         run_until_caught_up()
     finally:
         for q in queries.values():
@@ -287,7 +240,9 @@ def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipelin
     letters = deadletters.listed(store, "notes")
     assert {d.offset for d in letters} == {str(o) for o in bad}
     assert all(d.stage == deadletters.STAGE_BATCH for d in letters)
-    assert "boom is not a note" in letters[0].error
-    assert read_snapshot(store, "notes", "u", settings.change_shards).rows["count"] == {"n": 2}
-    assert read_snapshot(store, "notes", "v", settings.change_shards).rows["count"] == {"n": 1}
+    assert "note 3 of u went boom" in letters[0].error
+    u = read_snapshot(store, "notes", "u", settings.change_shards).rows["count"]
+    assert u == {"n": 2, "last": "e"}
+    v = read_snapshot(store, "notes", "v", settings.change_shards).rows["count"]
+    assert v == {"n": 1, "last": "b"}
     assert first and after
