@@ -38,7 +38,7 @@ class Retention:
         value = (raw or "").strip().lower()
         if value in ("", "off"):
             return None
-        if value.isdigit() and int(value) > 0:
+        if value.isascii() and value.isdigit() and int(value) > 0:  # not "²", which int() refuses
             return cls(entries=int(value))
         age = AGE_RE.fullmatch(value)
         if age and int(age[1]) > 0:

@@ -25,6 +25,8 @@ def env_int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> i
     if raw is None or raw == "":
         return default
     try:
+        if not raw.isascii():  # int() would read "٣" as 3
+            raise ValueError
         value = int(raw)
     except ValueError:
         raise ConfigurationError(f"{name} must be a whole number, not {raw!r}.") from None

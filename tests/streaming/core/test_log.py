@@ -124,7 +124,7 @@ def test_lv_log_retention_is_off_a_count_or_an_age(raw, expected):
     assert Settings.from_env(env).log_retention == expected
 
 
-@pytest.mark.parametrize("raw", ["0", "-5", "1w", "30 days", "d", "1.5h"])
+@pytest.mark.parametrize("raw", ["0", "-5", "1w", "30 days", "d", "1.5h", "²", "١٠٠"])
 def test_a_malformed_lv_log_retention_is_refused_with_its_forms(raw):
     with pytest.raises(ConfigurationError, match="LV_LOG_RETENTION must be off, a number"):
         Retention.parse(raw)

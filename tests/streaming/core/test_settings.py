@@ -35,3 +35,14 @@ def test_the_users_jvm_options_follow_the_pipelines_own() -> None:
         *DRIVER_JIT_OPTIONS,
         "-XX:Tier4InvocationThreshold=5000",
     ]
+
+
+def test_a_whole_number_setting_takes_ascii_digits_only() -> None:
+    import pytest
+
+    from streaming.core.errors import ConfigurationError
+
+    assert Settings.from_env({"LV_LOG_PARTITIONS": "8"}).log_partitions == 8
+    for raw in ("٣", "²", "８"):  # int() reads the first and last as 3 and 8
+        with pytest.raises(ConfigurationError, match="LV_LOG_PARTITIONS must be a whole number"):
+            Settings.from_env({"LV_LOG_PARTITIONS": raw})
