@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
 INTERVAL_RE = re.compile(r"[0-9]+ (millisecond|second|minute)s?")
+VERSION_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
+"""A pipeline version: it names store keys and checkpoints, and rides in event ids."""
 
 ReadRule = Callable[[str, str], bool]
 """``rule(subject, key)``: may the signed-in ``subject`` read the view's ``key``?"""
@@ -79,6 +81,10 @@ class Pipeline:
     """Time between the starts of the pipeline's micro-batches, such as ``"2 seconds"``
     (``LV_TRIGGER_INTERVAL`` when None). Every micro-batch costs CPU whatever it holds: a view
     that can lag by seconds leaves the cores to pipelines whose views should not."""
+    version: str | None = None
+    """The pipeline's version, 1 to 32 letters, digits or ``_``; when None, derived from its
+    code (``streaming.core.versions.derive``). A new version is built beside the serving one
+    and replaces it once it has caught up (docs/VERSIONS.md)."""
 
 
 @dataclass
@@ -129,10 +135,12 @@ class App:
         *,
         partitions: int | None = None,
         trigger_interval: str | None = None,
+        version: str | None = None,
     ) -> Callable[[Callable[[DataFrame], DataFrame]], Callable[[DataFrame], DataFrame]]:
         """Decorator: ``@app.pipeline("entities", views=["profiles", ...])``; ``partitions``:
         its state partitions, when not ``LV_SHUFFLE_PARTITIONS``; ``trigger_interval``: the
-        time between its micro-batches, when not ``LV_TRIGGER_INTERVAL`` (see ``Pipeline``)."""
+        time between its micro-batches, when not ``LV_TRIGGER_INTERVAL``; ``version``: its
+        version, when not derived from its code (see ``Pipeline``)."""
         names = tuple(views)
         if partitions is not None and partitions < 1:
             raise ConfigurationError(
@@ -144,6 +152,11 @@ class App:
                 " write a number and a unit, such as '2 seconds' or '500 milliseconds'."
             )
 
+        if version is not None and VERSION_RE.fullmatch(version) is None:
+            raise ConfigurationError(
+                f"pipeline {name!r}: version {version!r} is not 1 to 32 letters, digits or '_'."
+            )
+
         def register(fn: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame], DataFrame]:
             _check_name("pipeline", name, self.pipelines)
             for v in names:
@@ -152,7 +165,7 @@ class App:
                 owner = self.owner_of(v)
                 if owner is not None:
                     raise ConfigurationError(f"view {v!r} is already written by {owner!r}.")
-            self.pipelines[name] = Pipeline(name, fn, names, partitions, trigger_interval)
+            self.pipelines[name] = Pipeline(name, fn, names, partitions, trigger_interval, version)
             return fn
 
         return register

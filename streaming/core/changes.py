@@ -10,6 +10,14 @@ shares a hash tag, so on a Redis Cluster it lives on one node and is written ato
 ``lv:{c<s>}:cand:<view>/<key>``  hash of candidate rows (views with a limit)
 ``lv:{c<s>}:rank:<view>/<key>``  sorted set of candidate scores (views with a limit)
 ``lv:{c<s>}:batches``           hash pipeline -> last micro-batch applied to this shard
+``lv:{c<s>}:live``              hash pipeline -> namespace whose deltas this shard publishes
+
+Each version of a pipeline writes under a namespace (``streaming.core.versions``): ``""`` for
+the first version a store ever ran, ``"@<version>"`` for every later one. A view's rows live
+under ``<view><namespace>`` (``rows:likes@v2/alice``), a delta's ``view`` field is that name, and
+the pipeline's frontier, batches and progress entries are named ``<pipeline><namespace>``.
+``lv:active`` maps each pipeline to the namespace readers are served from; a version being
+built writes its rows without deltas until readers are switched to it.
 
 Per pipeline, ``lv:frontier`` holds the log offsets its views reflect; its field ``liveviews``
 holds, per log partition, the oldest of them, which every view reflects. Every advance of a
@@ -33,9 +41,22 @@ import redis
 FRONTIER_KEY = "lv:frontier"
 FRONTIER_BATCHES_KEY = "lv:frontier:batches"
 PROGRESS_STREAM = "lv:progress"
+ACTIVE_KEY = "lv:active"
+"""Hash pipeline -> the namespace of the version that serves readers (absent: ``""``)."""
 VIEWS_FRONTIER = "liveviews"
 """The field of ``lv:frontier`` that every view reflects: per partition, the oldest pipeline's."""
 NO_POSITION = "0-0"
+
+
+def physical(view: str, namespace: str) -> str:
+    """The name a version of ``view`` is stored under: ``likes``, ``likes@v2``."""
+    return view + namespace
+
+
+def split_physical(name: str) -> tuple[str, str]:
+    """``"likes@v2"`` -> ``("likes", "@v2")``; ``"likes"`` -> ``("likes", "")``."""
+    view, at, version = name.partition("@")
+    return view, at + version
 
 
 def view_key(view: str, key: str) -> str:
@@ -66,6 +87,10 @@ def rows_key(shard: int, view: str, key: str) -> str:
     return f"{_tag(shard)}:rows:{view_key(view, key)}"
 
 
+def live_key(shard: int) -> str:
+    return f"{_tag(shard)}:live"
+
+
 def candidates_key(shard: int, view: str, key: str) -> str:
     return f"{_tag(shard)}:cand:{view_key(view, key)}"
 
@@ -76,7 +101,8 @@ def rank_key(shard: int, view: str, key: str) -> str:
 
 @dataclass(frozen=True)
 class Delta:
-    """One atomic change to one (view, key), at a position in its shard's stream."""
+    """One atomic change to one (view, key), at a position in its shard's stream, written by
+    the version of the view stored under ``namespace``."""
 
     id: str
     view: str
@@ -84,6 +110,7 @@ class Delta:
     ops: list[dict[str, Any]]
     pipeline: str
     batch: int
+    namespace: str = ""
 
     def apply(self, rows: dict[str, Any]) -> None:
         for op in self.ops:
@@ -94,9 +121,11 @@ class Delta:
 
 
 def decode_delta(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Delta:
+    view, namespace = split_physical(fields[b"view"].decode())
     return Delta(
         id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
-        view=fields[b"view"].decode(),
+        view=view,
+        namespace=namespace,
         key=fields[b"key"].decode(),
         ops=orjson.loads(fields[b"ops"]),
         pipeline=fields[b"pipeline"].decode(),
@@ -119,11 +148,15 @@ class Snapshot:
     last_change: str | None
 
 
-def read_snapshot(client: redis.Redis, view: str, key: str, shards: int) -> Snapshot:
+def read_snapshot(
+    client: redis.Redis, view: str, key: str, shards: int, namespace: str = ""
+) -> Snapshot:
+    """The rows of the version of ``view`` stored under ``namespace``."""
     shard = shard_for(view, key, shards)
+    name = physical(view, namespace)
     with client.pipeline(transaction=True) as pipe:
-        pipe.hgetall(rows_key(shard, view, key))
-        pipe.hget(positions_key(shard), view_key(view, key))
+        pipe.hgetall(rows_key(shard, name, key))
+        pipe.hget(positions_key(shard), view_key(name, key))
         pipe.xrevrange(changes_stream(shard), count=1)
         rows, last, head = pipe.execute()
     return Snapshot(

@@ -1,0 +1,506 @@
+"""Pipeline versions: which version of each pipeline serves readers, which one is being built
+beside it, and what an operator asked for. The one module that reads and writes them.
+
+A version is built beside the serving one from offset 0 of the log, in a namespace of its own
+(``streaming.core.changes``), and replaces it in one transaction once it has caught up: the
+``lv:active`` field readers resolve, and each shard's ``live`` field, which decides whose deltas
+the sink publishes, change together, and an entry on ``lv:progress`` wakes every gateway.
+
+``lv:versions``        hash pipeline -> JSON: ``active``, ``next``, ``retired``, ``request``
+``lv:versions:code``   hash ``<pipeline>@<version>`` -> the version's declaration (cloudpickle,
+                       by value), so the serving version keeps running after its code changed
+
+This module does not import Spark: the gateway and the command line read it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.abc
+import importlib.util
+import inspect
+import sys
+import time
+import types
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import orjson
+import redis
+
+from streaming.core.app import VERSION_RE, App
+from streaming.core.changes import (
+    ACTIVE_KEY,
+    FRONTIER_KEY,
+    PROGRESS_STREAM,
+    live_key,
+)
+from streaming.core.errors import ConfigurationError
+
+REGISTRY_KEY = "lv:versions"
+CODE_KEY = "lv:versions:code"
+REQUESTS = ("rebuild", "switch", "abort")
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a pipeline and the namespace its store keys and checkpoint carry."""
+
+    version: str
+    namespace: str
+    started: float
+    """When it was registered (seconds since the epoch)."""
+    ended: float | None = None
+    """When it stopped serving (retired versions)."""
+
+    def qualified(self, pipeline: str) -> str:
+        """Its name in the store and in Spark: ``entities``, ``entities@v2``."""
+        return pipeline + self.namespace
+
+
+@dataclass
+class Versions:
+    """The versions of one pipeline."""
+
+    pipeline: str
+    active: Version | None = None
+    next: Version | None = None
+    retired: list[Version] = field(default_factory=list)
+    request: dict[str, Any] | None = None
+    """An operator's request (``kind``: rebuild, switch or abort; ``at``), for the pipeline
+    process to act on."""
+    aborted: str | None = None
+    """A version an operator aborted: not built again by itself until a rebuild is asked."""
+
+    def encode(self) -> bytes:
+        return orjson.dumps({k: v for k, v in asdict(self).items() if k != "pipeline"})
+
+    @classmethod
+    def decode(cls, pipeline: str, raw: bytes) -> Versions:
+        data = orjson.loads(raw)
+
+        def version(v: Any) -> Version | None:
+            return Version(**v) if v else None
+
+        return cls(
+            pipeline,
+            active=version(data.get("active")),
+            next=version(data.get("next")),
+            retired=[Version(**v) for v in data.get("retired", [])],
+            request=data.get("request"),
+            aborted=data.get("aborted"),
+        )
+
+
+def namespace_of(version: str) -> str:
+    return f"@{version}"
+
+
+def composite_epoch(store_epoch: str, namespace: str) -> str:
+    """The epoch part of an event id: the store's, and the version readers were served from
+    (none for a store's first version), so an id of a replaced version never resumes."""
+    return store_epoch if not namespace else f"{store_epoch}-{namespace[1:]}"
+
+
+def split_epoch(epoch: str) -> tuple[str, str]:
+    """The inverse of ``composite_epoch``: ``(store epoch, namespace)``."""
+    store_epoch, dash, version = epoch.partition("-")
+    return store_epoch, ("@" + version) if dash else ""
+
+
+# -- the rule that derives a version from code ---------------------------------------------
+
+
+def derive(app: App, pipeline: str) -> str:
+    """The pipeline's declared version, or the first 12 hex digits of a SHA-256 over what
+    decides its results (docs/VERSIONS.md):
+
+    - its declaration: name, views with their limits, state partitions;
+    - the application's event types: names and schemas;
+    - the source text of its build function and of every function and class of the
+      application's package that the build function reaches by name, through globals,
+      closures, class methods and modules of that package, transitively.
+
+    Settings are not part of it: the only ones that change results (``LV_LOG_PARTITIONS``,
+    ``LV_CHANGE_SHARDS``) are pinned by the store, which refuses another value.
+    """
+    p = app.pipelines[pipeline]
+    if p.version is not None:
+        return p.version
+    h = hashlib.sha256()
+    declaration = {
+        "pipeline": p.name,
+        "views": [[v, app.views[v].limit] for v in p.views],
+        "partitions": p.partitions,
+        "events": {n: repr(e.schema) for n, e in sorted(app.event_types.items())},
+    }
+    h.update(orjson.dumps(declaration))
+    for source in _sources(p.build):
+        h.update(source.encode())
+    return h.hexdigest()[:12]
+
+
+def _package(obj: Any) -> str:
+    module = getattr(obj, "__module__", "") or ""
+    return module.rpartition(".")[0] or module
+
+
+def _sources(build: Any) -> list[str]:
+    """The source texts the build function reaches, in a stable order."""
+    package = _package(build)
+    seen: dict[str, str] = {}
+    todo: list[Any] = [build]
+    while todo:
+        obj = todo.pop()
+        name = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
+        if name in seen:
+            continue
+        seen[name] = _source(obj)
+        todo.extend(_reached(obj, package))
+    return [seen[n] for n in sorted(seen)]
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):  # declared in a shell or a notebook: its compiled code
+        code = getattr(obj, "__code__", None)
+        return repr((code.co_code, code.co_consts, code.co_names)) if code else repr(obj)
+
+
+def _ours(obj: Any, package: str) -> bool:
+    if isinstance(obj, types.ModuleType):
+        return False
+    module = getattr(obj, "__module__", None)
+    return isinstance(module, str) and (module == package or module.startswith(package + "."))
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+def _module(name: str, package: str) -> types.ModuleType | None:
+    if name != package and not name.startswith(package + "."):
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _reached(obj: Any, package: str) -> list[Any]:
+    functions: list[types.FunctionType] = []
+    out: list[Any] = []
+    if isinstance(obj, types.FunctionType):
+        functions.append(obj)
+    elif isinstance(obj, type):
+        for value in vars(obj).values():
+            inner = getattr(value, "__func__", value)
+            if isinstance(inner, types.FunctionType):
+                functions.append(inner)
+        out.extend(b for b in obj.__bases__ if _ours(b, package))
+    for fn in functions:
+        names = {n for code in _codes(fn.__code__) for n in code.co_names}
+        scopes: list[dict[str, Any]] = [fn.__globals__]
+        for n in names:
+            # ``import m`` binds a module global; ``from m import x`` in a function names ``m``
+            value = fn.__globals__.get(n) or _module(n, package)
+            if isinstance(value, types.ModuleType) and value.__name__.startswith(package):
+                scopes.append(vars(value))
+        for scope in scopes:
+            out.extend(scope[n] for n in names if n in scope and _ours(scope[n], package))
+        for cell in fn.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if _ours(value, package) and (inspect.isfunction(value) or inspect.isclass(value)):
+                out.append(value)
+    return [o for o in out if inspect.isfunction(o) or inspect.isclass(o)]
+
+
+# -- a version's code, kept so that it keeps running after the application changed ------------
+
+
+def pack(app: App, pipeline: str, spec: str) -> bytes:
+    """What running this version again needs: the application's spec (``module:attribute``)
+    and the source text of every module of the application's package as it is now."""
+    package = _package(app.pipelines[pipeline].build)
+    for name in _module_names(app.pipelines[pipeline].build, package):
+        _module(name, package)  # imported lazily by the build function: take it now
+    modules = {
+        name: inspect.getsource(m)
+        for name, m in sorted(sys.modules.items())
+        if _in(name, package) and getattr(m, "__file__", None)
+    }
+    return orjson.dumps({"spec": spec, "pipeline": pipeline, "modules": modules})
+
+
+def _in(name: str, package: str) -> bool:
+    return bool(package) and (name == package or name.startswith(package + "."))
+
+
+def _module_names(build: Any, package: str) -> set[str]:
+    return {
+        n for code in _codes(build.__code__) for n in code.co_names if _in(n, package)
+    } | {m for m in (getattr(o, "__module__", "") for o in _reached(build, package)) if m}
+
+
+def unpack(raw: bytes, label: str) -> App:
+    """The application of a packed version, its modules loaded from their stored source under
+    names of their own (``_lv_<label>.<module>``), which Spark ships to its Python workers by
+    value: the version runs as it was, beside the current code. Its build function sees its
+    own modules, under their usual names, while it runs."""
+    from pyspark import cloudpickle
+
+    packed = orjson.loads(raw)
+    stored = _Stored(f"_lv_{label}", packed["modules"])
+    module_name, _, attribute = packed["spec"].partition(":")
+    saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n in stored.sources}
+    sys.meta_path.insert(0, stored)
+    try:
+        for name in [module_name, *sorted(stored.sources)]:
+            importlib.import_module(name)
+    finally:
+        sys.meta_path.remove(stored)
+        for n in stored.sources:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
+    loaded = stored.loaded
+    for m in loaded.values():
+        cloudpickle.register_pickle_by_value(m)
+    module_name, _, attribute = packed["spec"].partition(":")
+    app = getattr(loaded[module_name], attribute or "app")
+    if not isinstance(app, App):
+        raise ConfigurationError(f"{packed['spec']} of a stored version is not an application.")
+    p = app.pipelines[packed["pipeline"]]
+    build = p.build
+
+    def versioned(events: Any) -> Any:
+        with _aliased(loaded):
+            return build(events)
+
+    return App(
+        app.name,
+        event_types=app.event_types,
+        views={v: app.views[v] for v in p.views},
+        pipelines={p.name: replace(p, build=versioned)},
+    )
+
+
+class _Stored(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports the modules of a stored version from their source, each named
+    ``<prefix>.<name>`` so that its functions and classes are its own."""
+
+    def __init__(self, prefix: str, sources: dict[str, str]) -> None:
+        self.prefix = prefix
+        self.sources = sources
+        self.loaded: dict[str, types.ModuleType] = {}
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.sources:
+            return None
+        package = any(n.startswith(name + ".") for n in self.sources)
+        return importlib.util.spec_from_loader(name, self, is_package=package)
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__spec__.name if module.__spec__ else module.__name__
+        module.__name__ = f"{self.prefix}.{name}"
+        sys.modules[module.__name__] = module
+        self.loaded[name] = module
+        exec(compile(self.sources[name], f"<{module.__name__}>", "exec"), vars(module))
+
+
+@contextlib.contextmanager
+def _aliased(modules: dict[str, types.ModuleType]) -> Iterator[None]:
+    """While it lasts, ``import <name>`` gives the stored version's module."""
+    saved = {name: sys.modules.get(name) for name in modules}
+    sys.modules.update(modules)
+    try:
+        yield
+    finally:
+        for name, before in saved.items():
+            if before is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = before
+
+
+def code_field(pipeline: str, version: Version) -> str:
+    return f"{pipeline}#{version.version}"
+
+
+def read_code(client: redis.Redis, pipeline: str, version: Version) -> bytes | None:
+    raw: Any = client.hget(CODE_KEY, code_field(pipeline, version))
+    return bytes(raw) if raw is not None else None
+
+
+def save_code(client: redis.Redis, pipeline: str, version: Version, code: bytes) -> None:
+    client.hset(CODE_KEY, code_field(pipeline, version), code)
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+def read(client: redis.Redis, pipeline: str) -> Versions | None:
+    raw: Any = client.hget(REGISTRY_KEY, pipeline)
+    return Versions.decode(pipeline, raw) if raw else None
+
+
+def read_all(client: redis.Redis) -> dict[str, Versions]:
+    raw: Any = client.hgetall(REGISTRY_KEY)
+    return {p.decode(): Versions.decode(p.decode(), v) for p, v in sorted(raw.items())}
+
+
+def active_namespaces(client: redis.Redis) -> dict[str, str]:
+    """Pipeline -> the namespace readers are served from (absent: ``""``)."""
+    raw: Any = client.hgetall(ACTIVE_KEY)
+    return {p.decode(): n.decode() for p, n in raw.items()}
+
+
+def _update(client: redis.Redis, pipeline: str, change: Any) -> Versions:
+    """Read, change and write one pipeline's entry under WATCH: the pipeline process and the
+    command line may both write it."""
+    out: list[Versions] = []
+
+    def run(pipe: Any) -> None:
+        raw = pipe.hget(REGISTRY_KEY, pipeline)
+        current = Versions.decode(pipeline, raw) if raw else Versions(pipeline)
+        changed = change(current)
+        pipe.multi()
+        pipe.hset(REGISTRY_KEY, pipeline, changed.encode())
+        out[:] = [changed]
+
+    client.transaction(run, REGISTRY_KEY)
+    return out[0]
+
+
+def register(client: redis.Redis, pipeline: str, version: str) -> Versions:
+    """The pipeline's entry, creating it with ``version`` serving if there is none. The first
+    version a store runs keeps the bare names (and the checkpoint) a store had before versions
+    existed, so an existing installation carries on without a rebuild."""
+
+    def change(v: Versions) -> Versions:
+        if v.active is None:
+            v.active = Version(version, "", time.time())
+        return v
+
+    return _update(client, pipeline, change)
+
+
+def begin(client: redis.Redis, pipeline: str, version: str) -> Versions:
+    """Start building ``version`` beside the serving one (nothing if it is being built)."""
+    if VERSION_RE.fullmatch(version) is None:
+        raise ConfigurationError(f"version {version!r} is not 1 to 32 letters, digits or '_'.")
+
+    def change(v: Versions) -> Versions:
+        if v.active is None:
+            raise ConfigurationError(f"pipeline {pipeline!r} has never run: nothing to rebuild.")
+        if v.next is None or v.next.version != version:
+            v.next = Version(version, namespace_of(version), time.time())
+        v.aborted = None
+        return v
+
+    return _update(client, pipeline, change)
+
+
+def ask(client: redis.Redis, pipeline: str, kind: str) -> Versions:
+    """Record an operator's request for the pipeline process (``liveviews rebuild`` ...)."""
+    if kind not in REQUESTS:
+        raise ValueError(kind)
+
+    def change(v: Versions) -> Versions:
+        if v.active is None:
+            raise ConfigurationError(
+                f"pipeline {pipeline!r} has never run in this store; start it first."
+            )
+        if kind in ("switch", "abort") and v.next is None:
+            raise ConfigurationError(f"pipeline {pipeline!r} has no version being built.")
+        v.request = {"kind": kind, "at": time.time()}
+        return v
+
+    return _update(client, pipeline, change)
+
+
+def take_request(client: redis.Redis, pipeline: str) -> str | None:
+    """The pending request, removed from the registry."""
+    taken: list[str | None] = [None]
+
+    def change(v: Versions) -> Versions:
+        taken[0] = v.request["kind"] if v.request else None
+        v.request = None
+        return v
+
+    if not (found := read(client, pipeline)) or found.request is None:
+        return None
+    _update(client, pipeline, change)
+    return taken[0]
+
+
+def abort(client: redis.Redis, pipeline: str) -> Version | None:
+    """Drop the version being built from the registry; its state is for the caller to delete."""
+    dropped: list[Version | None] = [None]
+
+    def change(v: Versions) -> Versions:
+        dropped[0] = v.next
+        if v.next is not None:
+            v.aborted = v.next.version
+            v.retired.append(replace(v.next, ended=time.time()))
+        v.next = None
+        return v
+
+    _update(client, pipeline, change)
+    return dropped[0]
+
+
+def switch(client: redis.Redis, pipeline: str, shards: int) -> Versions:
+    """Make the version being built serve readers, in one transaction: the registry,
+    ``lv:active``, every shard's ``live`` field, and a progress entry with the new version's
+    frontier that wakes each gateway's change feed."""
+    out: list[Versions] = []
+
+    def run(pipe: Any) -> None:
+        raw = pipe.hget(REGISTRY_KEY, pipeline)
+        v = Versions.decode(pipeline, raw) if raw else Versions(pipeline)
+        if v.next is None or v.active is None:
+            raise ConfigurationError(f"pipeline {pipeline!r} has no version being built.")
+        new, old = v.next, v.active
+        frontier = pipe.hget(FRONTIER_KEY, new.qualified(pipeline)) or b"{}"
+        v.retired.append(replace(old, ended=time.time()))
+        v.active, v.next, v.request = new, None, None
+        pipe.multi()
+        pipe.hset(REGISTRY_KEY, pipeline, v.encode())
+        pipe.hset(ACTIVE_KEY, pipeline, new.namespace)
+        for shard in range(shards):
+            pipe.hset(live_key(shard), pipeline, new.namespace)
+        pipe.xadd(
+            PROGRESS_STREAM,
+            {"pipeline": new.qualified(pipeline), "batch": -1, "frontier": frontier,
+             "switch": pipeline},
+            maxlen=1000,
+            approximate=True,
+        )  # fmt: skip
+        out[:] = [v]
+
+    client.transaction(run, REGISTRY_KEY, FRONTIER_KEY)
+    return out[0]
+
+
+def forget(client: redis.Redis, pipeline: str, version: Version) -> None:
+    """Remove a retired version from the registry once its state is deleted."""
+
+    def change(v: Versions) -> Versions:
+        v.retired = [r for r in v.retired if r.version != version.version]
+        return v
+
+    _update(client, pipeline, change)
+    client.hdel(CODE_KEY, code_field(pipeline, version))
