@@ -247,9 +247,9 @@ def _in(name: str, package: str) -> bool:
 
 
 def _module_names(build: Any, package: str) -> set[str]:
-    return {
-        n for code in _codes(build.__code__) for n in code.co_names if _in(n, package)
-    } | {m for m in (getattr(o, "__module__", "") for o in _reached(build, package)) if m}
+    return {n for code in _codes(build.__code__) for n in code.co_names if _in(n, package)} | {
+        m for m in (getattr(o, "__module__", "") for o in _reached(build, package)) if m
+    }
 
 
 def unpack(raw: bytes, label: str) -> App:
