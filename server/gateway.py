@@ -46,7 +46,7 @@ class Gateway:
         self.feed_client = store.connect(settings.store.store_url, blocking=True)
         # A view's subscribers follow the frontier of the pipeline that writes it: a pipeline
         # that runs its micro-batches seconds apart does not hold back the others' views.
-        self.frontiers = {v: self.app.owner_of(v) or VIEWS_FRONTIER for v in self.app.views}
+        self.owners = {v: self.app.owner_of(v) or VIEWS_FRONTIER for v in self.app.views}
         self.ticker = Ticker(settings.heartbeat_seconds, self.metrics)
         self.hub = Hub(
             self.metrics,
@@ -60,6 +60,7 @@ class Gateway:
             self.layout,
             self.metrics,
             block_ms=settings.feed_block_ms,
+            views_of={name: set(p.views) for name, p in self.app.pipelines.items()},
         )
         self.source = Source(
             self.client,
@@ -114,8 +115,12 @@ class Gateway:
         return True, "ready"
 
     def frontier_of(self, view: str) -> str:
-        """The frontier ``view`` reflects: its pipeline's (every view's, if none writes it)."""
-        return self.frontiers.get(view, VIEWS_FRONTIER)
+        """The frontier ``view`` reflects: that of the version of its pipeline that serves
+        readers (``entities``, ``entities@v2``), or every view's if no pipeline writes it."""
+        owner = self.owners.get(view, VIEWS_FRONTIER)
+        if owner == VIEWS_FRONTIER:
+            return owner
+        return owner + self.feed.namespaces.get(owner, "")
 
     def readable_view(self, principal: Principal, view: str, key: str) -> View:
         """The view, if it exists and its read rule lets ``principal`` read ``key``."""

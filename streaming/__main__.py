@@ -10,6 +10,8 @@ import sys
 import threading
 from typing import Any, NoReturn
 
+from redis.exceptions import RedisError
+
 from streaming.core import console
 from streaming.core.app import load_app
 from streaming.core.embedded import ensure_store
@@ -49,7 +51,7 @@ def run(settings: Settings) -> None:
     log.info("starting application %r on Spark %s; Spark's log: %s",
              app.name, settings.spark_master, spark_log)  # fmt: skip
     with ensure_store(settings):
-        from streaming.job.queries import sink_client, start
+        from streaming.job.queries import sink_client, start_versions
         from streaming.job.recovery import Recovery
         from streaming.job.session import build_session
 
@@ -63,12 +65,18 @@ def run(settings: Settings) -> None:
             signal.signal(sig, stop_asked)
         spark = build_session(settings)
         watch_driver(spark, stop)
-        queries = dict(zip(app.pipelines, start(spark, app, settings), strict=True))
+        versioning = start_versions(spark, app, settings)
+        queries = versioning.queries
         log.info("ready: %d queries running; checkpoints in %s",
                  len(queries), console.shown(settings.checkpoint_dir))  # fmt: skip
         recovery = Recovery(sink_client(settings))
         while not stop.is_set():
-            fatal = recovery.check(spark, app, settings, queries)
+            try:
+                versioning.tick()
+            except RedisError as exc:  # the store is restarting: the queries wait for it too
+                log.warning("could not check pipeline versions: %s", exc)
+            queries = versioning.queries
+            fatal = recovery.check(queries, versioning.restart)
             if fatal is not None:
                 stop.set()
                 with contextlib.suppress(Exception):

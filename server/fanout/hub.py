@@ -30,7 +30,8 @@ from typing import Protocol
 from server.fanout.items import EpochChanged, FeedDelta, FeedRun, Progress
 from server.fanout.subscriber import Subscriber, SubscriberState
 from server.metrics import Metrics
-from streaming.core.changes import VIEWS_FRONTIER, Delta
+from streaming.core.changes import VIEWS_FRONTIER, Delta, split_physical
+from streaming.core.versions import composite_epoch
 
 
 class Cohort(Protocol):
@@ -210,7 +211,7 @@ class Hub:
                 cohort = self.cohorts.get((view, key))
                 if cohort is None and not self.by_key.get((view, key)):
                     continue
-                items = [FeedDelta(epoch, d) for d in key_deltas]
+                items = [FeedDelta(composite_epoch(epoch, d.namespace), d) for d in key_deltas]
                 if riding:
                     items[-1].progress = riding.get(self.frontier_of(view))
                 run = FeedRun(items) if len(items) > 1 and _ascending(items) else None
@@ -307,8 +308,34 @@ class Hub:
         self.settling.setdefault(key, set()).add(sub)
 
     def epoch_changed(self, epoch: str) -> None:
+        """Every subscriber: the store was replaced. Each is handed the epoch its view has
+        now (the store's, with the version serving its view)."""
+        notices: dict[str, EpochChanged] = {}
+        overflowed = []
+        for sub in list(self.all):
+            name = self.frontier_of(sub.view)
+            notice = notices.get(name)
+            if notice is None:
+                notice = notices[name] = EpochChanged(
+                    composite_epoch(epoch, split_physical(name)[1])
+                )
+            if not sub.offer(notice):
+                overflowed.append(sub)
+        self._drop(overflowed)
+
+    def views_replaced(self, views: set[str], epoch: str, frontier_name: str) -> None:
+        """The subscribers of ``views``: a new version of them serves readers, in ``epoch``,
+        and they follow its frontier from now on."""
         notice = EpochChanged(epoch)
-        self._drop([sub for sub in list(self.all) if not sub.offer(notice)])
+        overflowed = []
+        for sub in [s for s in self.all if s.view in views]:
+            if sub.frontier_name != frontier_name:
+                self._lane(sub.frontier_name).subscribers.discard(sub)
+                sub.frontier_name = frontier_name
+                self._lane(frontier_name).subscribers.add(sub)
+            if not sub.offer(notice):
+                overflowed.append(sub)
+        self._drop(overflowed)
 
     def _drop(self, overflowed: list[Subscriber]) -> None:
         for sub in overflowed:

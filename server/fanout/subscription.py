@@ -22,6 +22,8 @@ from server.feed.store import Client, HistoryGone, Layout, read_history, read_sn
 from server.metrics import Metrics
 from server.wire import frames
 from server.wire.eventid import EventId, position_tuple
+from streaming.core.changes import split_physical
+from streaming.core.versions import split_epoch
 
 FEED_START_TIMEOUT = 5.0
 MAX_HISTORY_PAGE = 1000
@@ -93,7 +95,7 @@ class Subscription(Cursor):
         s = self.source
         frontier_name = s.frontier_of(self.view)
         snap = await read_snapshot(s.client, s.layout, self.view, self.key, frontier_name)
-        self.epoch = snap.epoch
+        self.epoch = snap.epoch  # the store's and the view version's
         self.position = position_tuple(snap.position)
         self.progress_position = position_tuple(snap.progress)
         self.frontier = frames.progress(snap.frontier).data.decode()
@@ -117,6 +119,7 @@ class Subscription(Cursor):
             page = await read_history(
                 s.client, s.layout, self.view, self.key, self.epoch, after,
                 count=min(s.buffer, MAX_HISTORY_PAGE),
+                pipeline=split_physical(s.frontier_of(self.view))[0],
             )  # fmt: skip
         except HistoryGone as gone:
             self.history = None
@@ -156,7 +159,7 @@ class Subscription(Cursor):
         for item in items:
             if isinstance(item, EpochChanged):
                 if item.epoch != self.epoch:
-                    out.extend(await self._reset("epoch_changed", "the store was replaced."))
+                    out.extend(await self._reset(*replaced(self.epoch, item.epoch)))
             elif self.is_next(item):
                 self.sent(item)
                 out.append(item.frame)
@@ -170,3 +173,11 @@ class Subscription(Cursor):
     def close(self) -> None:
         if self.subscriber is not None:
             self.source.hub.detach(self.subscriber)
+
+
+def replaced(before: str, now: str) -> tuple[str, str]:
+    """The reset code and sentence for a subscription of epoch ``before`` that the feed now
+    reads in ``now``: the store was replaced, or a new version of the view serves readers."""
+    if split_epoch(before)[0] != split_epoch(now)[0]:
+        return "epoch_changed", "the store was replaced."
+    return "view_replaced", "a new version of the view serves readers now; here is its snapshot."

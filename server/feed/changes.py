@@ -9,7 +9,10 @@ next entry; its result is only a wake-up, the next transactional read takes the 
 
 When the epoch changes (the store was wiped or replaced), the positions of the old store mean
 nothing: the feed reads every stream from its start again and tells the hub, whose subscribers
-of an older epoch reset. The feed holds no state another gateway process needs.
+of an older epoch reset. Each read also takes ``lv:active``, the version of each pipeline that
+serves readers: when one changes, the hub resets the subscribers of that pipeline's views
+(``view_replaced``), in the same cut as the first deltas of the new version. The feed holds no
+state another gateway process needs.
 """
 
 from __future__ import annotations
@@ -26,13 +29,16 @@ from server.feed.store import Client, Layout, decode_frontier
 from server.metrics import Metrics
 from server.wire import frames
 from streaming.core.changes import (
+    ACTIVE_KEY,
     NO_POSITION,
     PROGRESS_STREAM,
     Delta,
     changes_stream,
     decode_delta,
+    split_physical,
 )
 from streaming.core.errors import StoreMismatch
+from streaming.core.versions import composite_epoch
 
 log = logging.getLogger("liveviews.gateway.feed")
 
@@ -60,6 +66,7 @@ class ChangeFeed:
         *,
         block_ms: int = 1000,
         count: int = READ_COUNT,
+        views_of: dict[str, set[str]] | None = None,
     ) -> None:
         self.client = client
         self.hub = hub
@@ -70,6 +77,10 @@ class ChangeFeed:
         self.shard_streams = [changes_stream(s) for s in range(layout.shards)]
         self.positions: dict[str, str] = {}
         self.epoch: str | None = None
+        self.views_of = views_of or {}
+        """Pipeline -> the views it writes."""
+        self.namespaces: dict[str, str] = {}
+        """Pipeline -> the namespace of its version that serves readers (absent: ``""``)."""
         self.started = asyncio.Event()
         self.healthy = False
 
@@ -96,11 +107,13 @@ class ChangeFeed:
         """Begin at the streams' current heads: subscribers read a snapshot after this."""
         async with self.client.pipeline(transaction=True) as pipe:
             self.layout.queue(pipe)
+            pipe.hgetall(ACTIVE_KEY)
             for stream in [*self.shard_streams, PROGRESS_STREAM]:
                 pipe.xrevrange(stream, count=1)
             results = await pipe.execute()
         epoch = self.layout.epoch(results)
-        heads = results[4:]
+        self.namespaces = _namespaces(results[4])
+        heads = results[5:]
         self.positions = {
             stream: head[0][0].decode() if head else NO_POSITION
             for stream, head in zip([*self.shard_streams, PROGRESS_STREAM], heads, strict=True)
@@ -117,18 +130,37 @@ class ChangeFeed:
         """One transactional read; True if it found anything (so read again at once)."""
         async with self.client.pipeline(transaction=True) as pipe:
             self.layout.queue(pipe)
+            pipe.hgetall(ACTIVE_KEY)
             pipe.xread(self.positions, count=self.count)  # type: ignore[arg-type]
             results = await pipe.execute()
         self.metrics.feed_reads += 1
         epoch = self.layout.epoch(results)
+        namespaces = _namespaces(results[4])
         if epoch != self.epoch:
             log.warning("the store's epoch changed (%s -> %s): re-reading", self.epoch, epoch)
             self.epoch = epoch
+            self.namespaces = namespaces
             self.positions = dict.fromkeys(self.positions, NO_POSITION)
             self.metrics.store_epoch_changes += 1
             self.hub.epoch_changed(epoch)
             return True
-        return self._dispatch(epoch, results[4] or [])
+        if namespaces != self.namespaces:
+            self._switched(epoch, namespaces)
+        return self._dispatch(epoch, results[5] or [])
+
+    def _switched(self, epoch: str, namespaces: dict[str, str]) -> None:
+        """Readers of the pipelines whose serving version changed move to the new one."""
+        before, self.namespaces = self.namespaces, namespaces
+        for pipeline in sorted(set(before) | set(namespaces)):
+            namespace = namespaces.get(pipeline, "")
+            if before.get(pipeline, "") == namespace:
+                continue
+            log.info("pipeline %r: readers move to version %r", pipeline, namespace or "first")
+            self.hub.views_replaced(
+                self.views_of.get(pipeline, set()),
+                composite_epoch(epoch, namespace),
+                pipeline + namespace,
+            )
 
     def _dispatch(self, epoch: str, streams: list[list[object]]) -> bool:
         progress_entries: list[tuple[bytes, dict[bytes, bytes]]] = []
@@ -156,9 +188,16 @@ class ChangeFeed:
                 newest[fields[b"pipeline"]] = (entry_id, fields)  # each frontier's newest only
             for frontier_name, (entry_id, fields) in newest.items():
                 frame = frames.progress(decode_frontier(fields[b"frontier"]))
-                progress.append(Progress(epoch, entry_id.decode(), frame, frontier_name.decode()))
+                name = frontier_name.decode()
+                # A frontier is its pipeline version's: its subscribers' epoch carries the version.
+                version_epoch = composite_epoch(epoch, split_physical(name)[1])
+                progress.append(Progress(version_epoch, entry_id.decode(), frame, name))
         if deltas or progress:
             self.hub.publish(epoch, deltas, progress)
         if newest_ms:
             self.metrics.feed_lag_seconds = max(0.0, time.time() - newest_ms / 1000)
         return bool(streams) and (any(e for _, e in streams))
+
+
+def _namespaces(raw: dict[bytes, bytes]) -> dict[str, str]:
+    return {p.decode(): n.decode() for p, n in raw.items() if n}

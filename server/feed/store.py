@@ -17,20 +17,26 @@ from redis.exceptions import ResponseError
 
 from server.wire.eventid import new_epoch, position_tuple
 from streaming.core.changes import (
+    ACTIVE_KEY,
     FRONTIER_KEY,
+    FRONTIER_LAG_KEY,
     NO_POSITION,
     PROGRESS_STREAM,
+    VIEWS_FRONTIER,
     Delta,
     changes_stream,
     decode_delta,
+    physical,
     positions_key,
     rows_key,
     shard_for,
+    split_physical,
     view_key,
 )
 from streaming.core.errors import StoreMismatch
 from streaming.core.events import Event, Offset
 from streaming.core.log import META_KEY, Retention, offsets_from, placements, queue_appends
+from streaming.core.versions import composite_epoch, split_epoch
 
 Client = aioredis.Redis
 MAX_STORE_CONNECTIONS = 64
@@ -89,6 +95,7 @@ def decode_frontier(raw: bytes | None) -> dict[str, str]:
 class Snapshot:
     """The rows of a (view, key) at a shard position, with the store's epoch and frontier.
 
+    ``epoch`` is the store's with the version the rows are of (``versions.composite_epoch``).
     ``progress`` is the ``lv:progress`` entry the frontier came from, so a later progress frame
     is sent only if it is newer.
     """
@@ -101,31 +108,58 @@ class Snapshot:
     last_change: str | None
     frontier: dict[str, str]
     progress: str
+    frontier_name: str = VIEWS_FRONTIER
+    """The frontier of the pipeline version the rows are of."""
+    lag_ms: int | None = None
+    """How far that frontier was behind the log's head at its last batch."""
 
 
 async def read_snapshot(
     client: Client, layout: Layout, view: str, key: str, frontier_name: str
 ) -> Snapshot:
+    """The rows of the version of ``view`` that serves readers. ``frontier_name`` is the
+    frontier its subscribers follow as this gateway knows it (``entities@v2``); should the
+    store have switched to another version since, the read is made again for that one."""
+    pipeline, namespace = split_physical(frontier_name)
+    for _ in range(3):
+        snap, serving = await _read_snapshot(client, layout, view, key, pipeline, namespace)
+        if serving == namespace:
+            return snap
+        namespace = serving
+    raise StoreMismatch("the view's serving version kept changing while it was read.")
+
+
+async def _read_snapshot(
+    client: Client, layout: Layout, view: str, key: str, pipeline: str, namespace: str
+) -> tuple[Snapshot, str]:
     shard = shard_for(view, key, layout.shards)
+    name = physical(view, namespace)
+    owned = pipeline != VIEWS_FRONTIER
+    frontier_name = pipeline + namespace
     async with client.pipeline(transaction=True) as pipe:
         layout.queue(pipe)
-        pipe.hgetall(rows_key(shard, view, key))
-        pipe.hget(positions_key(shard), view_key(view, key))
+        pipe.hgetall(rows_key(shard, name, key))
+        pipe.hget(positions_key(shard), view_key(name, key))
         pipe.xrevrange(changes_stream(shard), count=1)
         pipe.hget(FRONTIER_KEY, frontier_name)
         pipe.xrevrange(PROGRESS_STREAM, count=1)
+        pipe.hget(FRONTIER_LAG_KEY, frontier_name)
+        pipe.hget(ACTIVE_KEY, pipeline)
         results = await pipe.execute()
-    rows, last, head, frontier, progress = results[4:]
-    return Snapshot(
+    rows, last, head, frontier, progress, lag, serving = results[4:]
+    snap = Snapshot(
         view=view,
         key=key,
-        epoch=layout.epoch(results),
+        epoch=composite_epoch(layout.epoch(results), namespace),
         rows={r.decode(): orjson.loads(v) for r, v in rows.items()},
         position=head[0][0].decode() if head else NO_POSITION,
         last_change=last.decode() if last else None,
         frontier=decode_frontier(frontier),
         progress=progress[0][0].decode() if progress else NO_POSITION,
+        frontier_name=frontier_name,
+        lag_ms=int(lag) if lag is not None else None,
     )
+    return snap, (serving.decode() if serving is not None and owned else "")
 
 
 class HistoryGone(Exception):
@@ -176,9 +210,17 @@ class HistoryPage:
 
 
 async def read_history(
-    client: Client, layout: Layout, view: str, key: str, epoch: str, after: str, count: int = 1000
+    client: Client,
+    layout: Layout,
+    view: str,
+    key: str,
+    epoch: str,
+    after: str,
+    count: int = 1000,
+    pipeline: str = VIEWS_FRONTIER,
 ) -> HistoryPage:
-    """One page of the deltas of (view, key) after ``after`` in ``epoch``, checked gap-free."""
+    """One page of the deltas of (view, key) after ``after`` in ``epoch`` (the store's and the
+    version's, ``versions.composite_epoch``), checked gap-free; ``pipeline`` writes the view."""
     shard = shard_for(view, key, layout.shards)
     stream = changes_stream(shard)
     start = "-" if after == NO_POSITION else f"({after}"
@@ -187,15 +229,22 @@ async def read_history(
         pipe.xinfo_stream(stream)
         pipe.xrange(stream, start, "+", count)
         pipe.xrevrange(PROGRESS_STREAM, count=1)
+        pipe.hget(ACTIVE_KEY, pipeline)
         results = await pipe.execute(raise_on_error=False)
     for r in results[:4] + results[5:]:
         if isinstance(r, Exception):
             raise r
-    if layout.epoch(results) != epoch:
+    store_epoch, namespace = split_epoch(epoch)
+    if layout.epoch(results) != store_epoch:
         raise HistoryGone("epoch_changed", "the store was replaced since this id was sent.")
+    serving = results[7].decode() if results[7] is not None and pipeline != VIEWS_FRONTIER else ""
+    if serving != namespace:
+        raise HistoryGone(
+            "view_replaced", "a new version of the view replaced the one this id is from."
+        )
     check_retained(_info(results[4]), after)
     entries, progress = results[5], results[6]
-    wanted = (view.encode(), key.encode())
+    wanted = (physical(view, namespace).encode(), key.encode())
     deltas = [decode_delta(i, f) for i, f in entries if (f[b"view"], f[b"key"]) == wanted]
     read_to = entries[-1][0].decode() if entries else after
     return HistoryPage(

@@ -40,6 +40,9 @@ import redis
 
 FRONTIER_KEY = "lv:frontier"
 FRONTIER_BATCHES_KEY = "lv:frontier:batches"
+FRONTIER_LAG_KEY = "lv:frontier:lag"
+"""Hash pipeline version -> ms its frontier was behind the log's head at its last batch."""
+HISTORY_RETENTION = 100_000
 PROGRESS_STREAM = "lv:progress"
 ACTIVE_KEY = "lv:active"
 """Hash pipeline -> the namespace of the version that serves readers (absent: ``""``)."""
@@ -85,6 +88,12 @@ def positions_key(shard: int) -> str:
 
 def rows_key(shard: int, view: str, key: str) -> str:
     return f"{_tag(shard)}:rows:{view_key(view, key)}"
+
+
+def history_stream(pipeline: str) -> str:
+    """One entry per batch of a pipeline version: its ``batch`` and the ``frontier`` it left,
+    the last ``HISTORY_RETENTION`` of them: which batch reflected a log offset."""
+    return f"lv:history:{pipeline}"
 
 
 def live_key(shard: int) -> str:

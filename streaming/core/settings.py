@@ -102,6 +102,13 @@ class Settings:
     """What the console shows: one of ``LOG_LEVELS`` (streaming.core.console)."""
     log_retention: Retention | None = None
     """How much of each log partition an append keeps (``LV_LOG_RETENTION``); None: all."""
+    rebuild_switch: str = "auto"
+    """``auto``: readers move to a rebuilt version once it has caught up; ``manual``: when an
+    operator runs ``liveviews switch`` (``LV_REBUILD_SWITCH``)."""
+    rebuild_switch_distance: int = 100
+    """A rebuilt version has caught up within this many events of the serving one."""
+    rebuild_grace_seconds: float = 60.0
+    """How long a replaced version's state is kept before it is deleted."""
 
     @property
     def store_url(self) -> str:
@@ -148,4 +155,17 @@ class Settings:
             python_launcher=env_bool(env, "LV_PYTHON_LAUNCHER", True),
             log_level=env_log_level(env),
             log_retention=Retention.parse(env.get("LV_LOG_RETENTION")),
+            rebuild_switch=rebuild_switch(env),
+            rebuild_switch_distance=env_int(env, "LV_REBUILD_SWITCH_DISTANCE", 100, minimum=0),
+            rebuild_grace_seconds=env_int(env, "LV_REBUILD_GRACE_SECONDS", 60, minimum=0),
         )
+
+
+def rebuild_switch(env: dict[str, str]) -> str:
+    value = (env.get("LV_REBUILD_SWITCH") or "auto").strip().lower()
+    if value not in ("auto", "manual"):
+        raise ConfigurationError(
+            f"LV_REBUILD_SWITCH={value!r}: write auto (switch readers once a rebuilt version"
+            " has caught up) or manual (when an operator runs liveviews switch)."
+        )
+    return value

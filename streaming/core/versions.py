@@ -53,6 +53,8 @@ class Version:
     namespace: str
     started: float
     """When it was registered (seconds since the epoch)."""
+    code: str = ""
+    """The ``derive`` of the code it runs (its version, unless it was built again by hand)."""
     ended: float | None = None
     """When it stopped serving (retired versions)."""
 
@@ -384,21 +386,30 @@ def _update(client: redis.Redis, pipeline: str, change: Any) -> Versions:
     return out[0]
 
 
-def register(client: redis.Redis, pipeline: str, version: str) -> Versions:
-    """The pipeline's entry, creating it with ``version`` serving if there is none. The first
-    version a store runs keeps the bare names (and the checkpoint) a store had before versions
-    existed, so an existing installation carries on without a rebuild."""
+def register(
+    client: redis.Redis, pipeline: str, code: str, packed: bytes | None = None
+) -> Versions:
+    """The pipeline's entry, creating it with version ``code`` serving if there is none. The
+    first version a store runs keeps the bare names (and the checkpoint) a store had before
+    versions existed, so an existing installation carries on without a rebuild."""
+    created: list[Version] = []
 
     def change(v: Versions) -> Versions:
         if v.active is None:
-            v.active = Version(version, "", time.time())
+            v.active = Version(code, "", time.time(), code)
+            created[:] = [v.active]
         return v
 
-    return _update(client, pipeline, change)
+    reg = _update(client, pipeline, change)
+    if created and packed is not None:
+        save_code(client, pipeline, created[0], packed)
+    return reg
 
 
-def begin(client: redis.Redis, pipeline: str, version: str) -> Versions:
-    """Start building ``version`` beside the serving one (nothing if it is being built)."""
+def begin(
+    client: redis.Redis, pipeline: str, version: str, code: str, packed: bytes | None = None
+) -> Versions:
+    """Start building ``version`` (running ``code``) beside the serving one."""
     if VERSION_RE.fullmatch(version) is None:
         raise ConfigurationError(f"version {version!r} is not 1 to 32 letters, digits or '_'.")
 
@@ -406,11 +417,14 @@ def begin(client: redis.Redis, pipeline: str, version: str) -> Versions:
         if v.active is None:
             raise ConfigurationError(f"pipeline {pipeline!r} has never run: nothing to rebuild.")
         if v.next is None or v.next.version != version:
-            v.next = Version(version, namespace_of(version), time.time())
+            v.next = Version(version, namespace_of(version), time.time(), code)
         v.aborted = None
         return v
 
-    return _update(client, pipeline, change)
+    reg = _update(client, pipeline, change)
+    if packed is not None and reg.next is not None:
+        save_code(client, pipeline, reg.next, packed)
+    return reg
 
 
 def ask(client: redis.Redis, pipeline: str, kind: str) -> Versions:
@@ -453,7 +467,7 @@ def abort(client: redis.Redis, pipeline: str) -> Version | None:
     def change(v: Versions) -> Versions:
         dropped[0] = v.next
         if v.next is not None:
-            v.aborted = v.next.version
+            v.aborted = v.next.code or v.next.version
             v.retired.append(replace(v.next, ended=time.time()))
         v.next = None
         return v

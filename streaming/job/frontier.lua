@@ -1,15 +1,20 @@
 -- Advance a pipeline's frontier: the log offsets (per partition) its views reflect.
--- KEYS[1] frontier hash, KEYS[2] frontier batches hash, KEYS[3] progress stream
--- ARGV: pipeline, batch id, the views' frontier name, the number n of pipelines, their n names,
--- then pairs of (partition, entry id) read by this batch.
+-- KEYS[1] frontier hash, KEYS[2] frontier batches hash, KEYS[3] progress stream,
+-- KEYS[4] active namespaces hash, KEYS[5] this pipeline version's history stream,
+-- KEYS[6] frontier lag hash, then the log stream of each partition in the pairs below, in order.
+-- ARGV: pipeline (with its namespace), batch id, the views' frontier name, row changes in the
+-- batch, the number n of pipelines, their n base names, then pairs of (partition, entry id)
+-- read by this batch.
 -- Each pipeline is its own query with its own frontier; the views' frontier is, per partition,
 -- the oldest of them: every view reflects at least that much of the log. Each advance of the
 -- pipeline's frontier, and of the views' frontier, is appended to the progress stream: a
 -- subscriber of a view follows the frontier of the pipeline that writes it.
 -- Returns the pipeline's frontier as JSON, or false when the batch was applied before.
 local frontiers, batches, progress = KEYS[1], KEYS[2], KEYS[3]
+local active, history, lags = KEYS[4], KEYS[5], KEYS[6]
 local pipeline, batch, combined = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local npipes = tonumber(ARGV[4])
+local rows, npipes = ARGV[4], tonumber(ARGV[5])
+local first_pair = 6 + npipes
 
 local last = redis.call('HGET', batches, pipeline)
 if last and tonumber(last) >= batch then
@@ -32,26 +37,42 @@ end
 local frontier = decode(redis.call('HGET', frontiers, pipeline))
 local before = decode(redis.call('HGET', frontiers, combined))
 local advanced = false
-for i = 5 + npipes, #ARGV, 2 do
+for i = first_pair, #ARGV, 2 do
   local partition, id = ARGV[i], ARGV[i + 1]
   if frontier[partition] == nil or later(id, frontier[partition]) then
     frontier[partition] = id
     advanced = true
   end
 end
+-- How far behind the log's head this batch left the views, in ms of append time: what a
+-- client is told with each frontier (0 once caught up).
+local lag = 0
+for i = first_pair, #ARGV, 2 do
+  local head = redis.call('XREVRANGE', KEYS[7 + (i - first_pair) / 2], '+', '-', 'COUNT', 1)[1]
+  local at = frontier[ARGV[i]]
+  if head and at and later(head[1], at) then
+    local hms = tonumber(string.match(head[1], '^(%d+)-'))
+    local ams = tonumber(string.match(at, '^(%d+)-'))
+    if hms - ams > lag then lag = hms - ams end
+  end
+end
 local encoded = cjson.encode(frontier)
 redis.call('HSET', batches, pipeline, batch)
 redis.call('HSET', frontiers, pipeline, encoded)
+redis.call('HSET', lags, pipeline, lag)
+-- Which batch reflected which offsets, for reading a view as of an offset (liveviews inspect).
+redis.call('XADD', history, 'MAXLEN', '~', 100000, '*', 'batch', batch, 'frontier', encoded)
 if advanced then
   redis.call('XADD', progress, 'MAXLEN', '~', 1000, '*',
-    'pipeline', pipeline, 'batch', batch, 'frontier', encoded)
+    'pipeline', pipeline, 'batch', batch, 'frontier', encoded, 'rows', rows, 'lag_ms', lag)
 end
 
--- The views' frontier: per partition, the oldest offset over every pipeline that has one.
+-- The views' frontier: per partition, the oldest offset over every serving pipeline version.
 local oldest = {}
 local first = true
-for i = 5, 4 + npipes do
-  local other = ARGV[i] == pipeline and frontier or decode(redis.call('HGET', frontiers, ARGV[i]))
+for i = 6, 5 + npipes do
+  local name = ARGV[i] .. (redis.call('HGET', active, ARGV[i]) or '')
+  local other = name == pipeline and frontier or decode(redis.call('HGET', frontiers, name))
   local next_oldest = {}
   for partition, id in pairs(other) do
     if first then

@@ -23,6 +23,7 @@ from streaming.job.progress import record_progress
 from streaming.job.session import QUERY_NAME, SHUFFLE_PARTITIONS
 from streaming.job.sink import ChangeTopicSink
 from streaming.job.source import SOURCE_NAME, screen_option, store_retry
+from streaming.job.versioning import Versioning
 from streaming.job.views import CHANGE_SCHEMA
 
 SINK_TIMEOUT_S = 600
@@ -51,15 +52,22 @@ def changes(pipeline: Pipeline, events: DataFrame) -> DataFrame:
 
 
 def checkpoint_of(settings: Settings, pipeline: str) -> Path:
+    """The checkpoint of a pipeline version (``entities``, ``entities@v2``)."""
     return settings.checkpoint_dir / pipeline
 
 
 def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQuery]:
-    """One query per pipeline, each with its own checkpoint, source and frontier.
+    """One query per pipeline, each with its own checkpoint, source and frontier (two while a
+    new version of it is built beside the serving one: ``streaming.job.versioning``).
 
     A pipeline's micro-batches then wait only for its own operators: a small batch of the
     Chirp entities no longer waits for the activity windows, and the reverse.
     """
+    return list(start_versions(spark, app, settings).queries.values())
+
+
+def start_versions(spark: SparkSession, app: App, settings: Settings) -> Versioning:
+    """The queries of every pipeline version that should run, and what runs them."""
     if not app.pipelines:
         raise ConfigurationError(f"application {app.name!r} declares no pipeline.")
     if VIEWS_FRONTIER in app.pipelines:
@@ -76,7 +84,9 @@ def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQu
     client = sink_client(settings)
     check_layout(client, settings.log_partitions, settings.change_shards)
     record_progress(spark, client)
-    return [start_pipeline(spark, app, settings, name, client) for name in app.pipelines]
+    versioning = Versioning(spark, app, settings, client)
+    versioning.start()
+    return versioning
 
 
 def sink_client(settings: Settings) -> redis.Redis:
@@ -92,14 +102,23 @@ def sink_client(settings: Settings) -> redis.Redis:
 
 
 def start_pipeline(
-    spark: SparkSession, app: App, settings: Settings, name: str, client: redis.Redis
+    spark: SparkSession,
+    app: App,
+    settings: Settings,
+    name: str,
+    client: redis.Redis,
+    namespace: str = "",
+    pipelines: list[str] | None = None,
 ) -> StreamingQuery:
-    """The query of one pipeline, from its checkpoint: at start, or again after a failure."""
+    """The query of one pipeline version, from its checkpoint: at start, or again after a
+    failure. ``namespace`` is the version's (``streaming.core.versions``); ``pipelines`` those
+    whose serving versions make up every view's frontier (``app``'s by default)."""
     pipeline = app.pipelines[name]
+    qualified = name + namespace
     partitions = str(spark.conf.get(SHUFFLE_PARTITIONS))  # LV_SHUFFLE_PARTITIONS or the user's
     sink = ChangeTopicSink(
         client, app, name, settings.change_shards, settings.change_retention,
-        list(app.pipelines), BatchEnds(spark),
+        pipelines or list(app.pipelines), BatchEnds(spark), namespace,
     )  # fmt: skip
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
     # A query takes the session's settings as they are when it starts; a new checkpoint
@@ -107,11 +126,11 @@ def start_pipeline(
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
     try:
         return (
-            changes(pipeline, read_log(spark, settings, app, name))
-            .writeStream.queryName(f"{QUERY_NAME}.{name}")
+            changes(pipeline, read_log(spark, settings, app, qualified))
+            .writeStream.queryName(f"{QUERY_NAME}.{qualified}")
             .outputMode("update")
             .foreachBatch(sink)
-            .option("checkpointLocation", str(checkpoint_of(settings, name)))
+            .option("checkpointLocation", str(checkpoint_of(settings, qualified)))
             .trigger(processingTime=pipeline.trigger_interval or settings.trigger_interval)
             .start()
         )

@@ -18,14 +18,13 @@ events are set aside fails for another reason, and ends the process too.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from pyspark.sql.streaming import StreamingQuery
 
 from streaming.core import deadletters
-from streaming.core.app import App
-from streaming.core.settings import Settings
 from streaming.job.offsetlog import UNREAD, parse
 from streaming.job.source import READ_CHUNK
 
@@ -123,12 +122,10 @@ class Recovery:
         """The batch last set aside, per pipeline."""
 
     def check(
-        self, spark: Any, app: App, settings: Settings, queries: dict[str, StreamingQuery]
+        self, queries: dict[str, StreamingQuery], restart: Callable[[str], StreamingQuery]
     ) -> tuple[str, str] | None:
-        """Starts again each failed query whose batch could be set aside (in ``queries``);
-        (query name, failure) of one that cannot go on, if any."""
-        from streaming.job.queries import start_pipeline
-
+        """Starts again (``restart``) each failed query of ``queries`` (by pipeline version)
+        whose batch could be set aside; (query name, failure) of one that cannot go on, if any."""
         for pipeline, query in list(queries.items()):
             if query.isActive:
                 continue
@@ -138,7 +135,7 @@ class Recovery:
             text = str(failure)
             if not self.set_aside_failed_batch(pipeline, query, text):
                 return query.name, text
-            queries[pipeline] = start_pipeline(spark, app, settings, pipeline, self.client)
+            queries[pipeline] = restart(pipeline)
         return None
 
     def set_aside_failed_batch(self, pipeline: str, query: Any, failure: str) -> bool:

@@ -5,12 +5,19 @@
 -- replayed after a crash emits nothing twice: an upsert of the stored value and a delete of
 -- a missing row change nothing, so they append no delta.
 --
--- KEYS[1] changes stream, KEYS[2] batches hash, KEYS[3] positions hash,
+-- KEYS[1] changes stream, KEYS[2] batches hash, KEYS[3] positions hash, KEYS[4] live hash,
 -- then three keys per (view, key) group: rows hash, candidates hash, rank zset.
--- ARGV: pipeline, batch id, retention, final (0 | 1), group count,
---       then per group: view, key, limit (0 = all rows), op count,
+-- ARGV: pipeline (with its namespace), batch id, retention, final (0 | 1), group count,
+--       the pipeline's base name, its namespace,
+--       then per group: view (with the namespace), key, limit (0 = all rows), op count,
 --       then per op: kind ("u" upsert | "d" delete), row id, value JSON, score.
 -- Returns the number of deltas appended.
+--
+-- A version of the pipeline that does not serve readers (being built, or just replaced) writes
+-- its rows without deltas: nobody reads them yet, and readers of the serving version must not
+-- pay for a rebuild. The shard's live hash names the serving namespace; it changes in the same
+-- transaction as the version readers resolve (streaming/core/versions.py), so a snapshot of the
+-- new version is followed by every delta written after it.
 --
 -- Each group's reads and writes are one variadic command per hash or sorted set, not one per
 -- row: every command a script runs costs the store its own dispatch and its own entry in the
@@ -18,6 +25,7 @@
 local changes, batches, positions = KEYS[1], KEYS[2], KEYS[3]
 local pipeline, batch, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local final, groups = ARGV[4] == '1', tonumber(ARGV[5])
+local publish = (redis.call('HGET', KEYS[4], ARGV[6]) or '') == ARGV[7]
 
 local last = redis.call('HGET', batches, pipeline)
 if last and tonumber(last) >= batch then
@@ -54,7 +62,7 @@ local function hmget(key, fields)
   return out
 end
 
-local emitted, a, k = 0, 6, 4
+local emitted, a, k = 0, 8, 5
 local moved = {}  -- for the positions hash: view/key, entry id, ...
 for _ = 1, groups do
   local view, key, limit, nops = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
@@ -162,7 +170,7 @@ for _ = 1, groups do
     variadic('HSET', rows, set)
     variadic('HDEL', rows, out)
   end
-  if #ops > 0 then
+  if #ops > 0 and publish then
     local id = redis.call('XADD', changes, 'MAXLEN', '~', retention, '*',
       'view', view, 'key', key, 'ops', '[' .. table.concat(ops, ',') .. ']',
       'pipeline', pipeline, 'batch', batch)

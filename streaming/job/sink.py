@@ -26,19 +26,25 @@ from pyspark.sql import DataFrame
 from streaming.core import deadletters
 from streaming.core.app import App
 from streaming.core.changes import (
+    ACTIVE_KEY,
     FRONTIER_BATCHES_KEY,
     FRONTIER_KEY,
+    FRONTIER_LAG_KEY,
     PROGRESS_STREAM,
     VIEWS_FRONTIER,
     batches_key,
     candidates_key,
     changes_stream,
+    history_stream,
+    live_key,
+    physical,
     positions_key,
     rank_key,
     rows_key,
     shard_for,
 )
 from streaming.core.errors import ConfigurationError
+from streaming.core.events import log_stream
 from streaming.job.views import DEAD_LETTER_VIEW
 
 log = logging.getLogger("liveviews.sink")
@@ -56,7 +62,11 @@ def _script(name: str) -> str:
 
 
 class ChangeTopicSink:
-    """``foreachBatch(sink)``: idempotent by (pipeline name, batch id)."""
+    """``foreachBatch(sink)``: idempotent by (pipeline version, batch id).
+
+    ``namespace`` is the pipeline version's (``streaming.core.versions``): its views' rows, its
+    batches and its frontier are stored under names that carry it.
+    """
 
     def __init__(
         self,
@@ -67,8 +77,11 @@ class ChangeTopicSink:
         retention: int,
         pipelines: Sequence[str] = (),
         ends: EndOffsets | None = None,
+        namespace: str = "",
     ) -> None:
         self.client = client
+        self.namespace = namespace
+        self.qualified = name + namespace
         # How far each batch read the log (``streaming.job.offsetlog.BatchEnds`` in the job).
         self.ends = ends
         self.name = name
@@ -110,10 +123,13 @@ class ChangeTopicSink:
         for group, ops in groups.items():
             by_shard[shard_for(group[0], group[1], self.shards)].append((group, ops))
         letters = self._dead_letters(letter_rows, batch_id) if letter_rows else []
-        frontier_args: list[Any] = [self.name, batch_id, VIEWS_FRONTIER, len(self.pipelines)]
-        frontier_args += self.pipelines
+        frontier_args: list[Any] = [self.qualified, batch_id, VIEWS_FRONTIER, len(rows)]
+        frontier_args += [len(self.pipelines), *self.pipelines]
+        frontier_keys = [FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM, ACTIVE_KEY,
+                         history_stream(self.qualified), FRONTIER_LAG_KEY]  # fmt: skip
         for partition in sorted(read_to):
             frontier_args += [partition, read_to[partition]]
+            frontier_keys.append(log_stream(partition))
         with self.client.pipeline(transaction=False) as pipe:
             # First, so a replay of this batch finds its bad events already set aside.
             deadletters.record(pipe, letters)
@@ -127,8 +143,7 @@ class ChangeTopicSink:
             # frontier advances after every delta of the batch is written; and a gateway whose
             # read wakes on the first delta reads the frontier that covers it in the same read
             # (the store answers it once it has run what arrived with that delta).
-            self.advance(keys=[FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM],
-                         args=frontier_args, client=pipe)  # fmt: skip
+            self.advance(keys=frontier_keys, args=frontier_args, client=pipe)
             pipe.execute()
 
     def _dead_letters(self, rows: list[Any], batch_id: int) -> list[deadletters.DeadLetter]:
@@ -139,7 +154,7 @@ class ChangeTopicSink:
         for r in rows:
             why = orjson.loads(r["value"])
             out.append(deadletters.letter(
-                self.name, r["key"], r["row"], why["error"], trace=why["traceback"],
+                self.qualified, r["key"], r["row"], why["error"], trace=why["traceback"],
                 fields=entries.get(r["key"]), batch=batch_id,
             ))  # fmt: skip
         return out
@@ -153,12 +168,15 @@ class ChangeTopicSink:
         *,
         final: bool,
     ) -> None:
-        keys: list[str] = [changes_stream(shard), batches_key(shard), positions_key(shard)]
-        args: list[Any] = [self.name, batch_id, self.retention, int(final), len(groups)]
+        keys: list[str] = [changes_stream(shard), batches_key(shard), positions_key(shard),
+                           live_key(shard)]  # fmt: skip
+        args: list[Any] = [self.qualified, batch_id, self.retention, int(final), len(groups),
+                           self.name, self.namespace]  # fmt: skip
         for (view, key), ops in groups:
-            keys += [rows_key(shard, view, key), candidates_key(shard, view, key),
-                     rank_key(shard, view, key)]  # fmt: skip
-            args += [view, key, self.limits[view], len(ops)]
+            name = physical(view, self.namespace)
+            keys += [rows_key(shard, name, key), candidates_key(shard, name, key),
+                     rank_key(shard, name, key)]  # fmt: skip
+            args += [name, key, self.limits[view], len(ops)]
             for kind, row, value, score in ops:
                 args += [kind, row, value, repr(score)]
         self.apply_shard(keys=keys, args=args, client=pipe)

@@ -211,19 +211,20 @@ def _command(settings, *args: str) -> str:
 def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipeline_goes_on(
     spark, store, settings
 ):
-    from streaming.job.queries import sink_client, start
+    from streaming.job.queries import sink_client, start_versions
     from streaming.job.recovery import Recovery
 
     brittle = _notes_app(isolate=False)
     log = EventLog(store, brittle, settings.log_partitions)
     first = log.append_batch([_note("u", "a"), _note("v", "b")])
-    queries = dict(zip(brittle.pipelines, start(spark, brittle, settings), strict=True))
+    versioning = start_versions(spark, brittle, settings)
+    queries = versioning.queries
     recovery = Recovery(sink_client(settings))
 
     def run_until_caught_up() -> None:
         deadline = time.monotonic() + 90
         while not views_caught_up(store, settings.log_partitions):
-            assert recovery.check(spark, brittle, settings, queries) is None
+            assert recovery.check(queries, versioning.restart) is None
             assert time.monotonic() < deadline
             time.sleep(0.05)
 
@@ -235,7 +236,7 @@ def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipelin
         after = log.append_batch([_note("u", "e")])
         run_until_caught_up()
     finally:
-        for q in queries.values():
+        for q in versioning.queries.values():
             q.stop()
     letters = deadletters.listed(store, "notes")
     assert {d.offset for d in letters} == {str(o) for o in bad}

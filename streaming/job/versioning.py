@@ -1,0 +1,302 @@
+"""Which versions of each pipeline run, and the rebuild of a new one beside the serving one.
+
+At start, each pipeline's version (``streaming.core.versions.derive``) is compared with the one
+serving readers. The same: it runs. Another: the new version starts from offset 0 of the log
+with a checkpoint and namespace of its own, while the serving version keeps running from its
+stored code, so readers keep a view that keeps up. ``tick``, called by the driver's loop, then
+switches readers over once the new version is within ``LV_REBUILD_SWITCH_DISTANCE`` events of
+the serving one, stops the replaced version, and deletes its state after
+``LV_REBUILD_GRACE_SECONDS``. It also carries out what an operator asked for with
+``liveviews rebuild | switch | abort``. A kill at any point resumes: the registry in the store
+says what was being built, and the switch is one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from streaming.core import versions
+from streaming.core.app import App, load_app
+from streaming.core.changes import (
+    FRONTIER_BATCHES_KEY,
+    FRONTIER_KEY,
+    FRONTIER_LAG_KEY,
+    batches_key,
+    history_stream,
+    positions_key,
+    read_frontier,
+)
+from streaming.core.events import entry_id_tuple, log_stream
+from streaming.core.settings import Settings
+from streaming.core.versions import Version, Versions
+
+log = logging.getLogger("liveviews.versions")
+
+DELETE_STEP = 1000
+
+
+@dataclass
+class Running:
+    """One pipeline version's query and the application declaration it runs."""
+
+    pipeline: str
+    version: Version
+    app: App
+    query: StreamingQuery
+
+
+class Versioning:
+    """The pipeline versions one driver runs (``queries``, by qualified name)."""
+
+    def __init__(
+        self, spark: SparkSession, app: App, settings: Settings, client: redis.Redis
+    ) -> None:
+        self.spark = spark
+        self.app = app
+        self.settings = settings
+        self.client = client
+        self.running: dict[str, Running] = {}
+        self.code = {p: versions.derive(app, p) for p in app.pipelines}
+        self._packed: dict[str, bytes | None] = {}
+        self._deleting: set[str] = set()
+
+    @property
+    def queries(self) -> dict[str, StreamingQuery]:
+        return {name: r.query for name, r in self.running.items()}
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start(self) -> dict[str, StreamingQuery]:
+        for p in self.app.pipelines:
+            self._start_pipeline(p)
+        return self.queries
+
+    def _start_pipeline(self, p: str) -> None:
+        code = self.code[p]
+        reg = versions.register(self.client, p, code, self._pack(p))
+        assert reg.active is not None
+        if reg.active.code == code:
+            if reg.next is not None:
+                log.info("pipeline %r: dropping version %s, built for code that is gone",
+                         p, reg.next.version)  # fmt: skip
+                self._abort(p)
+            self._run(p, reg.active, self.app)
+            return
+        if reg.next is not None and reg.next.code == code:
+            log.info("pipeline %r: resuming the rebuild of version %s", p, reg.next.version)
+        elif reg.aborted == code:
+            log.warning("pipeline %r: its code is version %s, whose rebuild was aborted; readers"
+                        " keep version %s (liveviews rebuild %s builds it again)",
+                        p, code, reg.active.version, p)  # fmt: skip
+            self._run_stored(p, reg.active)
+            return
+        else:
+            if reg.next is not None:
+                self._abort(p)
+            reg = self._begin(p, code)
+            log.info("pipeline %r changed: building version %s beside version %s",
+                     p, code, reg.active.version if reg.active else "?")  # fmt: skip
+        assert reg.active is not None and reg.next is not None
+        self._run_stored(p, reg.active)
+        self._run(p, reg.next, self.app)
+
+    def _pack(self, p: str) -> bytes | None:
+        """The current code of ``p``, to store with a version; None when the application is not
+        the one ``LV_APP`` names (declared in a test, say): such a version runs only while this
+        process does."""
+        if p not in self._packed:
+            try:
+                same = load_app(self.settings.app) is self.app
+            except Exception:  # noqa: BLE001 - any failure means: not importable by its spec
+                same = False
+            self._packed[p] = versions.pack(self.app, p, self.settings.app) if same else None
+        return self._packed[p]
+
+    def _begin(self, p: str, code: str, manual: bool = False) -> Versions:
+        reg = versions.read(self.client, p)
+        taken = {reg.active.version} if reg and reg.active else set()
+        taken |= {r.version for r in reg.retired} if reg else set()
+        name = code
+        if manual or name in taken:
+            name = f"{code[:20]}_{int(time.time())}"
+        return versions.begin(self.client, p, name, code, self._pack(p))
+
+    def _run_stored(self, p: str, version: Version) -> None:
+        """Run a version from the code stored with it; without it, its views stay as they are
+        until the version being built replaces them."""
+        raw = versions.read_code(self.client, p, version)
+        if raw is None:
+            log.warning("pipeline %r: version %s has no stored code; its views are served as"
+                        " they are, without new events, until the new version replaces them",
+                        p, version.version)  # fmt: skip
+            return
+        self._run(p, version, versions.unpack(raw, f"{p}_{version.version}"))
+
+    def _run(self, p: str, version: Version, app: App) -> None:
+        from streaming.job.queries import start_pipeline
+
+        query = start_pipeline(self.spark, app, self.settings, p, self.client,
+                               version.namespace, list(self.app.pipelines))  # fmt: skip
+        self.running[version.qualified(p)] = Running(p, version, app, query)
+
+    def restart(self, qualified: str) -> StreamingQuery:
+        """The query of a running version again, from its checkpoint (after a set-aside batch)."""
+        from streaming.job.queries import start_pipeline
+
+        r = self.running[qualified]
+        r.query = start_pipeline(self.spark, r.app, self.settings, r.pipeline, self.client,
+                                 r.version.namespace, list(self.app.pipelines))  # fmt: skip
+        return r.query
+
+    # -- while running -------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Act on operators' requests, switch a caught-up version, delete retired ones."""
+        for p, reg in versions.read_all(self.client).items():
+            if p not in self.app.pipelines:
+                continue
+            if reg.request is not None:
+                self._request(p, versions.take_request(self.client, p))
+                reg = versions.read(self.client, p) or reg
+            building = reg.next is not None and reg.next.qualified(p) in self.running
+            if building and self.settings.rebuild_switch == "auto" and self._caught_up(p, reg):
+                self._switch(p)
+            for old in reg.retired:
+                self._retire(p, old)
+
+    def _request(self, p: str, kind: str | None) -> None:
+        reg = versions.read(self.client, p)
+        if reg is None or kind is None:
+            return
+        log.info("pipeline %r: %s asked", p, kind)
+        if kind == "rebuild" and reg.next is None:
+            reg = self._begin(p, self.code[p], manual=True)
+            assert reg.next is not None
+            if reg.active is not None and reg.active.qualified(p) not in self.running:
+                self._run_stored(p, reg.active)
+            self._run(p, reg.next, self.app)
+        elif kind == "switch" and reg.next is not None:
+            self._switch(p)
+        elif kind == "abort" and reg.next is not None:
+            self._abort(p)
+
+    def _caught_up(self, p: str, reg: Versions) -> bool:
+        """Is the version being built within the switch distance of the serving one (or of the
+        log's head, when the serving one does not run)?"""
+        assert reg.next is not None and reg.active is not None
+        new = read_frontier(self.client, reg.next.qualified(p))
+        if not new:
+            return False
+        if reg.active.qualified(p) in self.running:
+            target = read_frontier(self.client, reg.active.qualified(p))
+        else:
+            target = _heads(self.client, self.settings.log_partitions)
+        distance = self.settings.rebuild_switch_distance
+        behind = 0
+        with self.client.pipeline(transaction=False) as pipe:
+            for partition, end in target.items():
+                start = new.get(partition)
+                if start is not None and entry_id_tuple(start) >= entry_id_tuple(end):
+                    continue
+                pipe.xrange(log_stream(partition), f"({start}" if start else "-", end,
+                            count=distance + 1)  # fmt: skip
+            for entries in pipe.execute():
+                behind += len(entries)
+        return behind <= distance
+
+    def _switch(self, p: str) -> None:
+        reg = versions.switch(self.client, p, self.settings.change_shards)
+        assert reg.active is not None
+        log.info("pipeline %r: readers switched to version %s", p, reg.active.version)
+        old = reg.retired[-1] if reg.retired else None
+        if old is not None:
+            self._stop(old.qualified(p))
+
+    def _abort(self, p: str) -> None:
+        dropped = versions.abort(self.client, p)
+        if dropped is not None:
+            self._stop(dropped.qualified(p))
+            log.info("pipeline %r: version %s aborted", p, dropped.version)
+
+    def _stop(self, qualified: str) -> None:
+        r = self.running.pop(qualified, None)
+        if r is not None:
+            try:
+                r.query.stop()
+            except Exception:  # noqa: BLE001 - a query that already failed is stopped too
+                log.exception("stopping %s", qualified)
+
+    def _retire(self, p: str, old: Version) -> None:
+        """Delete a retired version's state once its grace period is over, in a thread: a
+        large view takes a while, and the driver's loop must keep switching and recovering."""
+        name = old.qualified(p)
+        due = (old.ended or 0) + self.settings.rebuild_grace_seconds
+        if name in self.running or name in self._deleting or time.time() < due:
+            return
+        self._deleting.add(name)
+        views = set(self.app.pipelines[p].views)
+
+        def delete() -> None:
+            try:
+                delete_state(self.client, self.settings, p, old, views)
+                versions.forget(self.client, p, old)
+                log.info("pipeline %r: state of version %s deleted", p, old.version)
+            except Exception:  # noqa: BLE001 - tried again at the next tick
+                log.exception("deleting the state of %s", name)
+            finally:
+                self._deleting.discard(name)
+
+        threading.Thread(target=delete, name=f"retire-{name}", daemon=True).start()
+
+
+def _heads(client: redis.Redis, partitions: int) -> dict[int, str]:
+    from streaming.core.lag import log_heads
+
+    return log_heads(client, partitions)
+
+
+def delete_state(
+    client: redis.Redis, settings: Settings, p: str, old: Version, views: set[str]
+) -> None:
+    """Everything a pipeline version wrote: its views' rows, their positions, its batches, its
+    frontier and history, and its checkpoint. Its dead letters stay, as a record."""
+    qualified = old.qualified(p)
+    for view in sorted(views):
+        name = view + old.namespace
+        batch: list[Any] = []
+        for key in client.scan_iter(match=f"lv:{{c*}}:*:{_glob(name)}/*", count=DELETE_STEP):
+            batch.append(key)
+            if len(batch) >= DELETE_STEP:
+                client.unlink(*batch)
+                batch = []
+        if batch:
+            client.unlink(*batch)
+        for shard in range(settings.change_shards):
+            fields = [f for f, _ in client.hscan_iter(
+                positions_key(shard), match=f"{_glob(name)}/*", count=DELETE_STEP)]  # fmt: skip
+            for i in range(0, len(fields), DELETE_STEP):
+                client.hdel(positions_key(shard), *fields[i : i + DELETE_STEP])
+    with client.pipeline(transaction=False) as pipe:
+        for shard in range(settings.change_shards):
+            pipe.hdel(batches_key(shard), qualified)
+        for key in (FRONTIER_KEY, FRONTIER_BATCHES_KEY, FRONTIER_LAG_KEY):
+            pipe.hdel(key, qualified)
+        pipe.delete(history_stream(qualified))
+        pipe.execute()
+    from streaming.job.queries import checkpoint_of
+
+    shutil.rmtree(checkpoint_of(settings, qualified), ignore_errors=True)
+
+
+def _glob(text: str) -> str:
+    """``text`` as a literal in a store MATCH pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
