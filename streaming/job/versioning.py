@@ -42,6 +42,7 @@ from streaming.core.versions import Version, Versions
 log = logging.getLogger("liveviews.versions")
 
 DELETE_STEP = 1000
+REPORT_SECONDS = 10.0
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Versioning:
         self.code = {p: versions.derive(app, p) for p in app.pipelines}
         self._packed: dict[str, bytes | None] = {}
         self._deleting: set[str] = set()
+        self._reported = 0.0
 
     @property
     def queries(self) -> dict[str, StreamingQuery]:
@@ -168,6 +170,8 @@ class Versioning:
                 self._request(p, versions.take_request(self.client, p))
                 reg = versions.read(self.client, p) or reg
             building = reg.next is not None and reg.next.qualified(p) in self.running
+            if building:
+                self._report(p, reg)
             if building and self.settings.rebuild_switch == "auto" and self._caught_up(p, reg):
                 self._switch(p)
             for old in reg.retired:
@@ -188,6 +192,18 @@ class Versioning:
             self._switch(p)
         elif kind == "abort" and reg.next is not None:
             self._abort(p)
+
+    def _report(self, p: str, reg: Versions) -> None:
+        """A line every ``REPORT_SECONDS`` on how far a rebuild has come (``liveviews status``
+        and ``liveviews rebuild`` show more)."""
+        if time.monotonic() - self._reported < REPORT_SECONDS:
+            return
+        self._reported = time.monotonic()
+        assert reg.next is not None
+        behind: Any = self.client.hget(FRONTIER_LAG_KEY, reg.next.qualified(p))
+        where = f"{int(behind) / 1000:.1f} s of the log behind its head" if behind else "starting"
+        log.info("pipeline %r: rebuilding version %s beside version %s: %s", p,
+                 reg.next.version, reg.active.version if reg.active else "?", where)  # fmt: skip
 
     def _caught_up(self, p: str, reg: Versions) -> bool:
         """Is the version being built within the switch distance of the serving one (or of the
