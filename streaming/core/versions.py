@@ -26,6 +26,7 @@ import time
 import types
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -237,9 +238,9 @@ def pack(app: App, pipeline: str, spec: str) -> bytes:
     for name in _module_names(app.pipelines[pipeline].build, package):
         _module(name, package)  # imported lazily by the build function: take it now
     modules = {
-        name: inspect.getsource(m)
+        name: Path(m.__file__).read_text(encoding="utf-8")
         for name, m in sorted(sys.modules.items())
-        if _in(name, package) and getattr(m, "__file__", None)
+        if _in(name, package) and str(getattr(m, "__file__", None) or "").endswith(".py")
     }
     return orjson.dumps({"spec": spec, "pipeline": pipeline, "modules": modules})
 

@@ -1,0 +1,125 @@
+"""Pipeline versions: the rule that derives them from code, the stored code that runs an old
+version beside the new one, and the registry's transitions in a real store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streaming.core import versions
+from streaming.core.app import load_app
+from streaming.core.changes import ACTIVE_KEY, FRONTIER_KEY, live_key
+from streaming.core.errors import ConfigurationError
+
+MODULE = """
+from streaming import App, Schema, String
+from {package}.helpers import shape
+
+app = App("tiny")
+app.event_type("note", Schema({{"user": String()}}), lambda p: p["user"])
+app.view("notes")
+app.view("others")
+
+
+def unrelated():
+    return {unrelated!r}
+
+
+@app.pipeline("notes", views=["notes"])
+def notes(events):
+    return shape(events)
+
+
+@app.pipeline("others", views=["others"]{declared})
+def others(events):
+    return events
+"""
+HELPERS = """
+def shape(events):
+    return {shape!r}
+"""
+
+
+def _write(root: Path, package: str, shape: str = "a", unrelated: str = "x",
+           declared: str = "") -> Any:  # fmt: skip
+    pkg = root / package
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "app.py").write_text(MODULE.format(package=package, unrelated=unrelated,
+                                              declared=declared))  # fmt: skip
+    (pkg / "helpers.py").write_text(HELPERS.format(shape=shape))
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        del sys.modules[name]
+    return load_app(f"{package}.app:app")
+
+
+@pytest.fixture
+def code_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_a_version_changes_with_the_code_the_pipeline_reaches_and_only_with_it(code_dir):
+    first = _write(code_dir, "vers_a")
+    v1 = versions.derive(first, "notes")
+    assert len(v1) == 12 and v1 == versions.derive(_write(code_dir, "vers_a"), "notes")
+    assert versions.derive(_write(code_dir, "vers_a", unrelated="y"), "notes") == v1
+    assert versions.derive(_write(code_dir, "vers_a", shape="b"), "notes") != v1
+    declared = _write(code_dir, "vers_a", declared=', version="v7"')
+    assert versions.derive(declared, "others") == "v7"
+
+
+def test_stored_code_runs_the_old_version_beside_the_new_one(code_dir):
+    old = _write(code_dir, "vers_b", shape="old")
+    packed = versions.pack(old, "notes", "vers_b.app:app")
+    new = _write(code_dir, "vers_b", shape="new")
+    again = versions.unpack(packed, "notes_1")
+    assert again.pipelines["notes"].build(None) == "old"
+    assert new.pipelines["notes"].build(None) == "new"
+    assert list(again.views) == ["notes"] and list(again.event_types) == ["note"]
+    # Its functions belong to modules of its own, which Spark ships to workers by value.
+    assert sys.modules["_lv_notes_1.vers_b.helpers"].shape(None) == "old"
+    assert sys.modules["vers_b.helpers"].shape(None) == "new"
+
+
+def test_the_registry_builds_switches_and_aborts_in_the_store(store):
+    reg = versions.register(store, "notes", "aaa", b"{}")
+    assert reg.active is not None and reg.active.namespace == "" and reg.next is None
+    assert versions.register(store, "notes", "bbb").active == reg.active  # first one stays
+    with pytest.raises(ConfigurationError, match="no version being built"):
+        versions.ask(store, "notes", "switch")
+    reg = versions.begin(store, "notes", "bbb", "bbb", b"{}")
+    assert reg.next is not None and reg.next.qualified("notes") == "notes@bbb"
+    assert versions.read_code(store, "notes", reg.next) == b"{}"
+    store.hset(FRONTIER_KEY, "notes@bbb", '{"0": "5-0"}')
+    before = store.xlen("lv:progress")
+    reg = versions.switch(store, "notes", 4)
+    assert reg.active is not None and reg.active.version == "bbb" and reg.next is None
+    assert [r.version for r in reg.retired] == ["aaa"] and reg.retired[0].ended
+    assert store.hget(ACTIVE_KEY, "notes") == b"@bbb"
+    assert {store.hget(live_key(s), "notes") for s in range(4)} == {b"@bbb"}
+    entry = store.xrevrange("lv:progress", count=1)[0][1]
+    assert store.xlen("lv:progress") == before + 1
+    assert entry[b"pipeline"] == b"notes@bbb" and entry[b"frontier"] == b'{"0": "5-0"}'
+
+    versions.begin(store, "notes", "ccc", "ccc")
+    versions.ask(store, "notes", "abort")
+    assert versions.take_request(store, "notes") == "abort"
+    assert versions.take_request(store, "notes") is None
+    dropped = versions.abort(store, "notes")
+    assert dropped is not None and dropped.version == "ccc"
+    reg = versions.read(store, "notes")
+    assert reg is not None and reg.next is None and reg.aborted == "ccc"
+    assert store.hget(ACTIVE_KEY, "notes") == b"@bbb"  # readers never moved
+    versions.forget(store, "notes", reg.retired[0])
+    assert [r.version for r in versions.read(store, "notes").retired] == ["ccc"]
+
+
+def test_event_ids_carry_the_version_readers_were_served():
+    assert versions.composite_epoch("5f3a9c0e12ab", "") == "5f3a9c0e12ab"
+    assert versions.composite_epoch("5f3a9c0e12ab", "@v2") == "5f3a9c0e12ab-v2"
+    assert versions.split_epoch("5f3a9c0e12ab-v2") == ("5f3a9c0e12ab", "@v2")
+    assert versions.split_epoch("5f3a9c0e12ab") == ("5f3a9c0e12ab", "")
