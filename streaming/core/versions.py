@@ -238,7 +238,7 @@ def pack(app: App, pipeline: str, spec: str) -> bytes:
     for name in _module_names(app.pipelines[pipeline].build, package):
         _module(name, package)  # imported lazily by the build function: take it now
     modules = {
-        name: Path(m.__file__).read_text(encoding="utf-8")
+        name: Path(str(m.__file__)).read_text(encoding="utf-8")
         for name, m in sorted(sys.modules.items())
         if _in(name, package) and str(getattr(m, "__file__", None) or "").endswith(".py")
     }
