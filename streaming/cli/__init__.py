@@ -1,0 +1,49 @@
+"""``liveviews``: the operators' command line.
+
+``status`` (pipelines, versions, lag, gateways), ``rebuild`` / ``switch`` / ``abort`` (pipeline
+versions), ``inspect`` (a key's rows, deltas, and rows as of an offset), ``tail`` (the log as it
+is appended) and ``deadletters``. Each command is a module of this package; docs/CLI.md says
+what each prints and its exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from streaming.cli import deadletters, inspection, rebuild, status, tail
+from streaming.cli.base import Env, Group
+
+__all__ = ["cli", "main"]
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Operate Liveviews: the store is REDIS_URL's (or the embedded one), the application
+    LV_APP's. Exit codes: 0 done, 1 not found or not done, 2 usage, 3 store unreachable."""
+    ctx.ensure_object(Env)
+
+
+cli.add_command(status.status)
+cli.add_command(rebuild.rebuild)
+cli.add_command(rebuild.switch)
+cli.add_command(rebuild.abort)
+cli.add_command(inspection.inspect_key)
+cli.add_command(tail.tail)
+cli.add_command(deadletters.group)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``liveviews`` console script; returns the exit code."""
+    try:
+        cli.main(args=argv, prog_name="liveviews", standalone_mode=True)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 1
+    except BrokenPipeError:
+        # The reader of stdout went away (``liveviews tail | head``): nothing more to say.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return 0

@@ -1,0 +1,100 @@
+"""``liveviews tail``: the log as it is appended, one line per event, across partitions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import orjson
+import redis
+
+from streaming.cli.base import Env, emit, json_option, pass_env
+from streaming.core.events import decode_entry, entry_id_tuple, iso, log_stream
+
+BLOCK_MS = 1000
+COUNT = 500
+
+
+def heads(client: redis.Redis, partitions: int, from_start: bool) -> dict[str, str]:
+    """Where each partition's reading starts: its first entry, or after its newest one now.
+
+    The newest ids are resolved once, not left to ``$``, which means "newest" anew at every
+    read and would skip what was appended between two of them."""
+    streams = {log_stream(p): "0-0" for p in range(partitions)}
+    if from_start:
+        return streams
+    with client.pipeline(transaction=False) as pipe:
+        for stream in streams:
+            pipe.xrevrange(stream, count=1)
+        newest: list[Any] = pipe.execute()
+    for stream, last in zip(list(streams), newest, strict=True):
+        if last:
+            streams[stream] = last[0][0].decode()
+    return streams
+
+
+def line(stream: bytes, entry_id: bytes, fields: dict[bytes, bytes]) -> dict[str, Any]:
+    """One event as printed; an entry that is not a well-formed event shows its raw fields."""
+    partition = int(stream.decode().rsplit(":", 1)[1])
+    offset = f"{partition}:{entry_id.decode()}"
+    try:
+        e = decode_entry(partition, entry_id, fields)
+        payload = orjson.loads(e.payload_json)
+        return {"offset": offset, "type": e.type, "key": e.key, "time": e.time_ms,
+                "payload": payload}  # fmt: skip
+    except (KeyError, ValueError):
+        raw = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in fields.items()}
+        return {"offset": offset, "type": raw.get("type"), "key": raw.get("key"),
+                "time": None, "payload": None, "raw": raw}  # fmt: skip
+
+
+def _text(event: dict[str, Any]) -> str:
+    when = iso(event["time"]) if isinstance(event["time"], int) else "-"
+    body = orjson.dumps(event["payload"] if event["payload"] is not None else event.get("raw"))
+    return f"{event['offset']}  {event['type']}  {event['key']}  {when}  {body.decode()}"
+
+
+@click.command()
+@click.option("--type", "types", multiple=True, metavar="TYPE",
+              help="Only events of this type (repeat for several).")  # fmt: skip
+@click.option("--key", "keys", multiple=True, metavar="KEY",
+              help="Only events of this partition key (repeat for several).")  # fmt: skip
+@click.option("--from-start", is_flag=True, help="Begin with the log's oldest events.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Stop after this many events (default: until Ctrl-C).")  # fmt: skip
+@json_option
+@pass_env
+def tail(
+    env: Env,
+    types: tuple[str, ...],
+    keys: tuple[str, ...],
+    from_start: bool,
+    limit: int | None,
+    as_json: bool,
+) -> None:
+    """Print the log's events as they are appended: offset, type, key, time and payload. With
+    --json, one JSON object per line. Ctrl-C ends it (exit 0)."""
+    client = env.client
+    streams = heads(client, env.settings.log_partitions, from_start)
+    shown = 0
+    try:
+        while limit is None or shown < limit:
+            read: Any = client.xread(streams, count=COUNT, block=BLOCK_MS)  # type: ignore[arg-type]
+            events = []
+            for stream, entries in read or []:
+                streams[stream.decode()] = entries[-1][0].decode()
+                events += [line(stream, entry_id, fields) for entry_id, fields in entries]
+            # One read's events in the order the store took them, whatever their partition.
+            events.sort(key=lambda e: entry_id_tuple(e["offset"].partition(":")[2]))
+            for event in events:
+                if (types and event["type"] not in types) or (keys and event["key"] not in keys):
+                    continue
+                if as_json:
+                    emit(event)
+                else:
+                    click.echo(_text(event))
+                shown += 1
+                if limit is not None and shown >= limit:
+                    return
+    except KeyboardInterrupt:
+        return

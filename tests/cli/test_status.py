@@ -1,0 +1,115 @@
+"""``liveviews status``: every pipeline version against the log, batch durations, dead letters
+and the gateways, read from the store as the pipeline and the gateways write it."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+import redis
+
+from streaming.core import deadletters, lag, versions
+from streaming.core.changes import FRONTIER_KEY
+from streaming.core.gateways import GATEWAYS_KEY, encode
+from streaming.core.lag import log_heads
+from tests.cli.conftest import PARTITIONS, SHARDS, Pipelines, Run, profile
+
+PROGRESS = "lv:pipeline:progress"
+
+
+def _progress(store: redis.Redis, query: str, durations: list[int], at: str = "*") -> None:
+    for batch, ms in enumerate(durations):
+        store.xadd(PROGRESS, {"query": query, "batch": batch, "events": 10,
+                              "duration_ms": orjson.dumps({"triggerExecution": ms,
+                                                           "addBatch": ms // 2})}, id=at)  # fmt: skip
+
+
+def _store(store: redis.Redis, pipelines: Pipelines) -> None:
+    """entities: v1 retired, v2 serving and caught up, v3 being built and behind; activity: one
+    version, never advanced. Two live gateways and one that stopped reporting."""
+    versions.register(store, "entities", "v1")
+    versions.register(store, "activity", "a1")
+    versions.begin(store, "entities", "v2", "v2")
+    versions.switch(store, "entities", SHARDS)
+    versions.begin(store, "entities", "v3", "v3")
+    pipelines.append(*[profile(f"user{i}", "x") for i in range(12)])
+    heads = log_heads(store, PARTITIONS)
+    store.hset(FRONTIER_KEY, "entities@v2", orjson.dumps({str(p): h for p, h in heads.items()}))
+    first = min(heads)
+    store.hset(FRONTIER_KEY, "entities@v3", orjson.dumps({str(first): heads[first]}))
+    _progress(store, "liveviews.entities@v2", [9000], at=f"{int(time.time() * 1000) - 600_000}-0")
+    _progress(store, "liveviews.entities@v2", list(range(10, 110, 10)))
+    _progress(store, "liveviews.entities@v3", [500])
+    deadletters.record(store, [deadletters.letter("entities@v2", "0:1-0", "view", "boom"),
+                               deadletters.letter("entities@v2", "0:2-0", "view", "boom")])  # fmt: skip
+    store.hset(GATEWAYS_KEY, mapping={
+        "web-1:10": encode(3, {"profiles": 2, "timeline": 1}),
+        "web-2:11": encode(1, {"profiles": 1}),
+        "web-3:12": encode(50, {"profiles": 50}, now=time.time() - 3600),
+    })  # fmt: skip
+
+
+def test_each_version_its_lag_batch_durations_and_dead_letters(
+    run: Run, store: redis.Redis, pipelines: Pipelines
+) -> None:
+    _store(store, pipelines)
+    doc = run.json("status")
+    assert doc["log"]["events"] == 12 and doc["log"]["partitions"] == PARTITIONS
+    by_name = {p["pipeline"]: p for p in doc["pipelines"]}
+    assert set(by_name) == {"entities", "activity"}
+    active, building, retired = by_name["entities"]["versions"]
+    assert [v["role"] for v in (active, building, retired)] == ["active", "next", "retired"]
+    assert [v["version"] for v in (active, building, retired)] == ["v2", "v3", "v1"]
+    assert active["lag"] == {"events": 0, "capped": False, "seconds": 0.0}
+    assert active["batches"] == {"count": 10, "p50_ms": 50.0, "p99_ms": 100.0}
+    assert active["dead_letters"] == 2 and building["dead_letters"] == 0
+    behind = 12 - store.xlen(f"lv:log:{min(int(p) for p in building['frontier'])}")
+    assert building["lag"]["events"] == behind and not building["lag"]["capped"]
+    assert building["batches"]["count"] == 1 and retired["lag"] is None
+    (activity,) = by_name["activity"]["versions"]
+    assert activity["lag"]["events"] == 12 and activity["frontier"] == {}
+    assert [g["name"] for g in doc["gateways"]] == ["web-1:10", "web-2:11"]
+    assert doc["connections"] == 4
+    assert doc["subscribers"] == {"profiles": 3, "timeline": 1}
+
+
+def test_a_capped_lag_reads_at_least(
+    run: Run, store: redis.Redis, pipelines: Pipelines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(store, pipelines)
+    monkeypatch.setattr(lag, "EVENT_CAP", 2)
+    doc = run.json("status")
+    activity = next(p for p in doc["pipelines"] if p["pipeline"] == "activity")["versions"][0]
+    assert activity["lag"]["capped"] and activity["lag"]["events"] <= 2 * PARTITIONS
+    text = run("status")
+    assert text.exit_code == 0, text.stderr
+    assert f"≥{activity['lag']['events']}" in text.stdout
+    for shown in ("entities@v3", "web-1:10", "profiles", "at head", "nothing read"):
+        assert shown in text.stdout, shown
+
+
+def test_an_empty_store_and_the_window_of_batch_durations(
+    run: Run, store: redis.Redis, pipelines: Pipelines
+) -> None:
+    doc = run.json("status")
+    assert [p["versions"][0]["version"] for p in doc["pipelines"]] == [None, None]
+    assert doc["gateways"] == [] and doc["log"]["events"] == 0
+    _store(store, pipelines)
+    wide = run.json("status", "--minutes", "20")
+    active = next(p for p in wide["pipelines"] if p["pipeline"] == "entities")["versions"][0]
+    assert active["batches"]["count"] == 11 and active["batches"]["p99_ms"] == 9000.0
+    assert run("status", "--minutes", "0").exit_code == 2
+
+
+def test_a_store_that_cannot_be_reached_exits_3(run: Run) -> None:
+    from click.testing import CliRunner
+
+    from streaming.cli import cli
+
+    env = {**run.env, "REDIS_URL": "redis://:hunter2hunter2@127.0.0.1:1/0"}
+    result = CliRunner().invoke(cli, ["status", "--json"], env=env)
+    assert result.exit_code == 3
+    assert orjson.loads(result.stdout)["code"] == "store_unavailable"
+    assert "cannot be reached" in result.stderr and "hunter2" not in result.stderr
+    assert "Traceback" not in result.stderr
