@@ -121,13 +121,15 @@ export class Client extends Emitter {
     return this._httpPublish(events);
   }
 
-  /** The rows of `view`/`key` once, without following them: `{rows, frontier, position}`. */
+  /** The rows of `view`/`key` once, without following them: `{rows, frontier, lagMs, position}`. */
   async get(view, key) {
     this._requireOpen('get');
     const path = `/v1/views/${encodeURIComponent(view)}/${encodeURIComponent(key)}`;
     const response = await this._request(path, {}, false);
     const body = await response.json();
-    return { rows: new Map(Object.entries(body.rows)), frontier: body.frontier, position: body.position };
+    return {
+      rows: new Map(Object.entries(body.rows)), frontier: body.frontier, lagMs: body.lag_ms ?? null, position: body.position,
+    };
   }
 
   /** Watch events as they are appended to the log (`GET /v1/log/live`); see LogTail. */

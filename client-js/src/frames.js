@@ -102,6 +102,11 @@ function checkOps(ops) {
   }
 }
 
+function checkLag(kind, data) {
+  const lag = data.lag_ms;
+  check(lag === undefined || (Number.isInteger(lag) && lag >= 0), kind, 'a lag_ms that is a whole number of ms, if any');
+}
+
 /** A frame of `kind`, checked against the protocol. Unknown kinds pass, for newer gateways. */
 export function frame(kind, id, data, sub = null) {
   check(isObject(data), kind, 'a data object');
@@ -110,6 +115,7 @@ export function frame(kind, id, data, sub = null) {
       check(isString(id), kind, 'an id');
       check(isString(data.view) && isString(data.key), kind, 'a view and a key');
       check(isObject(data.rows) && isObject(data.frontier), kind, 'rows and a frontier');
+      checkLag(kind, data);
       break;
     case FrameKind.DELTA:
       check(isString(id), kind, 'an id');
@@ -118,6 +124,7 @@ export function frame(kind, id, data, sub = null) {
       break;
     case FrameKind.PROGRESS:
       check(isObject(data.frontier), kind, 'a frontier');
+      checkLag(kind, data);
       break;
     case FrameKind.RESET:
     case FrameKind.END:

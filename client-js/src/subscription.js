@@ -7,10 +7,13 @@
  * (refused for good, e.g. forbidden) are final. Every transition goes through `_setState`,
  * which emits `state` with `{oldState, newState, reason}`.
  *
- * Events: `snapshot` (rows replaced: `{rows, frontier, eventId, wasRecovering, reason}`;
- * `wasRecovering` is true when a resume failed and this snapshot starts over), `change` (one
- * delta applied: `{ops, rows, eventId}`), `progress` (`{frontier}`), `state` and `error`.
- * `rows` is a new Map after every change; treat it as read-only.
+ * Events: `snapshot` (rows replaced: `{rows, frontier, lagMs, eventId, wasRecovering,
+ * reason}`; `wasRecovering` is true when a resume failed and this snapshot starts over),
+ * `change` (one delta applied: `{ops, rows, eventId}`), `progress` (`{frontier, lagMs}`),
+ * `state` and `error`. `rows` is a new Map after every change; treat it as read-only.
+ *
+ * `lagMs` is how far the view was behind the log when its pipeline committed the batch that
+ * left the latest frontier (0: caught up), or null when the gateway did not say.
  */
 
 import { Emitter } from './emitter.js';
@@ -49,6 +52,8 @@ export class Subscription extends Emitter {
     this.rows = new Map();
     /** @type {Record<string, string>} */
     this.frontier = {};
+    /** Ms the view was behind the log at the latest frontier (0: caught up); null: unknown. */
+    this.lagMs = null;
     /** The id of the last snapshot or delta: where a reconnect resumes. Opaque. */
     this.lastEventId = null;
     this.error = null;
@@ -203,7 +208,7 @@ export class Subscription extends Emitter {
         this._delta(frame);
         break;
       case FrameKind.PROGRESS:
-        this._progress(frame.data.frontier);
+        this._progress(frame.data);
         break;
       case FrameKind.RESET:
         this._reset = { code: frame.data.code, message: frame.data.message };
@@ -222,9 +227,10 @@ export class Subscription extends Emitter {
     this._reset = null;
     this.rows = new Map(Object.entries(rows));
     this.frontier = { ...frontier };
+    this.lagMs = frame.data.lag_ms ?? null;
     this.lastEventId = frame.id;
     this._emit('snapshot', {
-      kind: 'snapshot', rows: this.rows, frontier: this.frontier, eventId: frame.id, wasRecovering, reason,
+      kind: 'snapshot', rows: this.rows, frontier: this.frontier, lagMs: this.lagMs, eventId: frame.id, wasRecovering, reason,
     });
     if (this.state !== S.LIVE) this._setState(S.LIVE, null);
     this._settleWaiters();
@@ -242,9 +248,10 @@ export class Subscription extends Emitter {
     this._emit('change', { kind: 'delta', ops: frame.data.ops, rows, eventId: frame.id });
   }
 
-  _progress(frontier) {
+  _progress({ frontier, lag_ms: lagMs = null }) {
     this.frontier = mergeFrontier(this.frontier, frontier);
-    this._emit('progress', { frontier: this.frontier });
+    this.lagMs = lagMs;
+    this._emit('progress', { frontier: this.frontier, lagMs });
     this._settleWaiters();
   }
 

@@ -43,6 +43,7 @@ test('a subscription gets the snapshot, then each delta in order', live, async (
   const once = await client.get('profiles', key); // the same rows, read without following them
   assert.deepEqual(once.rows, sub.rows);
   assert.match(once.position, /^[\w-]+\.\d+-\d+$/);
+  assert.ok(Number.isInteger(once.lagMs) && once.lagMs >= 0, `lagMs ${once.lagMs}: the pipeline's lag at its last batch`);
   assert.deepEqual(log.filter((e) => e.event === 'state').map((e) => e.newState), ['live']);
   sub.unsubscribe();
   assert.equal(sub.state, 'closed');

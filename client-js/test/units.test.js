@@ -125,6 +125,25 @@ test('reflects waits for the frontier, numerically, and fails when the subscript
   assert.equal(sub.state, 'error');
 });
 
+test('lagMs follows the latest snapshot or progress frame, and is null when it has none', () => {
+  const seen = [];
+  const sub = standalone({
+    snapshot: (e) => seen.push(['snapshot', e.lagMs]),
+    progress: (e) => seen.push(['progress', e.lagMs, e.frontier[0]]),
+  });
+  assert.equal(sub.lagMs, null, 'nothing said yet');
+  sub._frame(frame('snapshot', 'e.1-0', { view: 'profiles', key: 'alice', rows: {}, frontier: { 0: '5-0' }, lag_ms: 1200 }));
+  assert.equal(sub.lagMs, 1200);
+  sub._frame(frame('progress', null, { frontier: { 0: '9-0' }, lag_ms: 0 }));
+  assert.equal(sub.lagMs, 0, 'caught up');
+  sub._frame(progress({ 0: '10-0' })); // a gateway that does not say
+  assert.equal(sub.lagMs, null);
+  assert.deepEqual(seen, [['snapshot', 1200], ['progress', 0, '9-0'], ['progress', null, '10-0']]);
+  for (const bad of [-1, 1.5, '3', null]) {
+    assert.throws(() => frame('progress', null, { frontier: {}, lag_ms: bad }), /lag_ms/, String(bad));
+  }
+});
+
 test('for await iterates snapshots and deltas until the subscription closes', async () => {
   const sub = standalone();
   const seen = [];

@@ -96,6 +96,8 @@ export interface SnapshotEvent<V> {
   kind: 'snapshot';
   rows: ReadonlyMap<string, V>;
   frontier: Frontier;
+  /** Ms the view was behind the log when this frontier was committed (0: caught up); null: unknown. */
+  lagMs: number | null;
   eventId: string;
   /** True when a resume failed and these rows start over (see `reason`). */
   wasRecovering: boolean;
@@ -115,7 +117,7 @@ export interface ChangeEvent<V> {
 export interface SubscriptionEvents<V> {
   snapshot: SnapshotEvent<V>;
   change: ChangeEvent<V>;
-  progress: { frontier: Frontier };
+  progress: { frontier: Frontier; lagMs: number | null };
   state: StateChange<SubscriptionStateName>;
   error: LiveviewsError;
 }
@@ -129,6 +131,9 @@ export declare class Subscription<V = unknown> {
   /** The current rows; a new Map after every change. Read-only. */
   readonly rows: ReadonlyMap<string, V>;
   readonly frontier: Frontier;
+  /** Ms the view was behind the log when its latest frontier was committed (0: caught up);
+   *  null until a frame says, or when the gateway does not. */
+  readonly lagMs: number | null;
   /** Where a reconnect resumes; opaque. */
   readonly lastEventId: string | null;
   readonly error: LiveviewsError | null;
@@ -186,7 +191,7 @@ export declare class Client {
   subscribe<V = unknown>(view: string, key: string, handlers?: SubscriptionHandlers<V>): Subscription<V>;
   publish(event: Event): Promise<Offset>;
   publishBatch(events: Event[]): Promise<Offset[]>;
-  get<V = unknown>(view: string, key: string): Promise<{ rows: Map<string, V>; frontier: Frontier; position: string }>;
+  get<V = unknown>(view: string, key: string): Promise<{ rows: Map<string, V>; frontier: Frontier; lagMs: number | null; position: string }>;
   tailLog(options?: { recent?: number; keep?: number }, handlers?: { [E in keyof LogTailEvents]?: Listener<LogTailEvents[E]> }): LogTail;
   setToken(token: string): void;
   disconnect(): void;

@@ -71,9 +71,18 @@ class Frame:
 
 
 def snapshot(
-    view: str, key: str, rows: dict[str, Any], frontier: dict[str, str], event_id: str
+    view: str,
+    key: str,
+    rows: dict[str, Any],
+    frontier: dict[str, str],
+    event_id: str,
+    lag_ms: int | None = None,
 ) -> Frame:
-    data = {"view": view, "key": key, "rows": rows, "frontier": frontier}
+    """``lag_ms``: how far the frontier was behind the log's head when the batch that left it
+    committed (0: caught up); left out when the pipeline did not record it."""
+    data: dict[str, Any] = {"view": view, "key": key, "rows": rows, "frontier": frontier}
+    if lag_ms is not None:
+        data["lag_ms"] = lag_ms
     return Frame(SNAPSHOT, _json(data), event_id)
 
 
@@ -81,8 +90,11 @@ def delta(view: str, key: str, ops: list[dict[str, Any]], event_id: str) -> Fram
     return Frame(DELTA, _json({"view": view, "key": key, "ops": ops}), event_id)
 
 
-def progress(frontier: dict[str, str]) -> Frame:
-    return Frame(PROGRESS, _json({"frontier": frontier}))
+def progress(frontier: dict[str, str], lag_ms: int | None = None) -> Frame:
+    """``lag_ms`` as in ``snapshot``."""
+    if lag_ms is None:
+        return Frame(PROGRESS, _json({"frontier": frontier}))
+    return Frame(PROGRESS, _json({"frontier": frontier, "lag_ms": lag_ms}))
 
 
 def reset(code: str, message: str) -> Frame:
