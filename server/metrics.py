@@ -1,12 +1,46 @@
-"""The process's counters and gauges, rendered in the Prometheus text format at /metrics.
+"""The process's counters, gauges and histograms, rendered in the Prometheus text format at
+/metrics.
 
-Plain attributes rather than a client library: they are bumped on the delivery path of every
-frame, where an attribute add is the cheapest thing there is.
+Two kinds, rendered one after the other. The figures bumped on the delivery path of every frame
+are plain attributes: an attribute add costs ~15 ns where prometheus_client's ``Counter.inc``
+costs ~210 ns, beside ~0.27 µs per delivery in all (docs/performance/metrics.md). The rest are
+prometheus_client's, in a registry of this ``Metrics`` alone (``Figures``): the latency of each
+push, and what the pipelines did, read from the store at each scrape. No figure has a label
+naming a user or a key: their number would grow with the audience.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry, Gauge, Histogram, Metric, generate_latest
+from redis.exceptions import RedisError
+
+from streaming.core.changes import FRONTIER_KEY, PROGRESS_STREAM, split_physical
+from streaming.core.events import entry_id_tuple, log_stream
+from streaming.core.lag import EVENT_CAP, Lag, lag_ms
+from streaming.core.versions import REGISTRY_KEY, Versions
+
+log = logging.getLogger("liveviews.gateway.metrics")
+
+PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
+"""Spark's figures per micro-batch (``streaming.job.progress``, which the gateway does not import:
+it imports Spark)."""
+QUERY_PREFIX = "liveviews."
+"""A pipeline's streaming query is named ``liveviews.<pipeline version>`` (``streaming.job``)."""
+FIRST_WINDOW_SECONDS = 600.0
+"""A process's first scrape reads the pipelines' figures of the last ten minutes."""
+PAGE = 1000
+MAX_PAGES = 20
+"""At most this many pages of a stream per scrape; the next scrape goes on from there."""
 
 
 @dataclass
@@ -33,10 +67,31 @@ class Metrics:
     feed_errors: int = 0
     feed_lag_seconds: float = 0.0
     store_epoch_changes: int = 0
+    figures: Figures = field(default_factory=lambda: Figures(), repr=False, compare=False)
 
     @property
     def connections(self) -> int:
         return self.sse_connections + self.ws_connections
+
+    def frontier_pushed(self, frontier: dict[str, str], now: float) -> None:
+        """A frontier was handed to the subscribers at ``now`` (unix seconds): observe how long
+        ago the newest log entry it covers was appended. Called once per progress entry."""
+        try:
+            newest = max((int(i.partition("-")[0]) for i in frontier.values()), default=0)
+        except ValueError:
+            return  # not an entry id: nothing to measure, and the feed must not stop for it
+        if newest:
+            self.figures.push_latency.observe(max(0.0, now - newest / 1000))
+
+    async def scrape(
+        self,
+        client: aioredis.Redis,
+        partitions: int,
+        pipelines: Collection[str],
+        subscribers: dict[str, int],
+    ) -> str:
+        """The registry's text, after reading the pipelines' figures from the store."""
+        return await self.figures.scrape(client, partitions, pipelines, subscribers)
 
     def render(self) -> str:
         rows: list[tuple[str, str, str, list[tuple[str, float]]]] = [
@@ -84,3 +139,304 @@ class Metrics:
             out.append(f"# TYPE {name} {kind}")
             out.extend(f"{name}{labels} {value}" for labels, value in samples)
         return "\n".join(out) + "\n"
+
+
+class _HasView(Protocol):
+    @property
+    def view(self) -> str: ...
+
+
+def subscribers_by_view(subscribers: Iterable[_HasView], views: Iterable[str]) -> dict[str, int]:
+    """How many of ``subscribers`` follow each view; every view of ``views`` is named, with 0."""
+    counts = dict.fromkeys(views, 0)
+    for sub in subscribers:
+        counts[sub.view] = counts.get(sub.view, 0) + 1
+    return counts
+
+
+PIPELINE = ("pipeline", "version")
+
+
+class Figures:
+    """The prometheus_client side: one registry per process (per ``Metrics``), so that two
+    gateways in one test process do not mix their figures."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.push_latency = Histogram(
+            "lv_push_latency_seconds",
+            "From an event's append to the log to the push of the first frontier covering it.",
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.batch_duration = Histogram(
+            "lv_pipeline_batch_duration_seconds",
+            "Spark's triggerExecution of each micro-batch of a pipeline version.",
+            PIPELINE,
+            registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+        self.rows_changed = Histogram(
+            "lv_pipeline_rows_changed",
+            "Row changes each micro-batch of a pipeline version wrote.",
+            PIPELINE,
+            registry=r,
+            buckets=(0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
+        )
+        self.lag_events = Gauge(
+            "lv_pipeline_lag_events",
+            f"Log events after the frontier of a pipeline version now (at most {EVENT_CAP} "
+            "counted per partition); the version serving readers and the one being built.",
+            PIPELINE,
+            registry=r,
+        )
+        self.lag_seconds = Gauge(
+            "lv_pipeline_lag_seconds",
+            "How much older the frontier of a pipeline version is than the log's head now, in "
+            "append time; the version serving readers and the one being built.",
+            PIPELINE,
+            registry=r,
+        )
+        self.view_subscribers = Gauge(
+            "lv_view_subscribers", "Subscribers of each view in this process.", ("view",),
+            registry=r,
+        )  # fmt: skip
+        self._batches = _Tail(PIPELINE_PROGRESS_STREAM)
+        self._progress = _Tail(PROGRESS_STREAM)
+        self._observed: set[tuple[str, str]] = set()
+        # Two scrapes at once would read the streams from the same cursor and count twice.
+        self._lock = asyncio.Lock()
+
+    async def scrape(
+        self,
+        client: aioredis.Redis,
+        partitions: int,
+        pipelines: Collection[str],
+        subscribers: dict[str, int],
+    ) -> str:
+        async with self._lock:
+            cursors = self._batches.after, self._progress.after
+            try:
+                read = await self._read(client, partitions, pipelines)
+            except (RedisError, OSError, ValueError, TypeError, KeyError) as exc:
+                # The store is away (/readyz says so) or holds what this gateway cannot read:
+                # the other figures still count, and the next scrape reads these entries again.
+                self._batches.after, self._progress.after = cursors
+                read = None
+                if not isinstance(exc, RedisError | OSError):
+                    log.warning("/metrics could not read the pipelines' figures: %r", exc)
+            # No await from here on: the gauges are set and rendered as one picture.
+            self.view_subscribers.clear()
+            for view, n in subscribers.items():
+                self.view_subscribers.labels(view).set(n)
+            self.lag_events.clear()
+            self.lag_seconds.clear()
+            if read is not None:
+                self._apply(read)
+            return generate_latest(_WithoutCreated(self.registry)).decode()
+
+    async def _read(
+        self, client: aioredis.Redis, partitions: int, pipelines: Collection[str]
+    ) -> _Read:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(REGISTRY_KEY)
+            pipe.hgetall(FRONTIER_KEY)
+            registry_raw, frontiers_raw = await pipe.execute()
+        registry = {
+            p.decode(): Versions.decode(p.decode(), v)
+            for p, v in registry_raw.items()
+            if p.decode() in pipelines
+        }
+        frontiers = {k.decode(): v for k, v in frontiers_raw.items()}
+        targets: dict[str, tuple[str, str]] = {}  # qualified name -> (pipeline, version)
+        for name in sorted(pipelines):
+            found = registry.get(name)
+            if found is None:
+                if name in frontiers:  # a store written before versions were registered
+                    targets[name] = (name, "")
+                continue
+            for v in (found.active, found.next):
+                if v is not None:
+                    targets[v.qualified(name)] = (name, v.version)
+        followed = {q: _frontier(frontiers.get(q)) for q in targets}
+        lags = await measure_all(client, partitions, followed)
+        now = time.time()
+        batches = await self._batches.read(client, now)
+        progress = await self._progress.read(client, now)
+        return _Read(pipelines, registry, targets, lags, batches, progress)
+
+    def _apply(self, read: _Read) -> None:
+        for qualified, target in read.targets.items():
+            lag = read.lags[qualified]
+            self.lag_events.labels(*target).set(lag.events)
+            self.lag_seconds.labels(*target).set(lag.ms / 1000)
+        for _, fields in read.batches:
+            query = fields.get(b"query", b"").decode()
+            if not query.startswith(QUERY_PREFIX):
+                continue
+            labels = read.labels(query.removeprefix(QUERY_PREFIX))
+            duration = _trigger_seconds(fields.get(b"duration_ms"))
+            if labels and duration is not None:
+                self.batch_duration.labels(*labels).observe(duration)
+                self._observed.add(labels)
+        for _, fields in read.progress:
+            # Entries of a switch (batch -1) and of the views' frontier wrote no rows.
+            labels = read.labels(fields.get(b"pipeline", b"").decode())
+            rows = _whole(fields.get(b"rows"))
+            if labels and rows is not None and fields.get(b"batch") != b"-1":
+                self.rows_changed.labels(*labels).observe(rows)
+                self._observed.add(labels)
+        # A version forgotten by the registry (its state deleted) leaves the histograms, so
+        # that rebuilds do not add series forever.
+        for labels in sorted(self._observed - read.known()):
+            for histogram in (self.batch_duration, self.rows_changed):
+                with contextlib.suppress(KeyError):  # observed in the other one only
+                    histogram.remove(*labels)
+            self._observed.discard(labels)
+
+
+class _WithoutCreated:
+    """The registry without the ``_created`` series prometheus_client adds beside each
+    histogram: one more series per label set, saying only when this process began counting."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            family.samples = [x for x in family.samples if not x.name.endswith("_created")]
+            yield family
+
+
+@dataclass
+class _Read:
+    """What one scrape read from the store."""
+
+    pipelines: Collection[str]
+    registry: dict[str, Versions]
+    targets: dict[str, tuple[str, str]]
+    lags: dict[str, Lag]
+    batches: list[tuple[bytes, dict[bytes, bytes]]]
+    progress: list[tuple[bytes, dict[bytes, bytes]]]
+
+    def labels(self, qualified: str) -> tuple[str, str] | None:
+        """``(pipeline, version)`` of a pipeline version's name (``entities@v2``), or None for
+        a name of no pipeline of this application (the views' frontier ``liveviews``)."""
+        pipeline, namespace = split_physical(qualified)
+        if pipeline not in self.pipelines:
+            return None
+        if namespace:
+            return pipeline, namespace[1:]
+        # The first version a store ran keeps the bare names: its version is in the registry.
+        found = self.registry.get(pipeline)
+        for v in [found.active, found.next, *found.retired] if found else []:
+            if v is not None and not v.namespace:
+                return pipeline, v.version
+        return pipeline, ""
+
+    def known(self) -> set[tuple[str, str]]:
+        out: set[tuple[str, str]] = set()
+        for name in self.pipelines:
+            found = self.registry.get(name)
+            if found is None:
+                out.add((name, ""))
+                continue
+            out |= {(name, v.version) for v in [found.active, found.next, *found.retired] if v}
+        return out
+
+
+def _frontier(raw: bytes | None) -> dict[int, str]:
+    return {int(p): str(i) for p, i in orjson.loads(raw).items()} if raw else {}
+
+
+def _whole(raw: bytes | None) -> int | None:
+    return int(raw) if raw is not None and raw.isdigit() else None
+
+
+def _trigger_seconds(raw: bytes | None) -> float | None:
+    try:
+        ms = orjson.loads(raw or b"{}").get("triggerExecution")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return ms / 1000 if isinstance(ms, int | float) else None
+
+
+class _Tail:
+    """Reads a stream forward from where the previous scrape stopped."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.after: str | None = None
+
+    async def read(self, client: aioredis.Redis, now: float) -> list[tuple[bytes, Any]]:
+        newest: Any = await client.xrevrange(self.key, count=1)
+        if not newest:
+            self.after = None  # an empty or wiped stream: start again from the window
+            return []
+        if self.after is not None and entry_id_tuple(newest[0][0].decode()) < entry_id_tuple(
+            self.after
+        ):
+            self.after = None  # the store was replaced by one whose stream is older
+        start = f"({self.after}" if self.after else f"{int((now - FIRST_WINDOW_SECONDS) * 1000)}"
+        out: list[tuple[bytes, Any]] = []
+        for _ in range(MAX_PAGES):
+            page: Any = await client.xrange(self.key, start, "+", count=PAGE)
+            if not page:
+                break
+            out.extend(page)
+            self.after = page[-1][0].decode()
+            start = f"({self.after}"
+            if len(page) < PAGE:
+                break
+        return out
+
+
+async def measure_all(
+    client: aioredis.Redis, partitions: int, frontiers: dict[str, dict[int, str]]
+) -> dict[str, Lag]:
+    """``streaming.core.lag.measure`` for several frontiers at once, with the gateway's asyncio
+    client: the heads are read once for all of them, and the counts of all of them in a second
+    round trip. Written again rather than run in a thread: the gateway's one client and loop
+    serve it, with no second connection pool whose closing the gateway would have to manage,
+    and the same definition (``lag_ms``, ``EVENT_CAP``), checked against ``measure`` by the
+    tests."""
+    if not frontiers:
+        return {}
+    async with client.pipeline(transaction=False) as pipe:
+        for p in range(partitions):
+            pipe.xrevrange(log_stream(p), count=1)
+        raw_heads: list[Any] = await pipe.execute()
+    heads = {p: h[0][0].decode() for p, h in enumerate(raw_heads) if h}
+    behind = {
+        name: [p for p, h in heads.items()
+               if p not in f or entry_id_tuple(f[p]) < entry_id_tuple(h)]
+        for name, f in frontiers.items()
+    }  # fmt: skip
+    fresh = sorted({p for name, ps in behind.items() for p in ps if p not in frontiers[name]})
+    async with client.pipeline(transaction=False) as pipe:
+        for name, ps in behind.items():
+            for p in ps:
+                start = f"({frontiers[name][p]}" if p in frontiers[name] else "-"
+                pipe.xrange(log_stream(p), start, "+", count=EVENT_CAP + 1)
+        for p in fresh:
+            pipe.xrange(log_stream(p), "-", "+", count=1)
+        results: list[Any] = await pipe.execute()
+    firsts = {
+        p: entry_id_tuple(r[0][0].decode())[0]
+        for p, r in zip(fresh, results[len(results) - len(fresh) :], strict=True)
+        if r
+    }
+    out: dict[str, Lag] = {}
+    at = 0
+    for name, ps in behind.items():
+        frontier = frontiers[name]
+        counts = [len(r) for r in results[at : at + len(ps)]]
+        at += len(ps)
+        ms = lag_ms(heads, frontier)
+        unread = [firsts[p] for p in ps if p not in frontier and p in firsts]
+        if unread:
+            ms = max(ms, max(entry_id_tuple(heads[p])[0] for p in ps) - min(unread))
+        out[name] = Lag(sum(min(c, EVENT_CAP) for c in counts), any(c > EVENT_CAP for c in counts),
+                        ms)  # fmt: skip
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 import orjson
 from redis.exceptions import RedisError
@@ -18,6 +19,7 @@ from server.auth import ALL_SCOPES, COOKIE, PUBLISH, READ, authenticate
 from server.errors import BadRequest
 from server.feed.store import read_snapshot
 from server.gateway import Gateway
+from server.metrics import subscribers_by_view
 from server.wire.eventid import EventId
 from streaming.core import deadletters
 
@@ -53,22 +55,25 @@ async def get_view(request: Request) -> Response:
     view, key = view_and_key(request)
     gw.readable_view(principal, view, key)
     snap = await read_snapshot(gw.client, gw.layout, view, key, gw.frontier_of(view))
-    # The rows change only with the key's last change; the frontier is part of the answer too.
+    # The rows change only with the key's last change; the frontier and the lag are part of the
+    # answer too (a batch that reads nothing new keeps the frontier but may change the lag).
     tag_source = orjson.dumps(
-        [snap.epoch, snap.last_change, snap.frontier], option=orjson.OPT_SORT_KEYS
+        [snap.epoch, snap.last_change, snap.frontier, snap.lag_ms], option=orjson.OPT_SORT_KEYS
     )
     etag = f'W/"{hashlib.sha256(tag_source).hexdigest()[:24]}"'
     headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
     # A list header may come in several lines, which are one list (RFC 9110 5.3).
     if _etag_matches(", ".join(request.headers.getlist("if-none-match")), etag):
         return Response(status_code=304, headers=headers)
-    body = {
+    body: dict[str, Any] = {
         "view": view,
         "key": key,
         "rows": snap.rows,
         "frontier": snap.frontier,
         "position": str(EventId(snap.epoch, snap.position)),
     }
+    if snap.lag_ms is not None:
+        body["lag_ms"] = snap.lag_ms
     return json_response(body, 200, headers)
 
 
@@ -112,7 +117,10 @@ async def readyz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     gw = _gateway(request)
+    # Counted before any await: the hub's set changes as subscribers come and go.
+    subscribers = subscribers_by_view(gw.hub.all, gw.app.views)
     text = gw.metrics.render() + await _dead_letters(gw)
+    text += await gw.metrics.scrape(gw.client, gw.layout.partitions, gw.app.pipelines, subscribers)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
