@@ -77,6 +77,11 @@ def run(settings: Settings) -> None:
                 log.warning("could not check pipeline versions: %s", exc)
             queries = versioning.queries
             fatal = recovery.check(queries, versioning.restart)
+            if fatal is not None and is_checkpoint_mismatch(fatal[1]):
+                from streaming.job.session import QUERY_NAME
+
+                if versioning.rebuild_unrunnable(fatal[0].removeprefix(f"{QUERY_NAME}.")):
+                    continue
             if fatal is not None:
                 stop.set()
                 with contextlib.suppress(Exception):
@@ -102,10 +107,14 @@ CHECKPOINT_MISMATCHES = (
 """Spark's error classes for a checkpoint whose state another shape of the pipeline wrote."""
 
 
+def is_checkpoint_mismatch(failure: str) -> bool:
+    return any(f"[{cls}]" in failure for cls in CHECKPOINT_MISMATCHES)
+
+
 def query_failed(query: str, failure: str, settings: Settings) -> LiveviewsError:
     """The error a failed pipeline query exits with; a checkpoint written by another version of
     the pipeline (an upgrade, a changed processor) says how to start again."""
-    if any(f"[{cls}]" in failure for cls in CHECKPOINT_MISMATCHES):
+    if is_checkpoint_mismatch(failure):
         from streaming.job.session import QUERY_NAME
 
         pipeline = query.removeprefix(f"{QUERY_NAME}.")

@@ -37,9 +37,11 @@ from streaming.core.changes import (
     ACTIVE_KEY,
     FRONTIER_KEY,
     PROGRESS_STREAM,
+    VIEWS_FRONTIER,
     live_key,
 )
 from streaming.core.errors import ConfigurationError
+from streaming.core.events import entry_id_tuple
 
 REGISTRY_KEY = "lv:versions"
 CODE_KEY = "lv:versions:code"
@@ -484,12 +486,22 @@ def switch(client: redis.Redis, pipeline: str, shards: int) -> Versions:
     out: list[Versions] = []
 
     def run(pipe: Any) -> None:
-        raw = pipe.hget(REGISTRY_KEY, pipeline)
+        registry = pipe.hgetall(REGISTRY_KEY)
+        raw = registry.get(pipeline.encode())
         v = Versions.decode(pipeline, raw) if raw else Versions(pipeline)
         if v.next is None or v.active is None:
             raise ConfigurationError(f"pipeline {pipeline!r} has no version being built.")
         new, old = v.next, v.active
         frontier = pipe.hget(FRONTIER_KEY, new.qualified(pipeline)) or b"{}"
+        # Every view's frontier (the oldest serving one) may move now, with no batch to move it.
+        serving = [
+            new.qualified(pipeline) if p.decode() == pipeline
+            else Versions.decode(p.decode(), r).active.qualified(p.decode())  # type: ignore[union-attr]
+            for p, r in registry.items() if Versions.decode(p.decode(), r).active
+        ]  # fmt: skip
+        frontiers = [orjson.loads(pipe.hget(FRONTIER_KEY, n) or b"{}") for n in serving]
+        before = orjson.loads(pipe.hget(FRONTIER_KEY, VIEWS_FRONTIER) or b"{}")
+        views = _oldest(frontiers, before)
         v.retired.append(replace(old, ended=time.time()))
         v.active, v.next, v.request = new, None, None
         pipe.multi()
@@ -504,10 +516,29 @@ def switch(client: redis.Redis, pipeline: str, shards: int) -> Versions:
             maxlen=1000,
             approximate=True,
         )  # fmt: skip
+        if views != before:
+            encoded = orjson.dumps(views)
+            pipe.hset(FRONTIER_KEY, VIEWS_FRONTIER, encoded)
+            pipe.xadd(PROGRESS_STREAM,
+                      {"pipeline": VIEWS_FRONTIER, "batch": -1, "frontier": encoded},
+                      maxlen=1000, approximate=True)  # fmt: skip
         out[:] = [v]
 
     client.transaction(run, REGISTRY_KEY, FRONTIER_KEY)
     return out[0]
+
+
+def _oldest(frontiers: list[dict[str, str]], before: dict[str, str]) -> dict[str, str]:
+    """``before``, moved to the oldest offset of ``frontiers`` in each partition all of them
+    have, where that is later (as ``frontier.lua`` does after a batch)."""
+    out = dict(before)
+    if not frontiers:
+        return out
+    for partition in set.intersection(*(set(f) for f in frontiers)):
+        oldest = min((f[partition] for f in frontiers), key=entry_id_tuple)
+        if partition not in out or entry_id_tuple(oldest) > entry_id_tuple(out[partition]):
+            out[partition] = oldest
+    return out
 
 
 def forget(client: redis.Redis, pipeline: str, version: Version) -> None:

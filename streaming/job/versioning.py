@@ -159,6 +159,29 @@ class Versioning:
                                  r.version.namespace, list(self.app.pipelines))  # fmt: skip
         return r.query
 
+    def rebuild_unrunnable(self, qualified: str) -> bool:
+        """A serving version whose checkpoint this Spark cannot run (an upgrade changed its
+        stateful operators): rebuild the pipeline as a new version while readers keep the
+        served state, instead of stopping. False if ``qualified`` is not a serving version."""
+        r = self.running.get(qualified)
+        reg = versions.read(self.client, r.pipeline) if r is not None else None
+        if (
+            r is None
+            or reg is None
+            or reg.active is None
+            or reg.active.qualified(r.pipeline) != (qualified)
+        ):
+            return False
+        self.running.pop(qualified)
+        if reg.next is None:
+            reg = self._begin(r.pipeline, self.code[r.pipeline], manual=True)
+            assert reg.next is not None
+            self._run(r.pipeline, reg.next, self.app)
+        log.warning("pipeline %r: version %s cannot run from its checkpoint; readers keep its"
+                    " views as they are while version %s is built from the log",
+                    r.pipeline, reg.active.version, reg.next.version)  # fmt: skip
+        return True
+
     # -- while running -------------------------------------------------------------------------
 
     def tick(self) -> None:

@@ -101,9 +101,12 @@ def test_the_registry_builds_switches_and_aborts_in_the_store(store):
     assert [r.version for r in reg.retired] == ["aaa"] and reg.retired[0].ended
     assert store.hget(ACTIVE_KEY, "notes") == b"@bbb"
     assert {store.hget(live_key(s), "notes") for s in range(4)} == {b"@bbb"}
-    entry = store.xrevrange("lv:progress", count=1)[0][1]
-    assert store.xlen("lv:progress") == before + 1
-    assert entry[b"pipeline"] == b"notes@bbb" and entry[b"frontier"] == b'{"0": "5-0"}'
+    entries = [e for _, e in store.xrange("lv:progress")][before:]
+    assert [(e[b"pipeline"], e[b"frontier"]) for e in entries] == [
+        (b"notes@bbb", b'{"0": "5-0"}'),  # wakes each gateway with the new version's frontier
+        (b"liveviews", b'{"0":"5-0"}'),  # every view's frontier moves with the switch
+    ]
+    assert store.hget(FRONTIER_KEY, "liveviews") == b'{"0":"5-0"}'
 
     versions.begin(store, "notes", "ccc", "ccc")
     versions.ask(store, "notes", "abort")

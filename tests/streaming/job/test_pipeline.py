@@ -255,7 +255,8 @@ def _counting_app(row_based: bool):
 
 def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(spark, store, settings):
     """A checkpoint written by another shape of a pipeline (here Spark's pandas operator, then
-    its row-based one) fails the query; the pipeline exits saying which checkpoint to remove."""
+    its row-based one) fails the query, with an error saying which checkpoint it is; the
+    pipeline process then rebuilds the pipeline as a new version instead of stopping."""
     from streaming.__main__ import query_failed
     from streaming.core.log import views_caught_up
     from streaming.job.queries import start
@@ -286,6 +287,35 @@ def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(spark,
     assert "make clean-data" in error.message
     plain = query_failed("liveviews.counts", "[DIVIDE_BY_ZERO] Division by zero.", settings)
     assert plain.code == "pipeline_failed"
+
+
+    # The pipeline process does not stop on it: readers keep the served views while the
+    # pipeline is rebuilt from the log as a new version, which then replaces it.
+    from streaming.__main__ import is_checkpoint_mismatch
+    from streaming.core import versions
+    from streaming.core.changes import ACTIVE_KEY
+    from streaming.job.queries import start_versions
+
+    versioning = start_versions(spark, _counting_app(row_based=True), settings)
+    try:
+        deadline = time.monotonic() + 60
+        while versioning.queries["counts"].isActive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert is_checkpoint_mismatch(str(versioning.queries["counts"].exception()))
+        assert versioning.rebuild_unrunnable("counts")
+        deadline = time.monotonic() + 90
+        while store.hget(ACTIVE_KEY, "counts") is None or not views_caught_up(
+            store, settings.log_partitions
+        ):
+            versioning.tick()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        reg = versions.read(store, "counts")
+        assert reg is not None and reg.active is not None and reg.active.namespace
+        assert list(versioning.queries) == [f"counts{reg.active.namespace}"]
+    finally:
+        for q in versioning.queries.values():
+            q.stop()
 
 
 def _most_tasks_in_a_stage(spark, query) -> int:
