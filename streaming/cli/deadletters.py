@@ -39,7 +39,8 @@ def list_(env: Env, pipeline: str | None, count: int, as_json: bool) -> None:
     if as_json:
         emit([asdict(d) for d in letters])
         return
-    t = render.table("recorded", "pipeline", "offset", "stage", "error", "replayed as")
+    t = render.table("recorded", "pipeline", "offset", "stage", "error", "replayed as",
+                     free="error")  # fmt: skip
     for d in letters:
         t.add_row(render.when(d.recorded_ms / 1000), d.pipeline, d.offset, d.stage,
                   d.error[:90], d.replayed_as or "")  # fmt: skip

@@ -87,7 +87,7 @@ def _show(doc: dict[str, Any]) -> None:
     if "as_of" in doc:
         a = doc["as_of"]
         title += f", as of {a['offset']} (batch {a['batch']})"
-    rows = render.table("row", "value")
+    rows = render.table("row", "value", free="value")
     for row_id, value in sorted(doc["rows"].items()):
         rows.add_row(row_id, render.json_text(value))
     render.section(out, title, rows if doc["rows"] else "no rows")
@@ -99,7 +99,7 @@ def _show(doc: dict[str, Any]) -> None:
         where = f"the key's last delta by then: {pos['last_change'] or 'none'}"
     render.section(out, "Position", where)
     if doc["deltas"]:
-        deltas = render.table("entry id", "batch", "ops")
+        deltas = render.table("entry id", "batch", "ops", free="ops")
         for d in doc["deltas"]:
             deltas.add_row(d["id"], str(d["batch"]), render.json_text(d["ops"]))
         render.section(out, "Deltas, newest first", deltas)

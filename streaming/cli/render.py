@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+PIPED_WIDTH = 160
+
 
 def console(stderr: bool = False) -> Console:
     """The console of stdout (or stderr, for progress that scripts should not read); made per
     command, so that it writes to the streams of the moment (a test captures them)."""
-    return Console(highlight=False, soft_wrap=False, stderr=stderr)
+    stream = sys.stderr if stderr else sys.stdout
+    # A terminal's own width; piped into a file or a pager, lines as wide as a table needs.
+    width = None if stream.isatty() else PIPED_WIDTH
+    return Console(highlight=False, soft_wrap=False, stderr=stderr, width=width)
 
 
-def table(*columns: str) -> Table:
+def table(*columns: str, free: str | None = None) -> Table:
+    """Columns kept whole (ids, offsets, times), except ``free``, the one that may wrap."""
     t = Table(box=None, header_style="bold", pad_edge=False)
     for c in columns:
-        t.add_column(c)
+        t.add_column(c, no_wrap=c != free)
     return t
 
 

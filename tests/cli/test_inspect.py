@@ -19,7 +19,8 @@ def _history(store: redis.Redis, pipelines: Pipelines, user: str = "alice") -> l
     out = []
     for i in range(5):
         (offset,) = pipelines.append(profile(user, f"name {i}"))
-        changes = [("profiles", user, "profile", {"name": f"name {i}"}),
+        changes: list[tuple[str, str, str, Any]] = [
+                   ("profiles", user, "profile", {"name": f"name {i}"}),
                    ("profiles", "zed", "profile", {"name": f"zed {i}"})]  # fmt: skip
         if i == 1:
             changes.append(("profiles", user, "badge", {"kind": "early"}))
@@ -38,7 +39,8 @@ def test_rows_position_and_last_deltas_newest_first(
     assert doc["rows"] == {"profile": {"name": "name 4"}}
     assert (doc["pipeline"], doc["version"]) == ("entities", "v1")
     shard = shard_for("profiles", "alice", SHARDS)
-    head = store.xrevrange(changes_stream(shard), count=1)[0][0].decode()
+    newest: Any = store.xrevrange(changes_stream(shard), count=1)
+    head = newest[0][0].decode()
     assert doc["position"]["shard"] == shard and doc["position"]["head"] == head
     assert [d["batch"] for d in doc["deltas"]] == [4, 3]
     assert doc["position"]["last_change"] == doc["deltas"][0]["id"]
@@ -80,16 +82,17 @@ def test_a_limited_view_replays_to_its_served_rows(
 ) -> None:
     versions.register(store, "activity", "a1")
     seen = []
-    for i, changes in enumerate([
+    batches: list[list[tuple[str, str, str, Any]]] = [
         [("activity", "global", f"m{n:02}", {"n": n, "score": n}) for n in range(62)],
         [("activity", "global", f"m{n:02}", None) for n in (61, 60, 59)],
         [("activity", "global", "m00", {"n": "new"})],
-    ]):  # fmt: skip
+    ]
+    for i, changes in enumerate(batches):
         (offset,) = pipelines.append(profile(f"u{i}", "x"))
         pipelines.batch(changes, {offset.partition: offset.id}, pipeline="activity")
         seen.append((str(offset), read_snapshot(store, "activity", "global", SHARDS).rows))
-    for offset, rows in seen:
-        assert run.json("inspect", "activity", "global", "--as-of", offset)["rows"] == rows
+    for token, rows in seen:
+        assert run.json("inspect", "activity", "global", "--as-of", token)["rows"] == rows
 
 
 def test_history_trimmed_before_the_first_batch_that_covered_the_offset_is_gone(

@@ -1,0 +1,49 @@
+"""``liveviews tail``: the log's events as they are appended, across partitions, filtered."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import orjson
+import redis
+
+from streaming.core.events import log_stream
+from tests.cli.conftest import Pipelines, Run, profile
+
+
+def test_from_the_start_with_filters(run: Run, store: redis.Redis, pipelines: Pipelines) -> None:
+    offsets = pipelines.append(
+        profile("alice", "A"), profile("bob", "B"),
+        {"type": "tweet_posted", "payload": {"user": "alice", "tweet": "alice:1", "text": "hi"}},
+    )  # fmt: skip
+    result = run("tail", "--from-start", "--limit", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    events = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(e["offset"] for e in events) == sorted(str(o) for o in offsets)
+    assert {e["type"] for e in events} == {"profile_set", "tweet_posted"}
+    assert events[0]["payload"]["user"] in ("alice", "bob") and isinstance(events[0]["time"], int)
+    only = run("tail", "--from-start", "--limit", "1", "--type", "tweet_posted", "--json")
+    assert orjson.loads(only.stdout)["payload"]["tweet"] == "alice:1"
+    keyed = run("tail", "--from-start", "--limit", "1", "--key", "bob", "--type", "profile_set")
+    assert keyed.stdout.split()[1:3] == ["profile_set", "bob"]
+
+
+def test_events_appended_while_it_runs_and_entries_that_are_not_events(
+    run: Run, store: redis.Redis, pipelines: Pipelines
+) -> None:
+    pipelines.append(profile("old", "before"))
+
+    def later() -> None:
+        time.sleep(0.3)
+        pipelines.append(profile("carol", "C"))
+        store.xadd(log_stream(1), {"type": "profile_set", "junk": "x"})
+
+    writer = threading.Thread(target=later)
+    writer.start()
+    result = run("tail", "--limit", "2", "--json")
+    writer.join()
+    assert result.exit_code == 0, result.stderr
+    first, second = (orjson.loads(line) for line in result.stdout.splitlines())
+    assert first["key"] == "carol"  # the event from before the start is not shown
+    assert second["raw"] == {"type": "profile_set", "junk": "x"} and second["payload"] is None
