@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
 from server._uvicorn import SERVER_SEND
-from server.api import rest, sessions, streams
+from server.api import operator, rest, sessions, streams
 from server.api.cors import GatewayCORS
 from server.api.responses import HELD, Rest, json_response
 from server.api.static import static_routes
@@ -138,6 +138,7 @@ def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
     starlette = GatewayApp(
         routes=[
             *routes(settings.dev_tokens, settings.log_feed),
+            Route("/v1/operator/views/{view}/{key}", operator.view_as_of, methods=["GET"]),
             *static_routes(settings.static_dir, settings.client_js_dir),
         ],
         middleware=middleware,
