@@ -41,6 +41,8 @@ FIRST_WINDOW_SECONDS = 600.0
 PAGE = 1000
 MAX_PAGES = 20
 """At most this many pages of a stream per scrape; the next scrape goes on from there."""
+COUNT_SCRIPT = "return #redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])"
+"""Entries of a stream from an id on, up to a count, counted where they are."""
 
 
 @dataclass
@@ -400,7 +402,10 @@ async def measure_all(
     round trip. Written again rather than run in a thread: the gateway's one client and loop
     serve it, with no second connection pool whose closing the gateway would have to manage,
     and the same definition (``lag_ms``, ``EVENT_CAP``), checked against ``measure`` by the
-    tests."""
+    tests. The store counts the entries itself (``COUNT_SCRIPT``): read back, versions being
+    built far behind the log would be up to 10,001 entries per partition and version for this
+    loop to parse, 0.26 s per scrape in which no subscriber is served, against 1.4 ms
+    (docs/performance/metrics.md)."""
     if not frontiers:
         return {}
     async with client.pipeline(transaction=False) as pipe:
@@ -418,7 +423,7 @@ async def measure_all(
         for name, ps in behind.items():
             for p in ps:
                 start = f"({frontiers[name][p]}" if p in frontiers[name] else "-"
-                pipe.xrange(log_stream(p), start, "+", count=EVENT_CAP + 1)
+                pipe.eval(COUNT_SCRIPT, 1, log_stream(p), start, EVENT_CAP + 1)
         for p in fresh:
             pipe.xrange(log_stream(p), "-", "+", count=1)
         results: list[Any] = await pipe.execute()
@@ -431,7 +436,7 @@ async def measure_all(
     at = 0
     for name, ps in behind.items():
         frontier = frontiers[name]
-        counts = [len(r) for r in results[at : at + len(ps)]]
+        counts = [int(r) for r in results[at : at + len(ps)]]
         at += len(ps)
         ms = lag_ms(heads, frontier)
         unread = [firsts[p] for p in ps if p not in frontier and p in firsts]
