@@ -8,9 +8,6 @@ what each prints and its exit codes.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import click
 
 from streaming.cli import deadletters, inspection, rebuild, status, tail
@@ -42,8 +39,4 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="liveviews", standalone_mode=True)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 1
-    except BrokenPipeError:
-        # The reader of stdout went away (``liveviews tail | head``): nothing more to say.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     return 0

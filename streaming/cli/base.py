@@ -133,6 +133,7 @@ def translate(env: Env, exc: Exception) -> Failure | None:
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         # AuthenticationError is a ConnectionError: a wrong password is said as such.
         why = "it refused the password" if isinstance(exc, redis.AuthenticationError) else exc
+        why = str(why).rstrip(".")
         return Unreachable(
             f"the store at {env.store_text()} cannot be reached ({why}); start it (make run) or "
             "set REDIS_URL to the server the pipeline uses.",
@@ -157,10 +158,12 @@ class Group(click.Group):
         except Failure as exc:
             _report(env, exc)
             raise
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
+            raise  # click's own, and a reader of stdout gone away, which click handles
         except KeyboardInterrupt:
-            raise Interrupted("interrupted.", code="interrupted") from None
+            interrupted = Interrupted("interrupted.", code="interrupted")
+            _report(env, interrupted)
+            raise interrupted from None
         except Exception as exc:  # noqa: BLE001 - the boundary: a sentence, never a traceback
             failure = translate(env, exc) or Failure(
                 f"an unexpected error stopped the command ({type(exc).__name__}: {exc}); "

@@ -84,9 +84,10 @@ def _not_taken(pipeline: str, kind: str) -> Failure:
 
 
 def _timeout(what: str, timeout: float | None) -> Failure:
+    """``what``: what did not happen, as the start of a sentence."""
     return Failure(
-        f"{what} did not happen within {timeout:g} s; liveviews status shows where it is, or "
-        "wait longer with --timeout.",
+        f"{what} within {timeout:g} s; liveviews status shows where it is, or wait longer "
+        "with --timeout.",
         code="timeout",
     )
 
@@ -173,7 +174,11 @@ def _follow(env: Env, pipeline: str, building: Version, timeout: float | None) -
             code="aborted", **doc,
         )  # fmt: skip
     if outcome == "timeout":
-        raise _timeout(f"version {building.version} serving readers", timeout)
+        raise _timeout(f"version {building.version} of {pipeline!r} did not serve readers",
+                       timeout)  # fmt: skip
+    if outcome == "not_taken":
+        kind = reg.request.get("kind", "") if reg.request else ""
+        raise _not_taken(pipeline, kind)
     return doc
 
 
@@ -254,7 +259,7 @@ def switch(env: Env, pipeline: str, timeout: float, as_json: bool) -> None:
     if outcome == "not_taken":
         raise _not_taken(pipeline, "switch")
     if outcome == "timeout":
-        raise _timeout(f"readers of {pipeline!r} moving to version {target}", timeout)
+        raise _timeout(f"readers of {pipeline!r} did not move to version {target}", timeout)
     if outcome == "gone":
         raise Failure(f"version {target} of {pipeline!r} was dropped before readers moved to "
                       f"it; readers keep version {was}.", code="aborted")  # fmt: skip
@@ -283,7 +288,7 @@ def abort(env: Env, pipeline: str, timeout: float, as_json: bool) -> None:
     if outcome == "not_taken":
         raise _not_taken(pipeline, "abort")
     if outcome == "timeout":
-        raise _timeout(f"dropping version {target} of {pipeline!r}", timeout)
+        raise _timeout(f"version {target} of {pipeline!r} was not dropped", timeout)
     if after.active is not None and after.active.version == target:
         raise Failure(f"version {target} of {pipeline!r} began serving readers before it could "
                       "be dropped.", code="switched")  # fmt: skip

@@ -113,3 +113,22 @@ def test_a_store_that_cannot_be_reached_exits_3(run: Run) -> None:
     assert orjson.loads(result.stdout)["code"] == "store_unavailable"
     assert "cannot be reached" in result.stderr and "hunter2" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_wrong_setting_is_a_usage_error_and_a_bug_is_a_sentence(
+    run: Run, store: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from streaming.cli import cli, status
+
+    wrong = CliRunner().invoke(cli, ["status"], env={**run.env, "LV_CHANGE_SHARDS": "many"})
+    assert wrong.exit_code == 2 and "LV_CHANGE_SHARDS must be a whole number" in wrong.stderr
+
+    def broken(*_: object) -> None:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(status, "collect", broken)
+    result = run("status", "--json")
+    assert result.exit_code == 1 and orjson.loads(result.stdout)["code"] == "internal_error"
+    assert "ValueError: a bug" in result.stderr and "Traceback" not in result.stderr
