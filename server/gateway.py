@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 
 from redis.exceptions import RedisError
 
@@ -24,6 +25,7 @@ from server.feed.log import LogFeed
 from server.live.sse import sse_cohort
 from server.live.ticker import Ticker
 from server.metrics import Metrics
+from server.presence import Presence
 from server.settings import GatewaySettings
 from streaming.core.app import App, View, load_app
 from streaming.core.changes import VIEWS_FRONTIER
@@ -82,22 +84,32 @@ class Gateway:
             else None
         )
         self._feed_task: asyncio.Task[None] | None = None
+        # What `liveviews status` shows of this process: connections, subscribers per view.
+        self.presence = Presence(
+            self.client,
+            lambda: self.metrics.connections,
+            lambda: dict(Counter(sub.view for sub in self.hub.all)),
+        )
+        self._presence_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         if self._feed_task is not None:
             raise RuntimeError("Cannot start a gateway twice.")
         self._feed_task = asyncio.create_task(self.feed.run(), name="liveviews-change-feed")
+        self._presence_task = asyncio.create_task(self.presence.run(), name="liveviews-presence")
         # Serve sooner rather than never: with the store down the feed keeps retrying and
         # subscriptions answer 503 until it has started.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.feed.started.wait()), 5.0)
 
     async def stop(self) -> None:
-        task, self._feed_task = self._feed_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._feed_task, self._presence_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._feed_task = self._presence_task = None
+        await self.presence.withdraw()
         await self.ticker.stop()
         self.hub.close()
         if self.log_feed is not None:

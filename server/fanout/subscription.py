@@ -101,7 +101,9 @@ class Subscription(Cursor):
         self.frontier = frames.progress(snap.frontier).data.decode()
         event_id = str(EventId(snap.epoch, snap.position))
         self.last_event_id = event_id
-        return frames.snapshot(self.view, self.key, snap.rows, snap.frontier, event_id)
+        return frames.snapshot(
+            self.view, self.key, snap.rows, snap.frontier, event_id, lag_ms=snap.lag_ms
+        )
 
     async def _reset(self, code: str, message: str) -> list[frames.Frame]:
         self.source.metrics.resets += 1

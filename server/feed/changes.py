@@ -183,12 +183,18 @@ class ChangeFeed:
         progress: list[Progress] = []
         if progress_entries and not cut:
             self.positions[PROGRESS_STREAM] = progress_entries[-1][0].decode()
+            now = time.time()
             newest: dict[bytes, tuple[bytes, dict[bytes, bytes]]] = {}
             for entry_id, fields in progress_entries:
                 newest[fields[b"pipeline"]] = (entry_id, fields)  # each frontier's newest only
             for frontier_name, (entry_id, fields) in newest.items():
-                frame = frames.progress(decode_frontier(fields[b"frontier"]))
+                frontier = decode_frontier(fields[b"frontier"])
+                lag = fields.get(b"lag_ms")
+                frame = frames.progress(frontier, int(lag) if lag is not None else None)
                 name = frontier_name.decode()
+                pipeline, namespace = split_physical(name)
+                if self.namespaces.get(pipeline, "") == namespace:  # not a version being built
+                    self.metrics.frontier_pushed(frontier, now)
                 # A frontier is its pipeline version's: its subscribers' epoch carries the version.
                 version_epoch = composite_epoch(epoch, split_physical(name)[1])
                 progress.append(Progress(version_epoch, entry_id.decode(), frame, name))

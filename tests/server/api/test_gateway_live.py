@@ -58,10 +58,10 @@ async def test_snapshot_then_deltas_then_progress(
         assert delta.id is not None and delta.id.split(".")[0] == snap.id.split(".")[0]  # type: ignore[union-attr]
         progress = await sse.next()
         assert progress.event == "progress" and progress.id is None
-        assert progress.data == {"frontier": {"0": "5-0"}}
+        assert progress.data == {"frontier": {"0": "5-0"}, "lag_ms": 0}  # no log: nothing behind
         writer.write([("profiles", "bob", "profile", {"name": "B2"})], {1: "7-0"})
         progress = await sse.next()  # this key did not change, the frontier did
-        assert progress.data == {"frontier": {"0": "5-0", "1": "7-0"}}
+        assert progress.data == {"frontier": {"0": "5-0", "1": "7-0"}, "lag_ms": 0}
         await sse.heartbeat(timeout=3)  # the gateway under test beats every second
         await sse.close()
 
@@ -80,15 +80,15 @@ async def test_a_view_follows_the_frontier_of_the_pipeline_that_writes_it(
         assert (await profiles.next()).data["frontier"] == {}
         assert (await counts.next()).data["frontier"] == {}
         entities.write([], next(writer.batches), {0: "5-0"})
-        assert (await profiles.next()).data == {"frontier": {"0": "5-0"}}
+        assert (await profiles.next()).data == {"frontier": {"0": "5-0"}, "lag_ms": 0}
         assert read_frontier(store, VIEWS_FRONTIER) == {}  # activity has read nothing yet
         snapshot = await (await s.get(gateway.url + "/v1/views/profiles/alice")).json()
         assert snapshot["frontier"] == {"0": "5-0"}
         activity.write([], next(writer.batches), {0: "3-0"})
         # The activity view's subscriber gets its own pipeline's frontier, and only that.
-        assert (await counts.next()).data == {"frontier": {"0": "3-0"}}
+        assert (await counts.next()).data == {"frontier": {"0": "3-0"}, "lag_ms": 0}
         entities.write([], next(writer.batches), {0: "6-0"})
-        assert (await profiles.next()).data == {"frontier": {"0": "6-0"}}
+        assert (await profiles.next()).data == {"frontier": {"0": "6-0"}, "lag_ms": 0}
         await profiles.close()
         await counts.close()
 
