@@ -18,7 +18,7 @@ import redis
 
 from streaming.core.app import App, load_app
 from streaming.core.errors import ConfigurationError, LiveviewsError
-from streaming.core.password import redacted
+from streaming.core.password import password_path, redacted
 from streaming.core.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,6 +78,14 @@ class Env:
     @property
     def client(self) -> redis.Redis:
         if self._client is None:
+            settings = self.settings
+            if settings.embedded and not password_path(settings.data_dir).exists():
+                # Asking for the URL would make a password for a store that never ran here.
+                raise Unreachable(
+                    f"no embedded store has run with data in {settings.data_dir}: run from the "
+                    "directory make run runs in, or set LV_DATA_DIR or REDIS_URL.",
+                    code="store_unavailable",
+                )
             # The socket timeout outlasts the longest blocking read a command makes (tail's 1 s).
             self._client = redis.Redis.from_url(
                 self.settings.store_url, socket_connect_timeout=5, socket_timeout=15

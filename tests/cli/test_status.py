@@ -4,6 +4,7 @@ and the gateways, read from the store as the pipeline and the gateways write it.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import orjson
 import pytest
@@ -132,3 +133,17 @@ def test_a_wrong_setting_is_a_usage_error_and_a_bug_is_a_sentence(
     result = run("status", "--json")
     assert result.exit_code == 1 and orjson.loads(result.stdout)["code"] == "internal_error"
     assert "ValueError: a bug" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_embedded_store_that_never_ran_here_is_said_without_making_a_password(
+    run: Run, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from streaming.cli import cli
+
+    env = {k: v for k, v in run.env.items() if k != "REDIS_URL"}
+    env["LV_DATA_DIR"] = str(tmp_path / "elsewhere")
+    result = CliRunner().invoke(cli, ["status"], env={**env, "REDIS_URL": ""})
+    assert result.exit_code == 3 and "no embedded store has run" in result.stderr
+    assert not (tmp_path / "elsewhere").exists()
