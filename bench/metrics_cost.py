@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from bench.common import Report, Row
+from bench.common import Report, Row, save
 from bench.floor import python_path_cost
 from bench.moment import Moment, describe
 
@@ -191,8 +191,11 @@ def run(quick: bool = False, name: str = "metrics_cost") -> Report:
         rows.append(Row(f"Counter.inc() would add per delivery ({path})",
                         f"{added:.3f} µs ({bumps} bumps)", "",
                         f"{figures['python_path_us'][path]} µs per delivery"))  # fmt: skip
+    save(name, figures, moment)
     report = Report(name, "What the gateway's figures cost", "python -m bench.metrics_cost",
                     figures, rows, moment=moment.finish())  # fmt: skip
+    for row in rows:
+        print(f"{row.figure}: {row.measured} ({row.baseline})")
     return report
 
 
@@ -200,11 +203,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: shows it runs")
     args = parser.parse_args()
-    report = run(args.quick)
-    print(orjson.dumps(report.figures, option=orjson.OPT_INDENT_2).decode())
-    for row in report.rows:
-        print(f"{row.figure}: {row.measured} ({row.baseline})")
-    print(describe(report.moment))
+    print(describe(run(args.quick).moment))
 
 
 if __name__ == "__main__":
