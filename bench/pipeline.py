@@ -117,7 +117,7 @@ def write_backlog(client: redis.Redis, n: int) -> float:
 def drain(
     spark: Any, settings: Settings, client: redis.Redis, n: int, application: App = app
 ) -> dict[str, Any]:
-    from streaming.job.queries import start
+    from streaming.job.versioning import start
 
     t0 = time.monotonic()
     queries = start(spark, application, settings)
@@ -163,7 +163,7 @@ def drain_ceilings(spark: Any, url: str, data: Path, client: redis.Redis, n: int
 def steady(
     spark: Any, settings: Settings, client: redis.Redis, rate: int, seconds: int
 ) -> dict[str, Any]:
-    from streaming.job.queries import start
+    from streaming.job.versioning import start
 
     queries = start(spark, app, settings)
     log = EventLog(client, app, 4)

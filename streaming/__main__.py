@@ -51,9 +51,10 @@ def run(settings: Settings) -> None:
     log.info("starting application %r on Spark %s; Spark's log: %s",
              app.name, settings.spark_master, spark_log)  # fmt: skip
     with ensure_store(settings):
-        from streaming.job.queries import sink_client, start_versions
+        from streaming.job.queries import sink_client
         from streaming.job.recovery import Recovery
         from streaming.job.session import build_session
+        from streaming.job.versioning import start_versions
 
         stop = threading.Event()
 

@@ -14,16 +14,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streaming.core.app import App, Pipeline
-from streaming.core.changes import VIEWS_FRONTIER
-from streaming.core.errors import ConfigurationError
-from streaming.core.log import check_layout
 from streaming.core.settings import Settings
 from streaming.job.offsetlog import BatchEnds
-from streaming.job.progress import record_progress
 from streaming.job.session import QUERY_NAME, SHUFFLE_PARTITIONS
 from streaming.job.sink import ChangeTopicSink
 from streaming.job.source import SOURCE_NAME, screen_option, store_retry
-from streaming.job.versioning import Versioning
 from streaming.job.views import CHANGE_SCHEMA
 
 SINK_TIMEOUT_S = 600
@@ -54,39 +49,6 @@ def changes(pipeline: Pipeline, events: DataFrame) -> DataFrame:
 def checkpoint_of(settings: Settings, pipeline: str) -> Path:
     """The checkpoint of a pipeline version (``entities``, ``entities@v2``)."""
     return settings.checkpoint_dir / pipeline
-
-
-def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQuery]:
-    """One query per pipeline, each with its own checkpoint, source and frontier (two while a
-    new version of it is built beside the serving one: ``streaming.job.versioning``).
-
-    A pipeline's micro-batches then wait only for its own operators: a small batch of the
-    Chirp entities no longer waits for the activity windows, and the reverse.
-    """
-    return list(start_versions(spark, app, settings).queries.values())
-
-
-def start_versions(spark: SparkSession, app: App, settings: Settings) -> Versioning:
-    """The queries of every pipeline version that should run, and what runs them."""
-    if not app.pipelines:
-        raise ConfigurationError(f"application {app.name!r} declares no pipeline.")
-    if VIEWS_FRONTIER in app.pipelines:
-        raise ConfigurationError(
-            f"pipeline {VIEWS_FRONTIER!r}: the name is the frontier of every view; rename it."
-        )
-    older = settings.checkpoint_dir / QUERY_NAME
-    if older.exists() and not any(checkpoint_of(settings, p).exists() for p in app.pipelines):
-        raise ConfigurationError(
-            f"{older} holds a checkpoint of an earlier layout (one query for every pipeline)."
-            " Remove the data directory (make clean-data) and start again:"
-            " the views are recomputed from the log."
-        )
-    client = sink_client(settings)
-    check_layout(client, settings.log_partitions, settings.change_shards)
-    record_progress(spark, client)
-    versioning = Versioning(spark, app, settings, client)
-    versioning.start()
-    return versioning
 
 
 def sink_client(settings: Settings) -> redis.Redis:

@@ -30,14 +30,21 @@ from streaming.core.changes import (
     FRONTIER_BATCHES_KEY,
     FRONTIER_KEY,
     FRONTIER_LAG_KEY,
+    VIEWS_FRONTIER,
     batches_key,
     history_stream,
     positions_key,
     read_frontier,
 )
+from streaming.core.errors import ConfigurationError
 from streaming.core.events import entry_id_tuple, log_stream
+from streaming.core.log import check_layout
 from streaming.core.settings import Settings
 from streaming.core.versions import Version, Versions
+from streaming.job.progress import record_progress
+from streaming.job.queries import checkpoint_of, sink_client, start_pipeline
+from streaming.job.session import QUERY_NAME
+from streaming.job.stored import unpack
 
 log = logging.getLogger("liveviews.versions")
 
@@ -141,19 +148,15 @@ class Versioning:
                         " they are, without new events, until the new version replaces them",
                         p, version.version)  # fmt: skip
             return
-        self._run(p, version, versions.unpack(raw, f"{p}_{version.version}"))
+        self._run(p, version, unpack(raw, f"{p}_{version.version}"))
 
     def _run(self, p: str, version: Version, app: App) -> None:
-        from streaming.job.queries import start_pipeline
-
         query = start_pipeline(self.spark, app, self.settings, p, self.client,
                                version.namespace, list(self.app.pipelines))  # fmt: skip
         self.running[version.qualified(p)] = Running(p, version, app, query)
 
     def restart(self, qualified: str) -> StreamingQuery:
         """The query of a running version again, from its checkpoint (after a set-aside batch)."""
-        from streaming.job.queries import start_pipeline
-
         r = self.running[qualified]
         r.query = start_pipeline(self.spark, r.app, self.settings, r.pipeline, self.client,
                                  r.version.namespace, list(self.app.pipelines))  # fmt: skip
@@ -173,13 +176,14 @@ class Versioning:
         ):
             return False
         self.running.pop(qualified)
+        serving = reg.active.version
         if reg.next is None:
             reg = self._begin(r.pipeline, self.code[r.pipeline], manual=True)
             assert reg.next is not None
             self._run(r.pipeline, reg.next, self.app)
         log.warning("pipeline %r: version %s cannot run from its checkpoint; readers keep its"
                     " views as they are while version %s is built from the log",
-                    r.pipeline, reg.active.version, reg.next.version)  # fmt: skip
+                    r.pipeline, serving, reg.next.version if reg.next else "?")  # fmt: skip
         return True
 
     # -- while running -------------------------------------------------------------------------
@@ -297,6 +301,39 @@ class Versioning:
         threading.Thread(target=delete, name=f"retire-{name}", daemon=True).start()
 
 
+def start(spark: SparkSession, app: App, settings: Settings) -> list[StreamingQuery]:
+    """One query per pipeline, each with its own checkpoint, source and frontier (two while a
+    new version of it is built beside the serving one).
+
+    A pipeline's micro-batches then wait only for its own operators: a small batch of the
+    Chirp entities no longer waits for the activity windows, and the reverse.
+    """
+    return list(start_versions(spark, app, settings).queries.values())
+
+
+def start_versions(spark: SparkSession, app: App, settings: Settings) -> Versioning:
+    """The queries of every pipeline version that should run, and what runs them."""
+    if not app.pipelines:
+        raise ConfigurationError(f"application {app.name!r} declares no pipeline.")
+    if VIEWS_FRONTIER in app.pipelines:
+        raise ConfigurationError(
+            f"pipeline {VIEWS_FRONTIER!r}: the name is the frontier of every view; rename it."
+        )
+    older = settings.checkpoint_dir / QUERY_NAME
+    if older.exists() and not any(checkpoint_of(settings, p).exists() for p in app.pipelines):
+        raise ConfigurationError(
+            f"{older} holds a checkpoint of an earlier layout (one query for every pipeline)."
+            " Remove the data directory (make clean-data) and start again:"
+            " the views are recomputed from the log."
+        )
+    client = sink_client(settings)
+    check_layout(client, settings.log_partitions, settings.change_shards)
+    record_progress(spark, client)
+    versioning = Versioning(spark, app, settings, client)
+    versioning.start()
+    return versioning
+
+
 def _heads(client: redis.Redis, partitions: int) -> dict[int, str]:
     from streaming.core.lag import log_heads
 
@@ -331,8 +368,6 @@ def delete_state(
             pipe.hdel(key, qualified)
         pipe.delete(history_stream(qualified))
         pipe.execute()
-    from streaming.job.queries import checkpoint_of
-
     shutil.rmtree(checkpoint_of(settings, qualified), ignore_errors=True)
 
 

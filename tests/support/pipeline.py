@@ -16,7 +16,7 @@ class RunningPipeline:
 
     def __init__(self, spark: Any, settings: Settings) -> None:
         from demo.chirp import app
-        from streaming.job.queries import start
+        from streaming.job.versioning import start
 
         self.settings = settings
         self.queries = start(spark, app, settings)

@@ -72,19 +72,6 @@ def test_a_version_changes_with_the_code_the_pipeline_reaches_and_only_with_it(c
     assert versions.derive(declared, "others") == "v7"
 
 
-def test_stored_code_runs_the_old_version_beside_the_new_one(code_dir):
-    old = _write(code_dir, "vers_b", shape="old")
-    packed = versions.pack(old, "notes", "vers_b.app:app")
-    new = _write(code_dir, "vers_b", shape="new")
-    again = versions.unpack(packed, "notes_1")
-    assert again.pipelines["notes"].build(None) == "old"
-    assert new.pipelines["notes"].build(None) == "new"
-    assert list(again.views) == ["notes"] and list(again.event_types) == ["note"]
-    # Its functions belong to modules of its own, which Spark ships to workers by value.
-    assert sys.modules["_lv_notes_1.vers_b.helpers"].shape(None) == "old"
-    assert sys.modules["vers_b.helpers"].shape(None) == "new"
-
-
 def test_the_registry_builds_switches_and_aborts_in_the_store(store):
     reg = versions.register(store, "notes", "aaa", b"{}")
     assert reg.active is not None and reg.active.namespace == "" and reg.next is None

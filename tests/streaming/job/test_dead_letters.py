@@ -151,7 +151,7 @@ def _note(user: str, text: str) -> dict[str, object]:
 
 
 def test_a_processor_error_depending_on_state_sets_aside_exactly_that_event(spark, store, settings):
-    from streaming.job.queries import start
+    from streaming.job.versioning import start
 
     notes_app = _notes_app(isolate=True)
     log = EventLog(store, notes_app, settings.log_partitions)
@@ -211,8 +211,9 @@ def _command(settings, *args: str) -> str:
 def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipeline_goes_on(
     spark, store, settings
 ):
-    from streaming.job.queries import sink_client, start_versions
+    from streaming.job.queries import sink_client
     from streaming.job.recovery import Recovery
+    from streaming.job.versioning import start_versions
 
     brittle = _notes_app(isolate=False)
     log = EventLog(store, brittle, settings.log_partitions)

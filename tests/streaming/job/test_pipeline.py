@@ -140,7 +140,7 @@ def test_no_pipeline_takes_the_name_of_the_views_frontier(spark, settings) -> No
 
     from streaming.core.app import App
     from streaming.core.errors import ConfigurationError
-    from streaming.job.queries import start
+    from streaming.job.versioning import start
 
     other = App("t")
     other.view("v")
@@ -188,7 +188,7 @@ def test_each_micro_batch_is_recorded_in_the_progress_stream(spark, store, setti
     import orjson
 
     from streaming.job.progress import PIPELINE_PROGRESS_STREAM
-    from streaming.job.queries import start
+    from streaming.job.versioning import start
 
     EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
     pipeline.wait_until_caught_up(store)
@@ -259,7 +259,7 @@ def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(spark,
     pipeline process then rebuilds the pipeline as a new version instead of stopping."""
     from streaming.__main__ import query_failed
     from streaming.core.log import views_caught_up
-    from streaming.job.queries import start
+    from streaming.job.versioning import start
 
     log = EventLog(store, app, settings.log_partitions)
     log.append_batch(seed_events(NOW))
@@ -288,13 +288,12 @@ def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(spark,
     plain = query_failed("liveviews.counts", "[DIVIDE_BY_ZERO] Division by zero.", settings)
     assert plain.code == "pipeline_failed"
 
-
     # The pipeline process does not stop on it: readers keep the served views while the
     # pipeline is rebuilt from the log as a new version, which then replaces it.
     from streaming.__main__ import is_checkpoint_mismatch
     from streaming.core import versions
     from streaming.core.changes import ACTIVE_KEY
-    from streaming.job.queries import start_versions
+    from streaming.job.versioning import start_versions
 
     versioning = start_versions(spark, _counting_app(row_based=True), settings)
     try:
@@ -337,7 +336,7 @@ def test_views_follow_the_log_read_by_spark_tasks(spark, store, settings):
     import dataclasses
 
     from streaming.core.log import views_caught_up
-    from streaming.job.queries import start
+    from streaming.job.versioning import start
 
     tasks = dataclasses.replace(settings, read_tasks=2)
     queries = start(spark, app, tasks)
