@@ -165,6 +165,12 @@ SCHEMAS: dict[str, Any] = {
             "rows": {"type": "object", "additionalProperties": True},
             "frontier": {"$ref": "#/components/schemas/Frontier"},
             "position": {"type": "string", "description": "An event id to resume from."},
+            "lag_ms": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How far (ms) the frontier was behind the log's head when its"
+                " batch committed; absent when not recorded.",
+            },
         },
     },
 }

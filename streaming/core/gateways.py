@@ -55,5 +55,10 @@ def read_gateways(client: redis.Redis, now: float | None = None) -> list[Gateway
     """The gateways that reported within ``STALE_SECONDS``, by name."""
     now = time.time() if now is None else now
     raw: Any = client.hgetall(GATEWAYS_KEY)
-    reports = [decode(k.decode(), v) for k, v in raw.items()]
+    reports = []
+    for k, v in raw.items():
+        try:
+            reports.append(decode(k.decode(), v))
+        except (ValueError, KeyError, TypeError):  # not a report: left for the gateways to prune
+            continue
     return sorted((r for r in reports if now - r.at <= STALE_SECONDS), key=lambda r: r.name)
