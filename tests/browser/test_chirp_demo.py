@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -300,3 +301,39 @@ def test_publish_to_other_tab_latency(tabs: tuple[Tab, Tab], chirp: ChirpSystem)
     if UPDATE:
         Path(ROOT / "bench" / "results" / "demo_latency.json").write_text(text)
     assert all(s > 0 for s in samples)
+
+
+def test_a_rebuilt_timeline_replaces_the_old_one_without_a_reload_or_an_empty_moment(
+    tabs: tuple[Tab, Tab], chirp: ChirpSystem
+) -> None:
+    """The entities pipeline is built again beside the serving version and readers switch to
+    it: the open page gets the new version's snapshot in place of the old rows, in the same
+    page, and its timeline is never empty on screen meanwhile."""
+    a, _ = tabs
+    before = a.timeline_ids()
+    assert before
+    a.page.evaluate("""() => {
+      window.__samePage = true;
+      window.__emptyTimeline = 0;
+      const list = document.querySelector('[data-testid="timeline"]');
+      new MutationObserver(() => {
+        if (!list.querySelector('[data-testid="tweet"]')) window.__emptyTimeline++;
+      }).observe(list, { childList: true, subtree: true });
+    }""")
+    resets = chirp.gateway.gateway.metrics.resets
+    chirp.pipeline.rebuild(chirp.client, "entities")
+    active = chirp.client.hget("lv:active", "entities")
+    assert active is not None and active.startswith(b"@")
+    # Every open subscription of the pipeline's views was reset onto the new version.
+    deadline = time.monotonic() + 30
+    while chirp.gateway.gateway.metrics.resets == resets:
+        assert time.monotonic() < deadline, "no subscriber was reset onto the new version"
+        time.sleep(0.05)
+    expect(a.id("connection-state")).to_have_attribute("data-state", "connected")
+    assert a.timeline_ids() == before
+    assert a.page.evaluate("window.__samePage") is True, "the page was reloaded"
+    assert a.page.evaluate("window.__emptyTimeline") == 0, "the timeline was empty on screen"
+    # The new version is live: a post still reaches the page.
+    text = unique("After the rebuild")
+    tabs[1].post(text)
+    expect(a.timeline_post(text)).to_have_count(1)

@@ -16,10 +16,31 @@ class RunningPipeline:
 
     def __init__(self, spark: Any, settings: Settings) -> None:
         from demo.chirp import app
-        from streaming.job.versioning import start
+        from streaming.job.versioning import start_versions
 
         self.settings = settings
-        self.queries = start(spark, app, settings)
+        self.versioning = start_versions(spark, app, settings)
+
+    @property
+    def queries(self) -> list[Any]:
+        """The queries running now: a rebuild adds one, a switch removes the replaced one."""
+        return list(self.versioning.queries.values())
+
+    def rebuild(self, client: redis.Redis, pipeline: str, timeout: float = 120.0) -> None:
+        """Build ``pipeline`` again beside the serving version, as ``liveviews rebuild`` asks,
+        and return once readers are switched to the new version."""
+        from streaming.core import versions
+
+        before = versions.read(client, pipeline)
+        versions.ask(client, pipeline, "rebuild")
+        deadline = time.monotonic() + timeout
+        while (now := versions.read(client, pipeline)) == before or (
+            now is not None and now.active == (before.active if before else None)
+        ):
+            self.versioning.tick()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pipeline} was not rebuilt within {timeout} s")
+            time.sleep(0.05)
 
     def wait_until_caught_up(self, client: redis.Redis, timeout: float = 60.0) -> None:
         """Block until the views reflect every event in the log."""
