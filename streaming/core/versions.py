@@ -137,12 +137,19 @@ def derive(app: App, pipeline: str) -> str:
         "pipeline": p.name,
         "views": [[v, app.views[v].limit] for v in p.views],
         "partitions": p.partitions,
-        "events": {n: repr(e.schema) for n, e in sorted(app.event_types.items())},
+        "events": {n: _schema(e.schema) for n, e in sorted(app.event_types.items())},
     }
     h.update(orjson.dumps(declaration))
     for source in _sources(p.build):
         h.update(source.encode())
     return h.hexdigest()[:12]
+
+
+def _schema(schema: Any) -> list[str]:
+    """A schema as text that is the same in every process: its fields, and the source of its
+    check across fields (whose repr would hold an address)."""
+    check = getattr(schema, "check", None)
+    return [repr(schema.fields), _source(check) if check is not None else ""]
 
 
 def _package(obj: Any) -> str:

@@ -148,7 +148,10 @@ class RunningPipelineProbe(RunningPipeline):
 
     def __init__(self, settings) -> None:  # noqa: D107 - no query of our own
         self.settings = settings
-        self.queries = [_NoQuery()]
+
+    @property
+    def queries(self) -> list:
+        return [_NoQuery()]
 
     def wait_for_progress(self, client, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
