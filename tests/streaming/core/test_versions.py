@@ -3,6 +3,7 @@ version beside the new one, and the registry's transitions in a real store."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,21 @@ def test_event_ids_carry_the_version_readers_were_served():
     assert versions.composite_epoch("5f3a9c0e12ab", "@v2") == "5f3a9c0e12ab-v2"
     assert versions.split_epoch("5f3a9c0e12ab-v2") == ("5f3a9c0e12ab", "@v2")
     assert versions.split_epoch("5f3a9c0e12ab") == ("5f3a9c0e12ab", "")
+
+
+def test_a_version_is_the_same_in_every_process():
+    """Nothing of a process (an address, a hash seed) enters a version: Chirp's pipelines get
+    the same versions in two fresh interpreters."""
+    import subprocess
+
+    script = (
+        "from streaming.core.app import load_app; from streaming.core import versions;"
+        "app = load_app('demo.chirp:app');"
+        "print(sorted((p, versions.derive(app, p)) for p in app.pipelines))"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2")
+    ]  # fmt: skip
+    assert runs[0] == runs[1] and "entities" in runs[0]
