@@ -2,13 +2,14 @@
 
     .venv/bin/python -m bench.rebuild [--quick] [--backlog 1000000] [--rate 100]
         [--before 30] [--pipelines entities,activity] [--env LV_MAX_EVENTS_PER_BATCH=10000]
+        [--live-env LV_MAX_EVENTS_PER_BATCH=2000] [--name rebuild]
 
 The whole system runs as ``make run`` runs it (store, pipeline process, gateway). A fresh store
 takes the backlog of Chirp events on the log's fast path, and the pipeline process drains it:
 that is the serving version. Then Chirp users rename themselves through the gateway's ``POST
 /v1/events`` at a fixed rate, as in ``bench.latency``, while an SSE subscriber of each user's
 ``profiles`` and one of ``activity/global`` (the views those renames change) record what they
-are shown. After a lead-in, an operator asks for a rebuild of each pipeline in turn
+are shown. After a first window, an operator asks for a rebuild of each pipeline in turn
 (``streaming.core.versions.ask``): the new version is built from offset 0 beside the serving
 one, which keeps serving and keeping up; readers switch when ``lv:active`` changes, and the
 replaced version's state is deleted after ``LV_REBUILD_GRACE_SECONDS``.
@@ -18,6 +19,12 @@ snapshot after a reset), and each falls in the window its POST was sent in: befo
 while a pipeline is rebuilt, after its switch (until its old state is deleted), and at the end.
 Each window also records the machine's busy CPU and each query's micro-batches. At the end the
 writes stop, and every subscriber's rows must equal the snapshot of the version now serving.
+
+``--env`` sets the pipeline process's settings for the whole run; ``--live-env`` restarts it
+with more once it has drained the backlog, so that they apply to the rebuilds and not to the
+first drain (a window then lets the new JVM warm up before the first one is measured). Both
+serve to try settings that could keep readers' latency within bounds while a rebuild runs
+(docs/performance/rebuild.md).
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ SETTLE_S = 10.0
 """How long each window after a switch goes on once the replaced version's state is deleted."""
 POLL_S = 0.02
 CORES = os.cpu_count() or 1
+LAUNCHER = "org.apache.spark.launcher.Main"
 REBUILD_TIMEOUT_S = 1800.0
 
 
@@ -166,13 +174,13 @@ class Run:
         self.settle_s = settle_s
         self.windows: list[Window] = []
         self.store = aioredis.Redis.from_url(system.store_url)
-        self.jvm = system.driver_jvm()
+        self.jvm = driver_jvm(system)
         self.writing = True
 
     def mark(self, name: str) -> None:
         """End the current window, and begin the one called ``name`` (if any)."""
         now, wall, cpu = time.monotonic(), time.time(), CpuTimes.now()
-        jvm = jvm_cpu(self.jvm)["cpu_s"] if self.jvm else 0.0
+        jvm = jvm_cpu(self.jvm)["cpu_s"]
         ours = tree_cpu()
         if self.windows:
             last = self.windows[-1]
@@ -256,7 +264,7 @@ class Run:
             "new_version_batches": {k: v for k, v in batches.items() if k != "first_batch_started"},
         }  # fmt: skip
 
-    async def drive(self, pipelines: list[str], before_s: float, after_s: float) -> dict[str, Any]:
+    async def drive(self, plan: Plan) -> dict[str, Any]:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             readers = [Reader("profiles", f"u{u}") for u in range(USERS)]
@@ -265,11 +273,14 @@ class Run:
                      for r in readers]  # fmt: skip
             await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in readers)), 60)
             writer = asyncio.create_task(self.write(session))
+            if plan.live_env:  # the JVM just started: its JIT's first minute is no baseline
+                self.mark("lead-in after the restart")
+                await asyncio.sleep(plan.before_s)
             self.mark("before the rebuilds")
-            await asyncio.sleep(before_s)
-            rebuilds = [await self.rebuild(p) for p in pipelines]
+            await asyncio.sleep(plan.before_s)
+            rebuilds = [await self.rebuild(p) for p in plan.pipelines]
             self.mark("after every rebuild")
-            await asyncio.sleep(after_s)
+            await asyncio.sleep(plan.before_s)
             self.writing = False
             self.mark("")
             await writer
@@ -328,6 +339,20 @@ class Run:
                 "batches": window_batches(self.system.client, w.wall_start, w.wall_end),
             })  # fmt: skip
         return out
+
+
+def driver_jvm(system: System, timeout: float = 60) -> int:
+    """The pipeline's driver JVM, once it runs: the process first runs ``java -version``, and
+    Spark's launcher a short-lived JVM that writes the driver's command line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid = system.driver_jvm()
+        with contextlib.suppress(psutil.Error):
+            command = psutil.Process(pid).cmdline() if pid else []
+            if pid and command[-1:] == ["pyspark-shell"] and LAUNCHER not in command:
+                return pid
+        time.sleep(0.1)
+    raise RuntimeError(f"the pipeline's JVM did not start; see {system.data / 'pipeline.log'}")
 
 
 def tree_cpu() -> dict[int, float]:
@@ -410,35 +435,55 @@ def drain(system: System, env: dict[str, str], backlog: int) -> dict[str, Any]:
     }
 
 
-def measure(backlog: int, rate: int, before_s: float, settle_s: float, pipelines: list[str],
-            env: dict[str, str]) -> tuple[dict[str, Any], Path]:  # fmt: skip
+@dataclass
+class Plan:
+    """What one run does."""
+
+    backlog: int = 1_000_000
+    rate: int = 100
+    before_s: float = 30
+    """The window before the rebuilds, and the one after them."""
+    settle_s: float = SETTLE_S
+    pipelines: list[str] = field(default_factory=lambda: list(PIPELINES))
+    env: dict[str, str] = field(default_factory=lambda: {"LV_REBUILD_GRACE_SECONDS": "60"})
+    """Settings of the pipeline process."""
+    live_env: dict[str, str] = field(default_factory=dict)
+    """If any: settings the pipeline process is restarted with once it has drained the
+    backlog, so that a setting that would slow the drain (a small ``LV_MAX_EVENTS_PER_BATCH``
+    holds Chirp's activity pipeline, which runs a micro-batch every 2 s) applies to the rebuild
+    only."""
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(backlog=5_000, before_s=3, settle_s=1, env={"LV_REBUILD_GRACE_SECONDS": "1"})
+
+
+def measure(plan: Plan) -> tuple[dict[str, Any], Path]:
     with running_store() as system:
         figures: dict[str, Any] = {
-            "append_events_per_s": round(write_backlog(system.client, backlog))
+            "append_events_per_s": round(write_backlog(system.client, plan.backlog))
         }
         seed(system)
-        figures["drain"] = drain(system, env, backlog)
+        figures["drain"] = drain(system, plan.env, plan.backlog)
+        if plan.live_env:
+            system.stop_pipeline()
+            system.start_pipeline({**plan.env, **plan.live_env})
+            system.wait_until_caught_up(timeout=REBUILD_TIMEOUT_S)
         system.start_gateway()
-        run = Run(system, rate, settle_s)
-        figures.update(asyncio.run(run.drive(pipelines, before_s, before_s)))
+        run = Run(system, plan.rate, plan.settle_s)
+        figures.update(asyncio.run(run.drive(plan)))
         figures["windows"] = run.window_figures()
         figures["publish_errors"] = run.renames.errors
         return figures, plot_timeline(run)
 
 
-def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 100, before: float = 30,
-        pipelines: list[str] | None = None, env: dict[str, str] | None = None,
-        name: str = "rebuild") -> Report:  # fmt: skip
-    env = {"LV_REBUILD_GRACE_SECONDS": "60", **(env or {})}
-    settle = SETTLE_S
-    if quick:
-        backlog, before, settle = 5_000, 3, 1
-        env["LV_REBUILD_GRACE_SECONDS"] = "1"
+def run(quick: bool = False, plan: Plan | None = None, name: str = "rebuild") -> Report:
+    plan = Plan.quick() if quick else plan or Plan()
     moment = Moment()
-    pipelines = pipelines or PIPELINES
-    figures, plot = measure(backlog, rate, before, settle, pipelines, env)
-    figures.update({"backlog": backlog, "rate_events_per_s": rate, "pipeline_env": env,
-                    "pipelines_rebuilt": pipelines})  # fmt: skip
+    figures, plot = measure(plan)
+    figures.update({"backlog": plan.backlog, "rate_events_per_s": plan.rate,
+                    "pipeline_env": plan.env, "pipeline_env_after_the_drain": plan.live_env,
+                    "pipelines_rebuilt": plan.pipelines})  # fmt: skip
     save(name, figures, moment)
     return Report(name, "A rebuild beside the live pipeline", "python -m bench.rebuild",
                   figures, rows(figures), [plot], moment=moment.finish())  # fmt: skip
@@ -535,21 +580,31 @@ def main() -> int:
                         " (and after them)")  # fmt: skip
     parser.add_argument("--pipelines", default=",".join(PIPELINES),
                         help="comma-separated, rebuilt in this order")  # fmt: skip
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                        help="a setting of the pipeline process (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the pipeline process (repeatable)",
+    )
+    parser.add_argument("--live-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the pipeline process restarted after the drain,"
+                        " for the rebuilds (repeatable)")  # fmt: skip
     parser.add_argument("--name", default="rebuild", help="the result file's name")
     args = parser.parse_args()
     pipelines = [p for p in args.pipelines.split(",") if p]
     unknown = sorted(set(pipelines) - set(PIPELINES))
     if unknown:
         parser.error(f"unknown pipeline {', '.join(unknown)}; choose from {', '.join(PIPELINES)}")
-    bad = [e for e in args.env if "=" not in e]
+    bad = [e for e in args.env + args.live_env if "=" not in e]
     if bad:
-        parser.error(f"--env {bad[0]}: write NAME=VALUE")
-    env = dict(e.split("=", 1) for e in args.env)
+        parser.error(f"{bad[0]}: write NAME=VALUE")
+    plan = Plan(args.backlog, args.rate, args.before, pipelines=pipelines,
+                live_env=dict(e.split("=", 1) for e in args.live_env))  # fmt: skip
+    plan.env.update(e.split("=", 1) for e in args.env)
     if args.quick:  # never over the real figures, as the harness does
         os.environ.setdefault("LV_BENCH_RESULTS", str(RESULTS / "quick"))
-    run(args.quick, args.backlog, args.rate, args.before, pipelines, env, args.name)
+    run(args.quick, plan, args.name)
     return 0
 
 
