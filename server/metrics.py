@@ -25,8 +25,9 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, Metric, gener
 from redis.exceptions import RedisError
 
 from streaming.core.changes import FRONTIER_KEY, PROGRESS_STREAM, split_physical
-from streaming.core.events import entry_id_tuple, log_stream
-from streaming.core.lag import EVENT_CAP, Lag, lag_ms
+from streaming.core.events import entry_id_tuple
+from streaming.core.lag import EVENT_CAP, Lag, Plan
+from streaming.core.log import heads_of, queue_heads
 from streaming.core.versions import REGISTRY_KEY, Versions
 
 log = logging.getLogger("liveviews.gateway.metrics")
@@ -41,7 +42,6 @@ FIRST_WINDOW_SECONDS = 600.0
 PAGE = 1000
 MAX_PAGES = 20
 """At most this many pages of a stream per scrape; the next scrape goes on from there."""
-COUNT_SCRIPT = "return #redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])"
 """Entries of a stream from an id on, up to a count, counted where they are."""
 
 
@@ -397,51 +397,14 @@ class _Tail:
 async def measure_all(
     client: aioredis.Redis, partitions: int, frontiers: dict[str, dict[int, str]]
 ) -> dict[str, Lag]:
-    """``streaming.core.lag.measure`` for several frontiers at once, with the gateway's asyncio
-    client: the heads are read once for all of them, and the counts of all of them in a second
-    round trip. Written again rather than run in a thread: the gateway's one client and loop
-    serve it, with no second connection pool whose closing the gateway would have to manage,
-    and the same definition (``lag_ms``, ``EVENT_CAP``), checked against ``measure`` by the
-    tests. The store counts the entries itself (``COUNT_SCRIPT``): read back, versions being
-    built far behind the log would be up to 10,001 entries per partition and version for this
-    loop to parse, 0.26 s per scrape in which no subscriber is served, against 1.4 ms
-    (docs/performance/metrics.md)."""
+    """``streaming.core.lag.measure_all`` with the gateway's asyncio client: the same reads and
+    the same figures, on the gateway's one client and loop, with no second connection pool for
+    the gateway to manage."""
     if not frontiers:
         return {}
     async with client.pipeline(transaction=False) as pipe:
-        for p in range(partitions):
-            pipe.xrevrange(log_stream(p), count=1)
-        raw_heads: list[Any] = await pipe.execute()
-    heads = {p: h[0][0].decode() for p, h in enumerate(raw_heads) if h}
-    behind = {
-        name: [p for p, h in heads.items()
-               if p not in f or entry_id_tuple(f[p]) < entry_id_tuple(h)]
-        for name, f in frontiers.items()
-    }  # fmt: skip
-    fresh = sorted({p for name, ps in behind.items() for p in ps if p not in frontiers[name]})
+        queue_heads(pipe, partitions)
+        plan = Plan(heads_of(await pipe.execute()), frontiers)
     async with client.pipeline(transaction=False) as pipe:
-        for name, ps in behind.items():
-            for p in ps:
-                start = f"({frontiers[name][p]}" if p in frontiers[name] else "-"
-                pipe.eval(COUNT_SCRIPT, 1, log_stream(p), start, EVENT_CAP + 1)
-        for p in fresh:
-            pipe.xrange(log_stream(p), "-", "+", count=1)
-        results: list[Any] = await pipe.execute()
-    firsts = {
-        p: entry_id_tuple(r[0][0].decode())[0]
-        for p, r in zip(fresh, results[len(results) - len(fresh) :], strict=True)
-        if r
-    }
-    out: dict[str, Lag] = {}
-    at = 0
-    for name, ps in behind.items():
-        frontier = frontiers[name]
-        counts = [int(r) for r in results[at : at + len(ps)]]
-        at += len(ps)
-        ms = lag_ms(heads, frontier)
-        unread = [firsts[p] for p in ps if p not in frontier and p in firsts]
-        if unread:
-            ms = max(ms, max(entry_id_tuple(heads[p])[0] for p in ps) - min(unread))
-        out[name] = Lag(sum(min(c, EVENT_CAP) for c in counts), any(c > EVENT_CAP for c in counts),
-                        ms)  # fmt: skip
-    return out
+        plan.queue(pipe)
+        return plan.lags(await pipe.execute())

@@ -74,7 +74,7 @@ def _version(
     frontier = read_frontier(client, qualified)
     measured = None
     if frontier or role != "retired":  # a retired version's frontier is deleted with its state
-        m = lag.measure(client, partitions, frontier, cap=lag.EVENT_CAP)
+        m = lag.measure(client, partitions, frontier)
         measured = {"events": m.events, "capped": m.capped, "seconds": m.ms / 1000}
     spent = durations.get(qualified, [])
     return {

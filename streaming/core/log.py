@@ -129,14 +129,22 @@ class EventLog:
         return offsets_from([s for s, _ in placed], ids)
 
 
-def log_heads(client: redis.Redis, partitions: int) -> dict[int, str]:
-    """The newest entry id of each log partition that has events."""
-    heads = {}
+def queue_heads(pipe: Any, partitions: int) -> None:
+    """Queue the read of each log partition's newest entry (sync or asyncio pipeline)."""
     for p in range(partitions):
-        last: Any = client.xrevrange(log_stream(p), count=1)
-        if last:
-            heads[p] = last[0][0].decode()
-    return heads
+        pipe.xrevrange(log_stream(p), count=1)
+
+
+def log_heads(client: redis.Redis, partitions: int) -> dict[int, str]:
+    """The newest entry id of each log partition that has events, in one round trip."""
+    with client.pipeline(transaction=False) as pipe:
+        queue_heads(pipe, partitions)
+        return heads_of(pipe.execute())
+
+
+def heads_of(results: list[Any]) -> dict[int, str]:
+    """What ``queue_heads`` read: each partition's newest entry id, if it has any."""
+    return {p: h[0][0].decode() for p, h in enumerate(results) if h}
 
 
 def views_caught_up(client: redis.Redis, partitions: int) -> bool:

@@ -38,7 +38,7 @@ from streaming.core.changes import (
 )
 from streaming.core.errors import ConfigurationError
 from streaming.core.events import entry_id_tuple, log_stream
-from streaming.core.log import check_layout
+from streaming.core.log import check_layout, log_heads
 from streaming.core.settings import Settings
 from streaming.core.versions import Version, Versions
 from streaming.job.progress import record_progress
@@ -242,7 +242,7 @@ class Versioning:
         if reg.active.qualified(p) in self.running:
             target = read_frontier(self.client, reg.active.qualified(p))
         else:
-            target = _heads(self.client, self.settings.log_partitions)
+            target = log_heads(self.client, self.settings.log_partitions)
         distance = self.settings.rebuild_switch_distance
         behind = 0
         with self.client.pipeline(transaction=False) as pipe:
@@ -332,12 +332,6 @@ def start_versions(spark: SparkSession, app: App, settings: Settings) -> Version
     versioning = Versioning(spark, app, settings, client)
     versioning.start()
     return versioning
-
-
-def _heads(client: redis.Redis, partitions: int) -> dict[int, str]:
-    from streaming.core.lag import log_heads
-
-    return log_heads(client, partitions)
 
 
 def delete_state(
