@@ -83,7 +83,7 @@ class Pipeline:
     that can lag by seconds leaves the cores to pipelines whose views should not."""
     version: str | None = None
     """The pipeline's version, 1 to 32 letters, digits or ``_``; when None, derived from its
-    code (``streaming.core.versions.derive``). A new version is built beside the serving one
+    code (``streaming.core.pipelinecode.derive``). A new version is built beside the serving one
     and replaces it once it has caught up (docs/VERSIONS.md)."""
 
 

@@ -1,6 +1,6 @@
 """A pipeline version's stored code, run again beside the application's current code.
 
-``streaming.core.versions.pack`` stores the source of the application's modules with each
+``streaming.core.pipelinecode.pack`` stores the source of the application's modules with each
 version; here they are loaded under names of their own, which Spark's cloudpickle then ships to
 the Python workers by value, so the serving version keeps computing as it did after its code
 changed on disk.

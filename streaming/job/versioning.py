@@ -1,6 +1,6 @@
 """Which versions of each pipeline run, and the rebuild of a new one beside the serving one.
 
-At start, each pipeline's version (``streaming.core.versions.derive``) is compared with the one
+At start, each pipeline's version (``streaming.core.pipelinecode.derive``) is compared with the one
 serving readers. The same: it runs. Another: the new version starts from offset 0 of the log
 with a checkpoint and namespace of its own, while the serving version keeps running from its
 stored code, so readers keep a view that keeps up. ``tick``, called by the driver's loop, then
@@ -24,7 +24,7 @@ import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from streaming.core import versions
+from streaming.core import pipelinecode, versions
 from streaming.core.app import App, load_app
 from streaming.core.changes import (
     FRONTIER_BATCHES_KEY,
@@ -73,7 +73,7 @@ class Versioning:
         self.settings = settings
         self.client = client
         self.running: dict[str, Running] = {}
-        self.code = {p: versions.derive(app, p) for p in app.pipelines}
+        self.code = {p: pipelinecode.derive(app, p) for p in app.pipelines}
         self._packed: dict[str, bytes | None] = {}
         self._deleting: set[str] = set()
         self._reported = 0.0
@@ -127,7 +127,7 @@ class Versioning:
                 same = load_app(self.settings.app) is self.app
             except Exception:  # noqa: BLE001 - any failure means: not importable by its spec
                 same = False
-            self._packed[p] = versions.pack(self.app, p, self.settings.app) if same else None
+            self._packed[p] = pipelinecode.pack(self.app, p, self.settings.app) if same else None
         return self._packed[p]
 
     def _begin(self, p: str, code: str, manual: bool = False) -> Versions:

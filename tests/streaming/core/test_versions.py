@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from streaming.core import versions
+from streaming.core import pipelinecode, versions
 from streaming.core.app import load_app
 from streaming.core.changes import ACTIVE_KEY, FRONTIER_KEY, live_key
 from streaming.core.errors import ConfigurationError
@@ -65,12 +65,12 @@ def code_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_version_changes_with_the_code_the_pipeline_reaches_and_only_with_it(code_dir):
     first = _write(code_dir, "vers_a")
-    v1 = versions.derive(first, "notes")
-    assert len(v1) == 12 and v1 == versions.derive(_write(code_dir, "vers_a"), "notes")
-    assert versions.derive(_write(code_dir, "vers_a", unrelated="y"), "notes") == v1
-    assert versions.derive(_write(code_dir, "vers_a", shape="b"), "notes") != v1
+    v1 = pipelinecode.derive(first, "notes")
+    assert len(v1) == 12 and v1 == pipelinecode.derive(_write(code_dir, "vers_a"), "notes")
+    assert pipelinecode.derive(_write(code_dir, "vers_a", unrelated="y"), "notes") == v1
+    assert pipelinecode.derive(_write(code_dir, "vers_a", shape="b"), "notes") != v1
     declared = _write(code_dir, "vers_a", declared=', version="v7"')
-    assert versions.derive(declared, "others") == "v7"
+    assert pipelinecode.derive(declared, "others") == "v7"
 
 
 def test_the_registry_builds_switches_and_aborts_in_the_store(store):
@@ -122,9 +122,9 @@ def test_a_version_is_the_same_in_every_process():
     import subprocess
 
     script = (
-        "from streaming.core.app import load_app; from streaming.core import versions;"
+        "from streaming.core.app import load_app; from streaming.core import pipelinecode;"
         "app = load_app('demo.chirp:app');"
-        "print(sorted((p, versions.derive(app, p)) for p in app.pipelines))"
+        "print(sorted((p, pipelinecode.derive(app, p)) for p in app.pipelines))"
     )
     runs = [
         subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.core import versions
+from streaming.core import pipelinecode
 from streaming.job.stored import unpack
 from tests.streaming.core.test_versions import _write
 
@@ -20,7 +20,7 @@ def code_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_stored_code_runs_the_old_version_beside_the_new_one(code_dir):
     old = _write(code_dir, "vers_b", shape="old")
-    packed = versions.pack(old, "notes", "vers_b.app:app")
+    packed = pipelinecode.pack(old, "notes", "vers_b.app:app")
     new = _write(code_dir, "vers_b", shape="new")
     again = unpack(packed, "notes_1")
     assert again.pipelines["notes"].build(None) == "old"
