@@ -109,6 +109,10 @@ class Settings:
     """A rebuilt version has caught up within this many events of the serving one."""
     rebuild_grace_seconds: float = 60.0
     """How long a replaced version's state is kept before it is deleted."""
+    rebuild_max_events_per_batch: int = 10_000
+    """A version being built reads at most this many events per micro-batch, so that its tasks
+    are short and the serving versions' batches find a free task slot
+    (docs/performance/rebuild.md)."""
 
     @property
     def store_url(self) -> str:
@@ -139,7 +143,7 @@ class Settings:
             change_shards=env_int(env, "LV_CHANGE_SHARDS", 16),
             change_retention=env_int(env, "LV_CHANGE_RETENTION", 10_000, minimum=10),
             app=env.get("LV_APP") or "demo.chirp:app",
-            spark_master=env.get("SPARK_MASTER") or "local[2]",
+            spark_master=env.get("SPARK_MASTER") or default_master(),
             checkpoint_dir=Path(env.get("LV_CHECKPOINT_DIR") or data_dir / "checkpoints"),
             trigger_interval=env.get("LV_TRIGGER_INTERVAL") or "0 seconds",
             shuffle_partitions=env_int(env, "LV_SHUFFLE_PARTITIONS", 2),
@@ -158,7 +162,15 @@ class Settings:
             rebuild_switch=rebuild_switch(env),
             rebuild_switch_distance=env_int(env, "LV_REBUILD_SWITCH_DISTANCE", 100, minimum=0),
             rebuild_grace_seconds=env_int(env, "LV_REBUILD_GRACE_SECONDS", 60, minimum=0),
+            rebuild_max_events_per_batch=env_int(env, "LV_REBUILD_MAX_EVENTS_PER_BATCH", 10_000),
         )
+
+
+def default_master() -> str:
+    """Twice as many task slots as cores: Spark never preempts a task, so with one slot per
+    core a rebuild's long tasks would hold every slot while the serving queries' small batches
+    wait (docs/performance/rebuild.md); with more slots the kernel shares the cores instead."""
+    return f"local[{2 * (os.cpu_count() or 1)}]"
 
 
 def rebuild_switch(env: dict[str, str]) -> str:

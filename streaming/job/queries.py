@@ -25,9 +25,14 @@ SINK_TIMEOUT_S = 600
 
 
 def read_log(
-    spark: SparkSession, settings: Settings, app: App | None = None, pipeline: str = ""
+    spark: SparkSession,
+    settings: Settings,
+    app: App | None = None,
+    pipeline: str = "",
+    max_events: int | None = None,
 ) -> DataFrame:
-    """The log as a stream; for a ``pipeline`` of ``app``, without the entries it sets aside
+    """The log as a stream, at most ``max_events`` per micro-batch (``LV_MAX_EVENTS_PER_BATCH``
+    by default); for a ``pipeline`` of ``app``, without the entries it sets aside
     (``streaming.core.screen``)."""
     return (
         spark.readStream.format(SOURCE_NAME)
@@ -35,7 +40,7 @@ def read_log(
         .option("screen", screen_option(app) if app is not None and pipeline else "")
         .option("pipeline", pipeline)
         .option("partitions", str(settings.log_partitions))
-        .option("maxEventsPerBatch", str(settings.max_events_per_batch))
+        .option("maxEventsPerBatch", str(max_events or settings.max_events_per_batch))
         .option("readTasks", str(settings.read_tasks))
         .load()
     )
@@ -71,10 +76,12 @@ def start_pipeline(
     client: redis.Redis,
     namespace: str = "",
     pipelines: list[str] | None = None,
+    max_events: int | None = None,
 ) -> StreamingQuery:
     """The query of one pipeline version, from its checkpoint: at start, or again after a
     failure. ``namespace`` is the version's (``streaming.core.versions``); ``pipelines`` those
-    whose serving versions make up every view's frontier (``app``'s by default)."""
+    whose serving versions make up every view's frontier (``app``'s by default); ``max_events``
+    caps its micro-batches (``read_log``)."""
     pipeline = app.pipelines[name]
     qualified = name + namespace
     partitions = str(spark.conf.get(SHUFFLE_PARTITIONS))  # LV_SHUFFLE_PARTITIONS or the user's
@@ -88,7 +95,7 @@ def start_pipeline(
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
     try:
         return (
-            changes(pipeline, read_log(spark, settings, app, qualified))
+            changes(pipeline, read_log(spark, settings, app, qualified, max_events))
             .writeStream.queryName(f"{QUERY_NAME}.{qualified}")
             .outputMode("update")
             .foreachBatch(sink)

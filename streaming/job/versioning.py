@@ -60,6 +60,8 @@ class Running:
     version: Version
     app: App
     query: StreamingQuery
+    max_events: int | None = None
+    """The cap on its micro-batches while it was being built, kept for its restarts."""
 
 
 class Versioning:
@@ -116,7 +118,7 @@ class Versioning:
                      p, code, reg.active.version if reg.active else "?")  # fmt: skip
         assert reg.active is not None and reg.next is not None
         self._run_stored(p, reg.active)
-        self._run(p, reg.next, self.app)
+        self._run(p, reg.next, self.app, building=True)
 
     def _pack(self, p: str) -> bytes | None:
         """The current code of ``p``, to store with a version; None when the application is not
@@ -150,16 +152,23 @@ class Versioning:
             return
         self._run(p, version, unpack(raw, f"{p}_{version.version}"))
 
-    def _run(self, p: str, version: Version, app: App) -> None:
+    def _run(self, p: str, version: Version, app: App, building: bool = False) -> None:
+        """Start a version's query; one being ``building`` reads short micro-batches, so that
+        the serving versions' batches are not kept waiting for a task slot. A pipeline with a
+        trigger interval of its own is left as it is: its cap per batch is its rate."""
+        cap = None
+        if building and app.pipelines[p].trigger_interval is None:
+            cap = self.settings.rebuild_max_events_per_batch
         query = start_pipeline(self.spark, app, self.settings, p, self.client,
-                               version.namespace, list(self.app.pipelines))  # fmt: skip
-        self.running[version.qualified(p)] = Running(p, version, app, query)
+                               version.namespace, list(self.app.pipelines), cap)  # fmt: skip
+        self.running[version.qualified(p)] = Running(p, version, app, query, cap)
 
     def restart(self, qualified: str) -> StreamingQuery:
         """The query of a running version again, from its checkpoint (after a set-aside batch)."""
         r = self.running[qualified]
         r.query = start_pipeline(self.spark, r.app, self.settings, r.pipeline, self.client,
-                                 r.version.namespace, list(self.app.pipelines))  # fmt: skip
+                                 r.version.namespace, list(self.app.pipelines),
+                                 r.max_events)  # fmt: skip
         return r.query
 
     def rebuild_unrunnable(self, qualified: str) -> bool:
@@ -180,7 +189,7 @@ class Versioning:
         if reg.next is None:
             reg = self._begin(r.pipeline, self.code[r.pipeline], manual=True)
             assert reg.next is not None
-            self._run(r.pipeline, reg.next, self.app)
+            self._run(r.pipeline, reg.next, self.app, building=True)
         log.warning("pipeline %r: version %s cannot run from its checkpoint; readers keep its"
                     " views as they are while version %s is built from the log",
                     r.pipeline, serving, reg.next.version if reg.next else "?")  # fmt: skip
@@ -214,7 +223,7 @@ class Versioning:
             assert reg.next is not None
             if reg.active is not None and reg.active.qualified(p) not in self.running:
                 self._run_stored(p, reg.active)
-            self._run(p, reg.next, self.app)
+            self._run(p, reg.next, self.app, building=True)
         elif kind == "switch" and reg.next is not None:
             self._switch(p)
         elif kind == "abort" and reg.next is not None:

@@ -46,3 +46,15 @@ def test_a_whole_number_setting_takes_ascii_digits_only() -> None:
     for raw in ("٣", "²", "８"):  # int() reads the first and last as 3 and 8
         with pytest.raises(ConfigurationError, match="LV_LOG_PARTITIONS must be a whole number"):
             Settings.from_env({"LV_LOG_PARTITIONS": raw})
+
+
+def test_a_local_master_has_twice_as_many_task_slots_as_cores(monkeypatch) -> None:
+    """So that a rebuild's long tasks cannot hold every slot (docs/performance/rebuild.md)."""
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
+    assert settings().spark_master == "local[6]"
+    assert settings(SPARK_MASTER="spark://m:7077").spark_master == "spark://m:7077"
+
+
+def test_a_version_being_built_reads_short_micro_batches_unless_told_otherwise() -> None:
+    assert settings().rebuild_max_events_per_batch == 10_000
+    assert settings(LV_REBUILD_MAX_EVENTS_PER_BATCH="500").rebuild_max_events_per_batch == 500
