@@ -30,6 +30,11 @@ FIELD_TYPE = b"type"
 FIELD_KEY = b"key"
 FIELD_TIME = b"time"
 FIELD_PAYLOAD = b"payload"
+FIELD_TX = b"tx"
+"""The source transaction an event belongs to (change data capture): its commit position."""
+FIELD_TX_EVENTS = b"tx_events"
+"""How many events that transaction appended, over every partition: a reader that holds fewer
+of them holds part of the transaction (``streaming.job.source`` never ends a batch there)."""
 MAX_EVENT_TIME_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
 
 
@@ -83,14 +88,30 @@ class Event:
     key: str
     payload: dict[str, Any]
     time_ms: int
+    tx: Transaction | None = None
 
     def encode(self) -> dict[bytes, bytes]:
-        return {
+        fields = {
             FIELD_TYPE: self.type.encode(),
             FIELD_KEY: self.key.encode(),
             FIELD_TIME: str(self.time_ms).encode(),
             FIELD_PAYLOAD: orjson.dumps(self.payload, option=orjson.OPT_SORT_KEYS),
         }
+        if self.tx is not None:
+            fields[FIELD_TX] = self.tx.id.encode()
+            fields[FIELD_TX_EVENTS] = str(self.tx.events).encode()
+        return fields
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """The source transaction an event came from, when it came from a database's changes: all
+    its events are appended at once, and become visible in the views together."""
+
+    id: str
+    """Unique per transaction in the log, e.g. a PostgreSQL commit LSN (``0/16B3748``)."""
+    events: int
+    """How many events the transaction appended to the log, over all partitions."""
 
 
 @dataclass(frozen=True)
