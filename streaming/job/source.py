@@ -35,7 +35,15 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from streaming.core.app import App
-from streaming.core.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE, log_stream
+from streaming.core.events import (
+    FIELD_KEY,
+    FIELD_PAYLOAD,
+    FIELD_TIME,
+    FIELD_TX,
+    FIELD_TX_EVENTS,
+    FIELD_TYPE,
+    log_stream,
+)
 from streaming.job.views import EVENT_SCHEMA
 
 if TYPE_CHECKING:
@@ -134,7 +142,9 @@ class LogStreamReader(DataSourceStreamReader):
             answers = _next_entries(self.url, start, self.log_partitions, limit.max_rows)
             latest = [entries[-1][0] if entries else None for entries in answers]
         else:
-            with _client(self.url).pipeline(transaction=False) as pipe:
+            # One transaction: the heads of every partition at one instant, so a source
+            # transaction appended in one MULTI is wholly before or after them.
+            with _client(self.url).pipeline(transaction=True) as pipe:
                 for p in range(self.log_partitions):
                     pipe.xrevrange(log_stream(p), count=1)
                 latest = [entries[0][0] if entries else None for entries in pipe.execute()]
@@ -214,13 +224,60 @@ def _changed_ranges(start: dict[str, str], end: dict[str, str]) -> list[tuple[in
 
 
 def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) -> list[Any]:
-    """Each partition's entries after ``start``, up to ``limit`` spread over the partitions."""
+    """Each partition's entries after ``start``, up to ``limit`` spread over the partitions,
+    ending where no source transaction is cut in two (``whole_transactions``). When the cap
+    would leave nothing, a transaction holding more than a partition's share of it, the share
+    doubles until the read holds it whole."""
     per_partition = max(1, limit // partitions)
-    with _client(url).pipeline(transaction=False) as pipe:
-        for p in range(partitions):
-            pipe.xrange(log_stream(p), min=_after(start.get(str(p), "0-0")), count=per_partition)
-        answers: list[Any] = pipe.execute()
-    return answers
+    while True:
+        # One transaction: every partition read at one instant, so a source transaction
+        # appended in one MULTI is wholly in the read or wholly after it, but for the cap.
+        with _client(url).pipeline(transaction=True) as pipe:
+            for p in range(partitions):
+                pipe.xrange(
+                    log_stream(p), min=_after(start.get(str(p), "0-0")), count=per_partition
+                )
+            answers: list[Any] = pipe.execute()
+        whole = whole_transactions(answers)
+        if any(whole) or not any(answers):
+            return whole
+        if all(len(entries) < per_partition for entries in answers):
+            return answers  # read to the heads: a transaction the log holds only part of
+        per_partition *= 2  # one transaction larger than the cap: read until it is whole
+
+
+def whole_transactions(answers: list[Any]) -> list[Any]:
+    """``answers`` (each partition's entries, in order) without the transactions they hold only
+    part of, and without what follows such a part in its partition, so that a batch ends
+    between source transactions and their changes become visible in the views together.
+
+    A transaction's entries are contiguous in each partition (one MULTI appends them) and say
+    how many there are over all partitions (``FIELD_TX_EVENTS``). Cutting a partition can leave
+    another transaction in part, so it repeats until nothing is cut."""
+    if not any(FIELD_TX in fields for entries in answers for _, fields in entries):
+        return answers  # the usual case: no event from a database's changes in this read
+    kept = list(answers)
+    while True:
+        seen: dict[bytes, int] = {}
+        size: dict[bytes, int] = {}
+        for entries in kept:
+            for _, fields in entries:
+                tx = fields.get(FIELD_TX)
+                if tx is not None:
+                    seen[tx] = seen.get(tx, 0) + 1
+                    size[tx] = int(fields[FIELD_TX_EVENTS])
+        partial = {tx for tx, n in seen.items() if n < size[tx]}
+        if not partial:
+            return kept
+        kept = [_before(entries, partial) for entries in kept]
+
+
+def _before(entries: list[Any], txs: set[bytes]) -> list[Any]:
+    """``entries`` up to the first one of a transaction in ``txs``."""
+    for i, (_, fields) in enumerate(entries):
+        if fields.get(FIELD_TX) in txs:
+            return entries[:i]
+    return entries
 
 
 def _read_range(
