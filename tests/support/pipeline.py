@@ -1,5 +1,5 @@
-"""The application's streaming query on the test run's SparkSession, as the ``pipeline`` fixture
-and the browser tests run it."""
+"""An application's streaming queries on the test run's SparkSession, as the ``pipeline`` fixture
+and the browser tests run them."""
 
 from __future__ import annotations
 
@@ -8,18 +8,20 @@ from typing import Any
 
 import redis
 
+from streaming.core.app import App
 from streaming.core.settings import Settings
 
 
 class RunningPipeline:
-    """The application's streaming query, running on the session's SparkSession."""
+    """An application's streaming queries (Chirp's by default), running on the session's
+    SparkSession."""
 
-    def __init__(self, spark: Any, settings: Settings) -> None:
-        from demo.chirp import app
+    def __init__(self, spark: Any, settings: Settings, app: App | None = None) -> None:
+        from demo.chirp import app as chirp
         from streaming.job.versioning import start_versions
 
         self.settings = settings
-        self.versioning = start_versions(spark, app, settings)
+        self.versioning = start_versions(spark, app or chirp, settings)
 
     @property
     def queries(self) -> list[Any]:
