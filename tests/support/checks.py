@@ -98,3 +98,34 @@ def _assert_same(a_name: str, a: Views, b_name: str, b: Views) -> None:
     assert not extra, f"{a_name} have {extra} absent from {b_name}"
     for k in sorted(b):
         assert a[k] == b[k], f"{k}: {a_name} {a[k]!r} != {b_name} {b[k]!r}"
+
+
+def topic_positions(
+    client: redis.Redis, view: str, key: str, shards: int, after: str = "-"
+) -> list[str]:
+    """The positions (``ms-seq``) of the change topic's deltas for (view, key) after ``after``:
+    what a subscriber whose snapshot is at ``after`` must receive, in this order."""
+    shard = shard_for(view, key, shards)
+    out: list[str] = []
+    while True:
+        deltas = read_deltas(client, shard, after=after)
+        if not deltas:
+            return out
+        out += [d.id for d in deltas if (d.view, d.key) == (view, key)]
+        after = deltas[-1].id
+
+
+def assert_delivered_exactly(
+    client: redis.Redis, name: str, view: str, key: str, shards: int,
+    snapshot_id: str, delta_ids: list[str],
+) -> None:  # fmt: skip
+    """A subscriber's deltas (event ids) are the change topic's for its key after its snapshot
+    (an event id ``<epoch>.<position>``): none missing, none twice, none out of order."""
+    got = [i.rsplit(".", 1)[1] for i in delta_ids]
+    want = topic_positions(client, view, key, shards, snapshot_id.rsplit(".", 1)[1])
+    missing = sorted(set(want) - set(got))[:5]
+    extra = sorted(set(got) - set(want))[:5]
+    assert got == want, (
+        f"{name}: {len(got)} deltas received, the change topic holds {len(want)} after the "
+        f"snapshot at {snapshot_id}; missing {missing}, not in the topic {extra}"
+    )
