@@ -3,8 +3,9 @@
 #   scripts/faults.sh                     the CI size (3 kills; the same tests `make test` runs)
 #   KILLS=50 scripts/faults.sh            the long run (make faults KILLS=50)
 #   KILLS=10 WRITE_SECONDS=300 SEED=7 scripts/faults.sh -k pipeline
-# KILLS: Spark driver kills, gateway restarts and store restarts; WRITE_SECONDS: least seconds of
-# writes in the pipeline run; SEED: the random moments. Extra arguments go to pytest.
+# KILLS: Spark driver kills, gateway restarts, gateway kills behind nginx and store restarts;
+# WRITE_SECONDS: least seconds of writes in the pipeline run; SEED: the random moments. Extra
+# arguments go to pytest.
 # Each test prints a "FAULT FIGURES {...}" line; they are also appended to $LV_FAULT_REPORT
 # (default test-artifacts/faults.jsonl).
 set -euo pipefail
@@ -19,5 +20,6 @@ echo "fault suite: kills=$LV_FAULT_KILLS seconds=$LV_FAULT_SECONDS seed=$LV_FAUL
 start=$(date +%s)
 .venv/bin/python -m pytest -s -q -p no:cacheprovider \
   tests/faults/test_pipeline_kills.py tests/faults/test_gateway_kills.py \
+  tests/faults/test_gateway_failover.py \
   tests/faults/test_store_restart.py tests/faults/test_store_durability.py "$@"
 echo "fault suite took $(( $(date +%s) - start )) s; figures in $LV_FAULT_REPORT"
