@@ -18,19 +18,23 @@ from streaming.core.app import (
 )
 from streaming.core.errors import ConfigurationError, InvalidEvent, LiveviewsError, StoreMismatch
 from streaming.core.events import Event, LoggedEvent, Offset
-from streaming.core.schema import Integer, Schema, String
+from streaming.core.schema import Boolean, Float, Integer, Json, Schema, String
+from streaming.core.tables import Table
 
 if TYPE_CHECKING:
     from streaming.core.log import EventLog
 
 __all__ = [
     "App",
+    "Boolean",
     "ConfigurationError",
     "Event",
     "EventLog",
     "EventType",
+    "Float",
     "Integer",
     "InvalidEvent",
+    "Json",
     "LiveviewsError",
     "LoggedEvent",
     "Offset",
@@ -38,6 +42,7 @@ __all__ = [
     "Schema",
     "StoreMismatch",
     "String",
+    "Table",
     "View",
     "anyone_signed_in",
     "load_app",

@@ -11,7 +11,7 @@ from typing import Any
 
 from streaming.core.app import App
 from streaming.core.events import MAX_EVENT_TIME_MS
-from streaming.core.schema import Integer, Schema, String
+from streaming.core.schema import Boolean, FieldType, Float, Json, Schema, String
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 BEARER: list[dict[str, list[str]]] = [{"bearer": []}, {"accessToken": []}, {"cookie": []}]
@@ -73,9 +73,12 @@ def _view_params(views: list[str] | None) -> list[dict[str, Any]]:
     ]
 
 
-def _field_schema(ftype: String | Integer) -> dict[str, Any]:
-    if isinstance(ftype, String):
-        out: dict[str, Any] = {
+def _field_schema(ftype: FieldType) -> dict[str, Any]:
+    out: dict[str, Any]
+    if isinstance(ftype, Boolean | Float | Json):
+        out = {Boolean: {"type": "boolean"}, Float: {"type": "number"}, Json: {}}[type(ftype)]
+    elif isinstance(ftype, String):
+        out = {
             "type": "string", "minLength": ftype.min_length, "maxLength": ftype.max_length,
         }  # fmt: skip
         if ftype.pattern is not None:
@@ -127,6 +130,7 @@ def _event_schema(app: App | None) -> dict[str, Any]:
                 "additionalProperties": False,
             }  # fmt: skip
             for name, et in sorted(app.event_types.items())
+            if et.publishable  # a declared table's changes come from its database only
         ]
     }
 

@@ -85,6 +85,7 @@ class Publisher:
         )
 
     async def publish(self, principal: Principal, raws: list[Any]) -> list[Offset]:
+        self.refuse_unpublishable(raws)
         try:
             events = self.app.validate_batch(raws, self.window)
         except InvalidEvent as exc:
@@ -123,3 +124,17 @@ class Publisher:
             self.metrics.publishes_refused_store_full += 1
             self.memory.forget()
             raise store_full() from None
+
+    def refuse_unpublishable(self, raws: list[Any]) -> None:
+        """A declared table's row changes come from its database only (``streaming.cdc``): a
+        client's copy could contradict the table the views must equal."""
+        for i, raw in enumerate(raws):
+            name = raw.get("type") if isinstance(raw, dict) else None
+            et = self.app.event_types.get(name) if isinstance(name, str) else None
+            if et is not None and not et.publishable:
+                raise Forbidden(
+                    f"event {i}: {name!r} events come from the database's changes and cannot be "
+                    "published; write the row to the database instead.",
+                    code="not_publishable",
+                    index=i,
+                )

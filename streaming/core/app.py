@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from streaming.core.errors import ConfigurationError, InvalidEvent
 from streaming.core.events import Event, TimeWindow, now_ms, parse_event_time
-from streaming.core.schema import Schema
+from streaming.core.schema import FieldType, Schema
+from streaming.core.tables import OPERATIONS, Table, declare_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,6 +47,8 @@ class EventType:
     description: str = ""
     author: Callable[[dict[str, Any]], str] | None = None
     """Who the event claims to be written by; the gateway lets a subject publish only as itself."""
+    publishable: bool = True
+    """Clients may publish it; a declared table's row changes come from the database only."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class App:
     event_types: dict[str, EventType] = field(default_factory=dict)
     views: dict[str, View] = field(default_factory=dict)
     pipelines: dict[str, Pipeline] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+    """Database tables whose row changes enter the log (``streaming.cdc``), by name."""
     samples: Callable[[int], list[Any]] | None = None
     """Raw events (at a time in ms) that take every view's code path once: the pipeline's
     start-up tuning replays them to warm up its JVM class archive (``streaming.tuning``)."""
@@ -112,6 +117,37 @@ class App:
         et = EventType(name, schema, partition_key, description, author)
         self.event_types[name] = et
         return et
+
+    def table(
+        self,
+        name: str,
+        *,
+        columns: Mapping[str, FieldType],
+        key: tuple[str, ...] | list[str] | str,
+        partition_by: str | None = None,
+        description: str = "",
+    ) -> Table:
+        """A PostgreSQL table followed by ``python -m streaming.cdc``: ``"orders"`` (schema
+        ``public``) or ``"sales.orders"``. Its row changes become events of the types
+        ``<name>_insert``, ``<name>_update`` and ``<name>_delete`` (``streaming.core.tables``
+        says what they carry), which clients may not publish."""
+        table = declare_table(name, columns, key, partition_by, description)
+        if table.name in self.tables:
+            raise ConfigurationError(f"table {table.name!r} is declared twice.")
+        schemas = table.payload_schemas()
+        for operation in OPERATIONS:
+            _check_name("event type", table.event_type(operation), self.event_types)
+        for operation in OPERATIONS:
+            type_name = table.event_type(operation)
+            self.event_types[type_name] = EventType(
+                type_name,
+                schemas[type_name],
+                table.partition_key_of(operation),
+                description=f"a row {operation} in {table.qualified}",
+                publishable=False,
+            )
+        self.tables[table.name] = table
+        return table
 
     def view(
         self,

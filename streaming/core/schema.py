@@ -60,7 +60,41 @@ class Integer:
         return value
 
 
-FieldType = String | Integer
+@dataclass(frozen=True)
+class Boolean:
+    optional: bool = False
+
+    def check(self, name: str, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise InvalidEvent(
+                f"field {name!r} must be true or false.", code="wrong_type", field=name
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Float:
+    """A number, whole or not; a database's ``real`` or ``double precision`` column."""
+
+    optional: bool = False
+
+    def check(self, name: str, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidEvent(f"field {name!r} must be a number.", code="wrong_type", field=name)
+        return value
+
+
+@dataclass(frozen=True)
+class Json:
+    """Any JSON value: a database's ``json`` or ``jsonb`` column, or a row's old key."""
+
+    optional: bool = False
+
+    def check(self, name: str, value: Any) -> Any:
+        return value
+
+
+FieldType = String | Integer | Boolean | Float | Json
 
 
 @dataclass(frozen=True)
