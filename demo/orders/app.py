@@ -1,0 +1,57 @@
+"""The shop application: the ``orders`` table of a PostgreSQL database, and two live views of it.
+
+The table's rows come into the log through change data capture (``python -m streaming.cdc``):
+nobody publishes them, the database is written with plain SQL (``python -m demo.orders``, or
+``psql``). ``schema.sql`` creates the table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streaming import App, Integer, String
+from streaming.core.schema import FieldType
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+STATUSES = ("open", "paid", "shipped")
+"""An order's life, in order; the table's check constraint allows these only."""
+BOARD_SIZE = 50
+"""Orders per status on the board: the most recently changed ones."""
+
+COLUMNS: dict[str, FieldType] = {
+    "id": Integer(),
+    "customer": String(max_length=64),
+    "status": String(max_length=16),
+    "total": String(max_length=16),
+}
+"""The columns the views read. ``total`` is ``numeric(10,2)``: its exact text, never a float."""
+
+app = App("shop")
+app.table(
+    "orders",
+    columns=COLUMNS,
+    key=("id",),
+    description="An order of the shop: who placed it, where it is, what it costs.",
+)
+
+
+def declare_views(app: App) -> None:
+    """The views and the pipeline that computes them, from events ``orders_insert``,
+    ``orders_update`` and ``orders_delete`` however they reach the log."""
+    app.view("orders", description="A customer's orders, by order id.")
+    app.view(
+        "orders_by_status",
+        description=f"The {BOARD_SIZE} orders of a status changed last, by order id.",
+        limit=BOARD_SIZE,
+    )
+
+    @app.pipeline("orders", views=["orders", "orders_by_status"])
+    def orders(events: DataFrame) -> DataFrame:
+        from demo.orders.views import orders as build
+
+        return build(events)
+
+
+declare_views(app)

@@ -1,0 +1,18 @@
+-- The shop's one table. Running this file twice changes nothing:
+--   psql "$DATABASE_URL" -f demo/orders/schema.sql
+CREATE TABLE IF NOT EXISTS orders (
+    id         serial PRIMARY KEY,
+    customer   text NOT NULL,
+    status     text NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'paid', 'shipped')),
+    total      numeric(10, 2) NOT NULL CHECK (total >= 0),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- updated_at follows every change, whoever writes it (the demo's writer or psql).
+CREATE OR REPLACE FUNCTION orders_touch() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.updated_at := now();
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER orders_touch BEFORE UPDATE ON orders
+    FOR EACH ROW EXECUTE FUNCTION orders_touch();
