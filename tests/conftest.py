@@ -1,21 +1,30 @@
-"""Shared fixtures: one real Redis-compatible server and one local SparkSession per run.
+"""Shared fixtures: one real Redis-compatible server, one PostgreSQL server and one local
+SparkSession per run.
 
 ``--redis-url`` runs the suite against a server you started; by default an embedded one is
 started on a free port in a temporary directory. Every test gets it flushed.
+``--postgres-url`` does the same for PostgreSQL (its user must be allowed to create databases
+and replication slots); each test that asks for ``database`` gets a fresh database on it.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg2
+import psycopg2.extensions
 import pytest
 import redis
 
+from streaming.cdc.embedded import EmbeddedPostgres
 from streaming.core.embedded import EmbeddedStore, free_port
 from streaming.core.settings import Settings
 from tests.support.pipeline import RunningPipeline
@@ -23,6 +32,9 @@ from tests.support.pipeline import RunningPipeline
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--redis-url", default=None, help="use this server instead of an embedded one")
+    parser.addoption(
+        "--postgres-url", default=None, help="use this PostgreSQL instead of an embedded one"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +48,53 @@ def store_url(
     store = EmbeddedStore(tmp_path_factory.mktemp("store"), free_port())
     with store as started:
         yield started
+
+
+@pytest.fixture(scope="session")
+def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A PostgreSQL server with ``wal_level=logical``: the embedded one, in a directory of its
+    own under /tmp, which the ``postgres`` user can reach when the tests run as root."""
+    url = request.config.getoption("--postgres-url")
+    if url:
+        yield url
+        return
+    root = Path(tempfile.mkdtemp(prefix="lv-pg-"))
+    root.chmod(0o711)
+    try:
+        with EmbeddedPostgres(root, free_port(), {"fsync": "off"}) as started:
+            yield started
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture()
+def database(postgres_url: str) -> Iterator[str]:
+    """A fresh database on the test server; dropped after the test, with its slots."""
+    name = f"t_{secrets.token_hex(6)}"
+    admin = psycopg2.connect(postgres_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    yield psycopg2.extensions.make_dsn(postgres_url, dbname=name)
+    with admin.cursor() as cur:
+        deadline = time.monotonic() + 10
+        while True:  # a slot is dropped once its last reader has gone
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (name,),
+            )
+            cur.execute(
+                "SELECT slot_name, active FROM pg_replication_slots WHERE database = %s", (name,)
+            )
+            slots = cur.fetchall()
+            for slot, active in slots:
+                if not active:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            if not slots or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        cur.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    admin.close()
 
 
 @pytest.fixture()

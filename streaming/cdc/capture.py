@@ -1,0 +1,267 @@
+"""Following a PostgreSQL database into the log: the start, the snapshot, then each committed
+transaction, exactly once.
+
+The start checks the declared tables against the database, makes the publication, and meets
+one of three cases: a slot and a stored position (resume from it), neither (make the slot and
+take the snapshot), or a slot and no position (a snapshot that never reached the log: drop the
+slot and take it again). A stored position without its slot, or with other tables, stops it:
+the changes in between are gone, or a table's old rows are missing from the log.
+
+Then each transaction's events are appended at its commit, in one MULTI with its commit
+position (``position.append_at``), and the slot is confirmed up to it afterwards. After a crash
+PostgreSQL sends again every transaction the slot has not confirmed; those at or below the
+stored position are already in the log and are skipped. While idle, with no transaction half
+read, the slot is confirmed up to where the server has sent: transactions of undeclared tables
+must not keep the database's WAL forever.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import select
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+import redis
+
+from streaming.cdc import catalog
+from streaming.cdc.errors import SourceChanged
+from streaming.cdc.pgoutput import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Message,
+    Relation,
+    Truncate,
+    Update,
+    decode,
+    lsn_text,
+    parse_lsn,
+)
+from streaming.cdc.position import Position, append_at, read_position
+from streaming.cdc.rows import Follow
+from streaming.cdc.settings import CdcSettings
+from streaming.cdc.snapshot import read_snapshot
+from streaming.core.app import App
+from streaming.core.errors import ConfigurationError
+from streaming.core.events import Event, Transaction, now_ms
+from streaming.core.log import check_layout
+from streaming.core.tables import Table
+
+log = logging.getLogger("liveviews.cdc")
+IDLE_S = 0.5
+"""How long the loop waits for the server before checking whether it was asked to stop."""
+
+
+@dataclass
+class Pending:
+    """A transaction being read: its commit position is known from its first message."""
+
+    commit_lsn: int
+    time_ms: int
+    skip: bool
+    """Already in the log (at or below the stored position): read, not appended again."""
+    events: list[Event] = field(default_factory=list)
+
+
+class Capture:
+    """Decoded pgoutput messages in, transactions appended to the log.
+
+    ``handle`` returns the position to confirm to the slot once a transaction is in the log.
+    """
+
+    def __init__(
+        self, app: App, client: redis.Redis, settings: CdcSettings, resume_lsn: int
+    ) -> None:
+        self.app = app
+        self.client = client
+        self.slot = settings.slot
+        self.partitions = settings.store.log_partitions
+        self.retention = settings.store.log_retention
+        self.declared = {t.qualified: t for t in app.tables.values()}
+        self.follows: dict[int, Follow | SourceChanged] = {}
+        self.pending: Pending | None = None
+        self.lsn = resume_lsn
+        self.appended = 0
+
+    def handle(self, message: Message) -> int | None:
+        if isinstance(message, Begin):
+            skip = message.final_lsn <= self.lsn
+            self.pending = Pending(message.final_lsn, message.commit_time_ms, skip)
+        elif isinstance(message, Relation):
+            self._relation(message)
+        elif isinstance(message, Insert | Update | Delete):
+            self._change(message)
+        elif isinstance(message, Truncate):
+            self._truncate(message)
+        elif isinstance(message, Commit):
+            return self._commit(message)
+        return None
+
+    def _relation(self, message: Relation) -> None:
+        table = self.declared.get(f"{message.namespace}.{message.name}")
+        if table is None:
+            self.follows.pop(message.relation_id, None)
+            return
+        columns = [(c.name, c.type_oid) for c in message.columns]
+        try:
+            self.follows[message.relation_id] = Follow.match(table, columns)
+        except SourceChanged as exc:  # raised by the first change to append, not a replayed one
+            self.follows[message.relation_id] = exc
+
+    def _follow(self, relation_id: int) -> Follow | None:
+        if self.pending is None or self.pending.skip:
+            return None
+        follow = self.follows.get(relation_id)
+        if isinstance(follow, SourceChanged):
+            raise follow
+        return follow
+
+    def _change(self, message: Insert | Update | Delete) -> None:
+        follow = self._follow(message.relation_id)
+        if follow is not None:
+            assert self.pending is not None
+            self.pending.events.append(follow.change(self.app, message, self.pending.time_ms))
+
+    def _truncate(self, message: Truncate) -> None:
+        names = []
+        for relation_id in message.relation_ids:
+            follow = self._follow(relation_id)
+            if follow is not None:
+                names.append(follow.table.qualified)
+        if names:
+            raise SourceChanged(
+                f"TRUNCATE {', '.join(names)} removed rows without saying which, so their "
+                "deletes cannot enter the log: empty tables with DELETE instead; to go on from "
+                "here, start from an empty store so that a new snapshot is taken."
+            )
+
+    def _commit(self, message: Commit) -> int:
+        tx, self.pending = self.pending, None
+        if tx is not None and not tx.skip and message.commit_lsn > self.lsn and tx.events:
+            marker = Transaction(lsn_text(message.commit_lsn), len(tx.events))
+            events = [dataclasses.replace(e, tx=marker) for e in tx.events]
+            append_at(self.client, self.slot, events, message.commit_lsn, self.partitions,
+                      self.retention)  # fmt: skip
+            self.lsn = message.commit_lsn
+            self.appended += 1
+        return message.end_lsn
+
+
+def start_position(
+    db: Any, client: redis.Redis, settings: CdcSettings, tables: list[Table]
+) -> tuple[Position | None, dict[str, catalog.Columns]]:
+    """Check the database and the store agree; the stored position, if the slot is usable."""
+    names = tuple(sorted(t.qualified for t in tables))
+    with db.cursor() as cur:
+        columns = catalog.check_all(cur, tables)
+        catalog.ensure_publication(cur, settings.publication, tables)
+        stored = read_position(client, settings.slot)
+        slot_db = catalog.slot_database(cur, settings.slot)
+        cur.execute("SELECT current_database()")
+        here = cur.fetchone()[0]
+        if slot_db is not None and slot_db != here:
+            raise ConfigurationError(
+                f"replication slot {settings.slot!r} follows database {slot_db!r}, not {here!r}: "
+                "set LV_CDC_SLOT to another name for this database."
+            )
+        if stored is None and slot_db is not None:
+            log.warning("slot %r has no position in the store (a snapshot that never reached "
+                        "the log, or an emptied store): taking the snapshot again",
+                        settings.slot)  # fmt: skip
+            catalog.drop_slot(cur, settings.slot)
+        elif stored is not None and slot_db is None:
+            raise SourceChanged(
+                f"the log holds changes up to {lsn_text(stored.lsn)}, but the database has no "
+                f"replication slot {settings.slot!r} to go on from, so later changes are lost "
+                "to it: start from an empty store (the log is taken again from a new snapshot), "
+                "or point DATABASE_URL back at the database that has the slot."
+            )
+        elif stored is not None and stored.tables != names:
+            raise SourceChanged(
+                f"the log follows {', '.join(stored.tables)} since its snapshot, but the "
+                f"application declares {', '.join(names)}: the rows a newly declared table "
+                "already had are not in the log. Declare the same tables, or start from an "
+                "empty store so that a new snapshot is taken."
+            )
+    return stored, columns
+
+
+def snapshot(
+    repl_cur: Any, client: redis.Redis, settings: CdcSettings, app: App,
+    columns: dict[str, catalog.Columns],
+) -> Position:  # fmt: skip
+    """Make the slot and append the tables' rows as of its start, with its position."""
+    tables = list(app.tables.values())
+    repl_cur.execute(
+        f"CREATE_REPLICATION_SLOT {settings.slot} LOGICAL pgoutput (SNAPSHOT 'export')"
+    )
+    _, consistent, exported, _ = repl_cur.fetchone()
+    lsn = parse_lsn(consistent)
+    events = read_snapshot(settings.url, exported, tables, columns, app, now_ms(),
+                           f"snapshot {consistent}")  # fmt: skip
+    names = sorted(t.qualified for t in tables)
+    append_at(client, settings.slot, events, lsn, settings.store.log_partitions,
+              settings.store.log_retention, names)  # fmt: skip
+    log.info("took the snapshot of %s: %d rows as of %s", ", ".join(names), len(events), consistent)
+    return Position(lsn, tuple(names))
+
+
+def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
+    """Follow the database until ``stop`` is set; raises what stops it otherwise."""
+    tables = list(app.tables.values())
+    if not tables:
+        raise ConfigurationError(
+            f"application {app.name!r} declares no tables: declare one with app.table(...), "
+            "or do not run the CDC process."
+        )
+    client = redis.Redis.from_url(settings.store.store_url)
+    check_layout(client, settings.store.log_partitions, settings.store.change_shards)
+    db = psycopg2.connect(settings.url)
+    db.autocommit = True
+    repl = None
+    try:
+        stored, columns = start_position(db, client, settings, tables)
+        repl = psycopg2.connect(
+            settings.url, connection_factory=psycopg2.extras.LogicalReplicationConnection
+        )
+        cur = repl.cursor()
+        if stored is None:
+            stored = snapshot(cur, client, settings, app, columns)
+        else:
+            log.info("resuming after %s", lsn_text(stored.lsn))
+        cur.start_replication(
+            slot_name=settings.slot, decode=False, start_lsn=stored.lsn, status_interval=10,
+            options={"proto_version": "1", "publication_names": settings.publication},
+        )  # fmt: skip
+        log.info("following %s of database %r through slot %r and publication %r",
+                 ", ".join(stored.tables), db.info.dbname, settings.slot,
+                 settings.publication)  # fmt: skip
+        follow(cur, Capture(app, client, settings, stored.lsn), stop)
+    finally:
+        for conn in (repl, db):
+            if conn is not None:
+                conn.close()
+        client.close()
+
+
+def follow(cur: Any, capture: Capture, stop: threading.Event) -> None:
+    confirmed = capture.lsn
+    while not stop.is_set():
+        message = cur.read_message()
+        if message is None:
+            # Everything received is handled: the slot may move up to where the server sent.
+            if capture.pending is None and cur.wal_end > confirmed:
+                confirmed = cur.wal_end
+                cur.send_feedback(flush_lsn=confirmed)
+            select.select([cur], [], [], IDLE_S)
+            continue
+        flush = capture.handle(decode(message.payload))
+        if flush is not None:
+            confirmed = max(confirmed, flush)
+            cur.send_feedback(flush_lsn=confirmed)

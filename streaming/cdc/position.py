@@ -1,0 +1,58 @@
+"""Where change data capture is in the database's history, kept in the store with the log.
+
+``lv:cdc:<slot>`` is a hash: ``lsn``, the commit position of the last transaction whose events
+are in the log (or the snapshot's position), and ``tables``, the tables the log holds since
+the snapshot. Each transaction's events and its ``lsn`` are written in one MULTI, so the log
+holds a transaction's events if and only if the hash says so; the slot is confirmed only after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from streaming.cdc.pgoutput import lsn_text, parse_lsn
+from streaming.core.events import Event
+from streaming.core.log import Retention, placements, queue_appends
+
+
+def position_key(slot: str) -> str:
+    return f"lv:cdc:{slot}"
+
+
+@dataclass(frozen=True)
+class Position:
+    lsn: int
+    tables: tuple[str, ...]
+
+
+def read_position(client: redis.Redis, slot: str) -> Position | None:
+    stored: Any = client.hgetall(position_key(slot))
+    if not stored:
+        return None
+    tables = stored.get(b"tables", b"").decode()
+    return Position(
+        parse_lsn(stored[b"lsn"].decode()), tuple(sorted(filter(None, tables.split(","))))
+    )
+
+
+def append_at(
+    client: redis.Redis,
+    slot: str,
+    events: Sequence[Event],
+    lsn: int,
+    partitions: int,
+    retention: Retention | None,
+    tables: Sequence[str] | None = None,
+) -> None:
+    """Append ``events`` and record ``lsn`` (and, for a snapshot, ``tables``), all or nothing."""
+    fields = {"lsn": lsn_text(lsn)}
+    if tables is not None:
+        fields["tables"] = ",".join(sorted(tables))
+    with client.pipeline(transaction=True) as pipe:
+        queue_appends(pipe, placements(events, partitions), retention)
+        pipe.hset(position_key(slot), mapping=fields)  # type: ignore[arg-type]
+        pipe.execute()
