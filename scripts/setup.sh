@@ -11,6 +11,10 @@ command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser tests drive Debian's Chromium
 # The embedded store allocates with jemalloc when the machine has it (streaming/core/embedded.py).
 compgen -G '/usr/lib/*-linux-gnu/libjemalloc.so.2' >/dev/null || need_apt+=(libjemalloc2)
+# Change data capture runs an embedded PostgreSQL (streaming/cdc/embedded.py); Debian keeps its
+# programs in /usr/lib/postgresql/<version>/bin, off PATH.
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
+  || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
