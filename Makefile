@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint bench clean-data faults
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml scripts/setup.sh client-js/package-lock.json
 	bash scripts/setup.sh
 	touch $(STAMP)
 

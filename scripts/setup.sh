@@ -8,6 +8,7 @@ need_apt=()
 # A JDK rather than a JRE: javac compiles the pipeline's local file system (streaming/tuning/localfs.py).
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser tests drive Debian's Chromium
 # The embedded store allocates with jemalloc when the machine has it (streaming/core/embedded.py).
 compgen -G '/usr/lib/*-linux-gnu/libjemalloc.so.2' >/dev/null || need_apt+=(libjemalloc2)
@@ -30,6 +31,9 @@ if [ "$node_major" -lt 20 ]; then
   echo "Install it (https://nodejs.org or your distribution's nodejs 20 package) and run again." >&2
   exit 1
 fi
+
+# The JavaScript client's test tools (the TypeScript compiler, React), pinned by its lock file.
+(cd client-js && npm ci --no-audit --no-fund --loglevel=error)
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv

@@ -1,71 +1,91 @@
-// useLiveView (src/react.js, the `liveviews-client/react` export) against the real gateway,
-// with a stand-in React resolved for the 'react' import (test-support/fake-react.js).
+// useLiveView (src/react.js, the `liveviews-client/react` export) against the real gateway and
+// the real React (the registry's react and react-test-renderer, client-js's devDependencies).
 
 import assert from 'node:assert/strict';
-import { register } from 'node:module';
-import { afterEach, before, test } from 'node:test';
+import { afterEach, test } from 'node:test';
 
+import React from 'react';
+import TestRenderer from 'react-test-renderer';
+
+import { LiveviewsProvider, useLiveView, useLiveviewsClient } from '../src/react.js';
 import { closeClients, live, makeClient, token, uniqueKey, waitFor, write } from '../test-support/helpers.js';
 
-const fakeReact = new URL('../test-support/fake-react.js', import.meta.url).href;
-let react;
-let fake;
-
-before(async () => {
-  const hook = `export async function resolve(specifier, context, next) {
-    if (specifier === 'react') return { url: ${JSON.stringify(fakeReact)}, shortCircuit: true };
-    return next(specifier, context);
-  }`;
-  register(`data:text/javascript,${encodeURIComponent(hook)}`);
-  react = await import('../src/react.js');
-  fake = await import(fakeReact);
-});
 afterEach(closeClients);
 
-/** Render `component` under a LiveviewsProvider of `client`. */
-function renderWith(client, component, props) {
-  const provider = react.LiveviewsProvider({ client, children: null });
-  assert.equal(provider.props.value, client);
-  return fake.render(component, props, new Map([[provider.type.context, client]]));
+const h = React.createElement;
+
+/**
+ * Mount a component that calls `useLiveView(view, props.user, options)`, under a provider of
+ * `client` when one is given. Returns `{latest(), seen, update(user), unmount()}`: `latest()` is
+ * the hook's newest value, `seen` what the provider's client was at each render.
+ */
+function mount({ client = null, view = 'profiles', user, options }) {
+  const renders = [];
+  const seen = [];
+  function Probe({ user: current }) {
+    renders.push(useLiveView(view, current, options));
+    seen.push(useLiveviewsClient());
+    return null;
+  }
+  const tree = (current) => (client === null ? h(Probe, { user: current }) : h(LiveviewsProvider, { client }, h(Probe, { user: current })));
+  const renderer = TestRenderer.create(tree(user));
+  return {
+    renders,
+    seen,
+    latest: () => renders.at(-1),
+    update: (next) => renderer.update(tree(next)),
+    unmount: () => renderer.unmount(),
+  };
 }
 
 test('useLiveView follows a key: connecting, then the rows, then each change', live, async () => {
   const client = makeClient({ transport: 'ws', token: token('alice') });
   const key = uniqueKey();
   await write([['profiles', key, 'profile', { name: 'first' }]]);
-  const Profile = ({ user }) => react.useLiveView('profiles', user);
-  const view = renderWith(client, Profile, { user: key });
-  assert.equal(view.result.state, 'connecting');
-  assert.equal(view.result.rows.size, 0);
-  await waitFor(() => view.result.rows.get('profile')?.name === 'first', 'the snapshot to render');
-  assert.equal(view.result.state, 'live');
+  const view = mount({ client, user: key });
+  assert.equal(view.renders[0].state, 'connecting');
+  assert.equal(view.renders[0].rows.size, 0);
+  assert.equal(view.seen[0], client);
+  await waitFor(() => view.latest().rows.get('profile')?.name === 'first', 'the snapshot to render');
+  assert.equal(view.latest().state, 'live');
   await write([['profiles', key, 'profile', { name: 'second' }]]);
-  await waitFor(() => view.result.rows.get('profile')?.name === 'second', 'the change to render');
+  await waitFor(() => view.latest().rows.get('profile')?.name === 'second', 'the change to render');
 
-  const sub = view.result.subscription;
+  const sub = view.latest().subscription;
   const other = uniqueKey();
   await write([['profiles', other, 'profile', { name: 'other' }]]);
-  view.update({ user: other });
-  assert.equal(sub.state, 'closed', 'a new key unsubscribes the old one');
-  await waitFor(() => view.result.rows.get('profile')?.name === 'other', 'the other key');
+  view.update(other);
+  await waitFor(() => sub.state === 'closed', 'a new key to unsubscribe the old one');
+  await waitFor(() => view.latest().rows.get('profile')?.name === 'other', 'the other key');
+  assert.equal(client.subscriptions.size, 1);
 
-  const current = view.result.subscription;
-  view.unmount();
-  assert.equal(current.state, 'closed', 'unmounting unsubscribes');
+  const current = view.latest().subscription;
+  view.unmount(); // React runs an unmounted component's effect cleanups after the commit
+  await waitFor(() => current.state === 'closed', 'unmounting to unsubscribe');
   assert.equal(client.subscriptions.size, 0);
 });
 
 test('useLiveView with a null key subscribes to nothing, and needs a client', live, async () => {
   const client = makeClient({ transport: 'sse', token: token('alice') });
-  const view = renderWith(client, () => react.useLiveView('timeline', null));
-  assert.equal(view.result.state, 'connecting');
+  const idle = mount({ client, view: 'timeline', user: null });
+  await new Promise((resolve) => setTimeout(resolve, 50)); // effects have run
+  assert.equal(idle.latest().state, 'connecting');
   assert.equal(client.subscriptions.size, 0);
-  view.unmount();
+  idle.unmount();
 
-  const orphan = fake.render(() => react.useLiveView('profiles', 'alice'));
-  assert.match(orphan.error.message, /wrap the app in <LiveviewsProvider client=\{client\}>/);
+  // React reports a component's error on the console before it rethrows it; keep the output quiet.
+  const report = console.error;
+  console.error = () => {};
+  try {
+    assert.throws(() => mount({ user: 'alice' }), /wrap the app in <LiveviewsProvider client=\{client\}>/);
+  } finally {
+    console.error = report;
+  }
   const key = uniqueKey();
-  const explicit = fake.render(() => react.useLiveView('profiles', key, { client }));
-  await waitFor(() => explicit.result.state === 'live', 'a client given as an option');
+  await write([['profiles', key, 'profile', { name: 'given' }]]);
+  const explicit = mount({ user: key, options: { client } });
+  await waitFor(() => explicit.latest().state === 'live', 'a client given as an option');
+  assert.equal(explicit.latest().rows.get('profile')?.name, 'given');
   explicit.unmount();
+  await waitFor(() => client.subscriptions.size === 0, 'unmounting to unsubscribe');
 });

@@ -1,0 +1,132 @@
+// How an application uses liveviews-client, checked by the TypeScript compiler (`tsc -p
+// client-js`, run by tests/client/test_types.py). Each `@ts-expect-error` is a misuse the
+// declarations must refuse: if they ever accept it, the directive itself fails the check.
+
+import {
+  ClientState,
+  ConnectionError,
+  LiveviewsError,
+  RequestError,
+  SubscriptionState,
+  compareEntryIds,
+  covers,
+  createClient,
+  fullJitter,
+  parseOffset,
+  type ChangeEvent,
+  type Client,
+  type Frontier,
+  type Offset,
+  type SnapshotEvent,
+  type Subscription,
+} from 'liveviews-client';
+import { FrameKind, SseParser, frame, type Frame } from 'liveviews-client/frames';
+import { LiveviewsProvider, useLiveView, useLiveviewsClient, type LiveView } from 'liveviews-client/react';
+
+interface Post {
+  author: string;
+  text: string;
+}
+
+const client: Client = createClient({
+  url: 'http://127.0.0.1:8000',
+  getToken: async () => ({ token: 'signed' }),
+  transport: 'auto',
+  backoff: { minDelay: 250 },
+});
+// @ts-expect-error: a transport is 'auto', 'ws' or 'sse'
+createClient({ transport: 'tcp' });
+// @ts-expect-error: the url is a string
+createClient({ url: 8000 });
+
+const timeline: Subscription<Post> = client.subscribe<Post>('timeline', 'alice', {
+  snapshot: (s: SnapshotEvent<Post>) => {
+    const reason: string | null = s.wasRecovering ? s.reason : null;
+    const lag: number | null = s.lagMs;
+    void [reason, lag, s.frontier, s.eventId];
+  },
+  change: (c: ChangeEvent<Post>) => {
+    for (const op of c.ops) {
+      if (op.op === 'upsert') {
+        const text: string = op.value.text;
+        void text;
+      } else {
+        // @ts-expect-error: a delete carries no value
+        void op.value;
+      }
+    }
+  },
+});
+// @ts-expect-error: there is no 'delta' handler; changes come as 'change'
+client.subscribe('timeline', 'alice', { delta: () => undefined });
+// @ts-expect-error: the key is a string
+client.subscribe('timeline', 42);
+
+const first: Post | undefined = timeline.rows.get('t1');
+void first;
+// @ts-expect-error: rows are read-only
+timeline.rows.set('t1', { author: 'a', text: 'b' });
+
+const off: () => void = timeline.on('state', ({ oldState, newState, reason }) => {
+  const live: boolean = newState === SubscriptionState.LIVE && oldState !== 'closed';
+  const code: string | undefined = reason?.code;
+  void [live, code];
+});
+off();
+
+async function publishAndWait(): Promise<void> {
+  const offset: Offset = await client.publish({ type: 'post', payload: { user: 'alice', text: 'hi' } });
+  await timeline.reflects(offset);
+  await timeline.reflects([offset.token, { partition: offset.partition, id: offset.id }]);
+  // @ts-expect-error: an event needs a type
+  await client.publish({ payload: {} });
+  const offsets: Offset[] = await client.publishBatch([{ type: 'like', payload: {}, time: '2026-11-24T00:00:00Z' }]);
+  const frontier: Frontier = timeline.frontier;
+  const done: boolean = covers(frontier, offsets);
+  const order: -1 | 0 | 1 = compareEntryIds('1-0', '1-1');
+  const parsed: { partition: number; id: string } = parseOffset('0:1-0');
+  void [done, order, parsed];
+  for await (const item of timeline) {
+    const kind: 'snapshot' | 'delta' = item.kind;
+    void kind;
+    break;
+  }
+  const once = await client.get<Post>('timeline', 'alice');
+  const rows: Map<string, Post> = once.rows;
+  void [rows, once.position, once.lagMs];
+}
+void publishAndWait;
+
+function describe(error: unknown): string {
+  if (error instanceof RequestError) return `${error.code} (${error.status ?? 'ws'}): ${error.message}`;
+  if (error instanceof ConnectionError) return error.retryable ? 'retrying' : 'stopped';
+  if (error instanceof LiveviewsError) return error.code;
+  return String(error);
+}
+void describe;
+
+const tail = client.tailLog({ recent: 10 }, { entry: (e) => void e.payload });
+const newest: string | undefined = tail.entries.at(-1)?.type;
+void newest;
+tail.close();
+
+const connected: boolean = client.state === ClientState.CONNECTED;
+const delay: number = fullJitter(3, 500, 20_000);
+void [connected, delay];
+
+const f: Frame = frame(FrameKind.DELTA, '1-0', { ops: [] });
+const items = new SseParser().push('event: delta\ndata: {}\n\n');
+void [f, items];
+
+function Timeline({ user }: { user: string | null }): number {
+  const { rows, state, error }: LiveView<Post> = useLiveView<Post>('timeline', user);
+  const same: Client | null = useLiveviewsClient();
+  void [state, error, same];
+  // @ts-expect-error: the hook's view is a string
+  useLiveView(3, user);
+  return rows.size;
+}
+void Timeline;
+void LiveviewsProvider({ client, children: null });
+
+client.close();
