@@ -61,7 +61,7 @@ class Activity:
         if not rows or roll < (0.15 if crowded else 0.4):
             total = Decimal(rng.randint(100, 50_000)) / 100
             return Change("insert", None, rng.choice(self.customers), "open", f"{total:.2f}")
-        if shipped and roll < (0.45 if crowded else 0.5):
+        if shipped and (roll < (0.45 if crowded else 0.5) or len(shipped) > len(rows) // 2):
             return Change("delete", shipped[0])  # the oldest shipped order is archived
         if not moving:
             return Change("delete", shipped[0])

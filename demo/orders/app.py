@@ -7,7 +7,7 @@ nobody publishes them, the database is written with plain SQL (``python -m demo.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streaming import App, Integer, String
 from streaming.core.schema import FieldType
@@ -28,7 +28,21 @@ COLUMNS: dict[str, FieldType] = {
 }
 """The columns the views read. ``total`` is ``numeric(10,2)``: its exact text, never a float."""
 
-app = App("shop")
+
+def samples(now_ms: int) -> list[dict[str, Any]]:
+    """An order placed, paid, moved to another customer and deleted: every path of the
+    pipeline once, as change data capture would append them (``App.samples``)."""
+    row = {"id": 1, "customer": "ada", "status": "open", "total": "1.00"}
+    changes = [
+        ("orders_insert", row),
+        ("orders_update", {**row, "status": "paid", "old_key": {"id": 1}}),
+        ("orders_update", {**row, "customer": "alan", "old_key": {"id": 1}}),
+        ("orders_delete", {"old_key": {"id": 1}}),
+    ]
+    return [{"type": t, "payload": p, "time": now_ms + i} for i, (t, p) in enumerate(changes)]
+
+
+app = App("shop", samples=samples)
 app.table(
     "orders",
     columns=COLUMNS,

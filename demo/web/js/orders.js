@@ -23,13 +23,13 @@ const byId = (rows) => [...rows.values()].sort((a, b) => b.id - a.id);
 function orderItem(order) {
   return h('li', { class: 'order', 'data-testid': 'order' },
     h('span', { class: 'id', text: `#${order.id}` }),
-    h('span', { 'data-role': 'who' }),
-    h('span', { class: 'total', 'data-role': 'total' }),
-    h('span', { class: 'status', 'data-role': 'status' }));
+    h('span', { 'data-role': 'label' }),
+    h('span', { class: 'total', 'data-role': 'total' }));
 }
 
-/** Fill an order's element; one whose row changed flashes once. */
-function showOrder(el, order, detail) {
+/** Fill an order's element, labelled with its customer or its status; one whose row changed
+ * flashes once. */
+function showOrder(el, order, label) {
   const fingerprint = `${order.customer}|${order.status}|${order.total}`;
   if (el.dataset.fingerprint && el.dataset.fingerprint !== fingerprint) {
     el.classList.remove('changed');
@@ -37,10 +37,10 @@ function showOrder(el, order, detail) {
     el.classList.add('changed');
   }
   Object.assign(el.dataset, { fingerprint, id: String(order.id), status: order.status, customer: order.customer, total: order.total });
-  el.querySelector('[data-role="who"]').textContent = detail === 'customer' ? order.customer : '';
+  const text = el.querySelector('[data-role="label"]');
+  text.textContent = order[label];
+  text.className = label === 'status' ? 'status' : '';
   el.querySelector('[data-role="total"]').textContent = `$${order.total}`;
-  el.querySelector('[data-role="status"]').textContent = detail === 'status' ? order.status : '';
-  el.querySelector('[data-role="status"]').hidden = detail !== 'status';
 }
 
 class Shop {
