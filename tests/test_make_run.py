@@ -8,10 +8,12 @@ the views, and the bad ones are listed as dead letters.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -37,24 +39,28 @@ def _free_port() -> int:
 
 
 class System:
-    def __init__(self, tmp_path: Path) -> None:
+    """``make run``'s script (scripts/run.sh) with its own data directory and ports."""
+
+    def __init__(self, data_dir: Path, **env: str) -> None:
         self.port = _free_port()
         self.env = {
             **os.environ,
             "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
             "PYSPARK_PYTHON": sys.executable,
-            "LV_DATA_DIR": str(tmp_path / "data"),
+            "LV_DATA_DIR": str(data_dir),
             "LV_PORT": str(self.port),
             "LV_EMBEDDED_PORT": str(_free_port()),
+            "LV_POSTGRES_PORT": str(_free_port()),
             "LV_WAIT_FOR_STORE": "30",
             "LV_DEMO_ACTIVITY": "0",
+            **env,
         }
-        for name in ("REDIS_URL", "LV_ENV", "LV_JWT_SECRET"):
+        for name in ("REDIS_URL", "DATABASE_URL", "LV_ENV", "LV_JWT_SECRET"):
             self.env.pop(name, None)
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = ""
         self.proc = subprocess.Popen(
-            [str(REPO / ".venv" / "bin" / "honcho"), "-f", "Procfile", "start"],
+            ["bash", str(REPO / "scripts" / "run.sh")],
             cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
@@ -127,7 +133,7 @@ def _pipeline_pid(root: int) -> int | None:
 
 @pytest.mark.timeout(600)
 def test_make_run_keeps_serving_through_bad_events_and_a_killed_pipeline(tmp_path):
-    system = System(tmp_path)
+    system = System(tmp_path / "data")
     out = ""
     try:
         system.wait("the gateway", lambda: system.request("/readyz")[0] == 200)
@@ -166,3 +172,42 @@ def test_make_run_keeps_serving_through_bad_events_and_a_killed_pipeline(tmp_pat
         out = system.stop()
         print(out[-6000:])
     assert "pipeline exited with status" in out and "starting it again in 1 s" in out
+    # Chirp declares no tables: no PostgreSQL, no change data capture.
+    assert "postgres.1" not in out and "cdc.1" not in out
+
+
+@pytest.mark.timeout(600)
+def test_make_run_runs_the_shop_from_postgresql_to_its_views():
+    """``LV_APP=demo.orders:app make run``: the embedded PostgreSQL, the CDC process and the
+    shop's writer run beside the store, the pipeline and the gateway; the writer seeds the
+    table, and a row changed with SQL reaches the views."""
+    import psycopg2
+
+    from streaming.cdc.settings import CdcSettings
+
+    # PostgreSQL, run as the 'postgres' user when the tests run as root, must reach its data:
+    # not under pytest's temporary directory, which is its owner's only.
+    data = Path(tempfile.mkdtemp(prefix="lv-make-run-"))
+    data.chmod(0o711)
+    system = System(data, LV_APP="demo.orders:app")
+    out = ""
+    try:
+        system.wait("the gateway", lambda: system.request("/readyz")[0] == 200)
+        status, token = system.request("/v1/dev/token", {"user": "viewer", "scope": "read"})
+        system.token = token["token"]
+        system.wait("the seeded orders", lambda: "1" in system.rows("orders_by_status", "open"))
+        assert system.rows("orders", "ada").keys() == {"1", "2"}
+        with psycopg2.connect(CdcSettings.from_env(system.env).url) as conn, conn.cursor() as cur:
+            cur.execute("UPDATE orders SET status = 'shipped', total = 43.00 WHERE id = 1")
+        conn.close()
+        system.wait("the update", lambda: "1" in system.rows("orders_by_status", "shipped"))
+        assert "1" not in system.rows("orders_by_status", "open")
+        assert system.rows("orders", "ada")["1"] == {
+            "id": 1, "customer": "ada", "status": "shipped", "total": "43.00"
+        }  # fmt: skip
+    finally:
+        out = system.stop()
+        print(out[-6000:])
+        shutil.rmtree(data, ignore_errors=True)
+    assert f"The shop's page: http://127.0.0.1:{system.port}/orders.html" in out
+    assert "postgres.1 started" in out and "cdc.1 started" in out
