@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import select
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,8 @@ from streaming.core.tables import Table
 log = logging.getLogger("liveviews.cdc")
 IDLE_S = 0.5
 """How long the loop waits for the server before checking whether it was asked to stop."""
+PING_S = 1.0
+"""While idle, how often the server is asked how far it has sent."""
 
 
 @dataclass
@@ -251,14 +254,18 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
 
 
 def follow(cur: Any, capture: Capture, stop: threading.Event) -> None:
-    confirmed = capture.lsn
+    confirmed, asked = capture.lsn, 0.0
     while not stop.is_set():
         message = cur.read_message()
         if message is None:
-            # Everything received is handled: the slot may move up to where the server sent.
+            # Everything received is handled: the slot may move up to where the server has
+            # sent, which a keepalive says; ask for one now and then rather than wait for it.
             if capture.pending is None and cur.wal_end > confirmed:
                 confirmed = cur.wal_end
                 cur.send_feedback(flush_lsn=confirmed)
+            elif capture.pending is None and time.monotonic() - asked > PING_S:
+                asked = time.monotonic()
+                cur.send_feedback(flush_lsn=confirmed, reply=True)
             select.select([cur], [], [], IDLE_S)
             continue
         flush = capture.handle(decode(message.payload))

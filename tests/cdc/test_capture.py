@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg2
 import pytest
 import redis
 
@@ -101,3 +102,31 @@ def test_snapshot_then_transactions_in_commit_order(
     finally:
         assert cdc.stop() == 0, cdc.text()
     assert "stopped, as asked" in cdc.text()
+
+
+def test_transactions_of_undeclared_tables_move_the_slot_on(
+    cdc: CdcProcess, store: redis.Redis, database: str
+) -> None:
+    """Else the database keeps its WAL for the slot forever."""
+    execute(database, "CREATE TABLE other (x int)")
+    cdc.start()
+    try:
+        wait_for(lambda: store.exists(position_key("liveviews")) == 1, 30, "the snapshot")
+        for i in range(20):
+            execute(database, f"INSERT INTO other VALUES ({i})")
+        conn = psycopg2.connect(database)
+        conn.autocommit = True
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_current_wal_lsn()")
+            (written,) = cur.fetchone()
+
+            def confirmed() -> bool:
+                cur.execute("SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots"
+                            " WHERE slot_name = 'liveviews'", (written,))  # fmt: skip
+                return bool(cur.fetchone()[0])
+
+            wait_for(confirmed, 10, "the slot to be confirmed past the other table's changes")
+        conn.close()
+        assert logged(store) == []
+    finally:
+        assert cdc.stop() == 0, cdc.text()
