@@ -22,8 +22,9 @@ import logging
 import select
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg2
 import psycopg2.extras
@@ -55,6 +56,7 @@ from streaming.core.log import check_layout
 from streaming.core.tables import Table
 
 log = logging.getLogger("liveviews.cdc")
+T = TypeVar("T")
 IDLE_S = 0.5
 """How long the loop waits for the server before checking whether it was asked to stop."""
 PING_S = 1.0
@@ -224,8 +226,10 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
             "or do not run the CDC process."
         )
     client = redis.Redis.from_url(settings.store.store_url)
-    check_layout(client, settings.store.log_partitions, settings.store.change_shards)
-    db = psycopg2.connect(settings.url)
+    wait = settings.store.wait_for_store
+    when_up(lambda: check_layout(client, settings.store.log_partitions,
+                                 settings.store.change_shards), wait, stop)  # fmt: skip
+    db = when_up(lambda: psycopg2.connect(settings.url, connect_timeout=5), wait, stop)
     db.autocommit = True
     repl = None
     try:
@@ -251,6 +255,19 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
             if conn is not None:
                 conn.close()
         client.close()
+
+
+def when_up(connect: Callable[[], T], wait_s: int, stop: threading.Event) -> T:
+    """``connect()``, tried again for up to ``wait_s`` seconds (``LV_WAIT_FOR_STORE``, which
+    ``make run`` sets) while the store or the database is starting beside this process."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return connect()
+        except (psycopg2.OperationalError, redis.ConnectionError):
+            if time.monotonic() > deadline or stop.is_set():
+                raise
+            time.sleep(0.5)
 
 
 def follow(cur: Any, capture: Capture, stop: threading.Event) -> None:

@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -212,12 +213,17 @@ def main() -> int:
     from streaming.cdc.settings import CdcSettings
     from streaming.core import console
 
+    # Caught from the start, so a stop asked while the server starts still stops it; a child
+    # gets the default handlers back when it starts its program.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         settings = CdcSettings.from_env()
         console.setup("postgres", settings.store)
         if not settings.embedded:
             log.info("DATABASE_URL is set; no embedded PostgreSQL is needed")
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            stop.wait()
             return 0
         server = EmbeddedPostgres(settings.store.data_dir, settings.postgres_port)
         log.info("starting the embedded PostgreSQL on port %d (data in %s)", server.port,
@@ -226,12 +232,10 @@ def main() -> int:
     except ConfigurationError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2
-    log.info("ready on postgresql://%s@127.0.0.1:%d/%s; its password is in %s", DATABASE,
-             server.port, DATABASE, console.shown(server.root / "password"))  # fmt: skip
-    stop = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:
-        signal.sigwait(stop)
+        log.info("ready on postgresql://%s@127.0.0.1:%d/%s; its password is in %s", DATABASE,
+                 server.port, DATABASE, console.shown(server.root / "password"))  # fmt: skip
+        stop.wait()
     finally:
         server.stop()
     return 0
