@@ -93,8 +93,8 @@ class Follow:
         at = f", column {column!r}" if column else ""
         return SourceChanged(
             f"the row of {self.table.qualified} with key {key}{at} does not fit the declaration "
-            f"({problem}): change the row in the database, or the declaration of the column, "
-            "then start the CDC process again."
+            f"({problem}): change the column's declaration so that it takes the value, then "
+            "start the CDC process again, which reads the row as it was committed."
         )
 
     def event(self, app: App, operation: str, payload: dict[str, Any], time_ms: int) -> Event:
