@@ -216,6 +216,13 @@ export class Client extends Emitter {
     return new RequestError(message, { code: 'token_expired', status: 401 });
   }
 
+  /** `sub` waits for its view to reflect `offsets`: the transport asks for the frontier early
+   *  where it can (a WebSocket); an SSE stream has no way back, and its frontier comes at the
+   *  gateway's progress interval. */
+  _wait(sub, offsets) {
+    this._transport.wait?.(sub, offsets);
+  }
+
   _detach(consumer) {
     if (consumer instanceof LogTail) {
       this._logTransport?.detach(consumer);

@@ -205,4 +205,5 @@ export const encode = Object.freeze({
   ),
   unsubscribe: (sub) => JSON.stringify({ type: 'unsubscribe', sub }),
   publish: (req, events) => JSON.stringify({ type: 'publish', req, events }),
+  wait: (sub, offsets) => JSON.stringify({ type: 'wait', sub, offsets: offsets.map(({ partition, id }) => ({ partition, id })) }),
 });

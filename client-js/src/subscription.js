@@ -115,6 +115,7 @@ export class Subscription extends Emitter {
         signal.addEventListener('abort', waiter.onAbort, { once: true });
       }
       this._waiters.add(waiter);
+      this.client._wait(this, wanted);
     });
   }
 
@@ -172,6 +173,11 @@ export class Subscription extends Emitter {
 
   _query() {
     return {};
+  }
+
+  /** The offsets of each pending `reflects`, to ask for again on a new subscription. */
+  _waitingFor() {
+    return [...this._waiters].map((waiter) => waiter.wanted);
   }
 
   /** The transport (re)established the subscription on the gateway. */

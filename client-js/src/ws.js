@@ -94,6 +94,13 @@ export class WsTransport {
     return this.state === W.OPEN;
   }
 
+  /** Ask for `sub`'s frontier as soon as it covers `offsets` (read-your-writes), not at the
+   *  next progress interval. A subscription not open yet asks when it is (`_subscribe`). */
+  wait(sub, offsets) {
+    const id = this._ids.get(sub);
+    if (id && this.state === W.OPEN) this._send(encode.wait(id, offsets));
+  }
+
   /** Publish on the open socket; resolves with the offsets. */
   publish(events) {
     const req = `r${++this._next}`;
@@ -240,6 +247,7 @@ export class WsTransport {
     this._ids.set(sub, id);
     this._subs.set(id, sub);
     this._send(encode.subscribe(id, sub.view, sub.key, sub.lastEventId));
+    for (const offsets of sub._waitingFor()) this._send(encode.wait(id, offsets));
     sub._open();
   }
 

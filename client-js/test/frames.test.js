@@ -71,6 +71,7 @@ for (const g of golden.filter((x) => x.direction === 'client')) {
       subscribe: () => encode.subscribe(i.sub, i.view, i.key, i.last_event_id ?? null),
       unsubscribe: () => encode.unsubscribe(i.sub),
       publish: () => encode.publish(i.req, i.events),
+      wait: () => encode.wait(i.sub, i.offsets),
     }[g.kind]();
     assert.equal(text, g.ws.text);
   });

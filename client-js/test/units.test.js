@@ -52,7 +52,12 @@ test('entry ids compare as numbers, and offsets parse from what publish answers'
 
 /** A subscription with a stand-in client: the transport is replaced by direct calls. */
 function standalone(handlers) {
-  const client = { detached: [], _detach(sub) { this.detached.push(sub); } };
+  const client = {
+    detached: [],
+    waits: [],
+    _detach(sub) { this.detached.push(sub); },
+    _wait(sub, offsets) { this.waits.push(offsets); },
+  };
   return new Subscription(client, 'profiles', 'alice', handlers);
 }
 
@@ -108,12 +113,16 @@ test('reflects waits for the frontier, numerically, and fails when the subscript
   await sub.reflects({ partition: 0, id: '8-0' }); // already covered
   const order = [];
   const waiting = sub.reflects([{ partition: 0, id: '10-0' }, '1:5-0']).then(() => order.push('reflects'));
+  // The transport is asked for the covering frontier early, once, and only for what is not covered.
+  assert.deepEqual(sub.client.waits, [[{ partition: 0, id: '10-0' }, { partition: 1, id: '5-0' }]]);
+  assert.deepEqual(sub._waitingFor(), sub.client.waits);
   sub.on('change', () => order.push('change'));
   sub._frame(progress({ 0: '10-0' }));
   sub._frame(delta([{ op: 'upsert', row: 'r', value: 1 }], 'e.2-0'));
   sub._frame(progress({ 0: '10-0', 1: '5-0' }));
   await waiting;
   assert.deepEqual(order, ['change', 'reflects']);
+  assert.deepEqual(sub._waitingFor(), []);
 
   const aborted = new AbortController();
   const pending = sub.reflects('0:99-0', { signal: aborted.signal });

@@ -85,6 +85,38 @@ test('publish goes over the socket and reflects resolves once the view covers it
   assert.equal(sub.rows.get('profile').name, 'Alice', 'the delta is applied before reflects resolves');
 });
 
+test('reflects asks the gateway for the covering frontier at once, and again after a reconnect', live, async () => {
+  const net = await proxy();
+  const sent = [];
+  class Recording extends WebSocket {
+    send(text) {
+      sent.push(JSON.parse(text));
+      super.send(text);
+    }
+  }
+  const client = makeClient({ url: net.url, transport: 'ws', token: token('alice'), WebSocket: Recording });
+  const key = uniqueKey();
+  const sub = client.subscribe('profiles', key);
+  await sub.ready();
+  const offset = await client.publish({ type: 'profile_set', payload: { user: 'alice', name: 'Alice' } });
+  const reflects = sub.reflects(offset);
+  const waits = () => sent.filter((m) => m.type === 'wait');
+  await waitFor(() => waits().length === 1, 'a wait message');
+  const subId = sent.find((m) => m.type === 'subscribe').sub;
+  assert.deepEqual(waits()[0], { type: 'wait', sub: subId, offsets: [{ partition: offset.partition, id: offset.id }] });
+
+  net.cut(); // the new subscription asks again, under its new id
+  await waitFor(() => sub.state === 'reconnecting', 'the cut');
+  net.restore();
+  await waitFor(() => waits().length === 2, 'the wait sent again');
+  const again = sent.filter((m) => m.type === 'subscribe').at(-1).sub;
+  assert.notEqual(again, subId);
+  assert.deepEqual(waits()[1].sub, again);
+  await write([['profiles', key, 'profile', profile('Alice')]], { [offset.partition]: offset.id });
+  await reflects;
+  assert.equal(sub.rows.get('profile').name, 'Alice');
+});
+
 test('after a cut connection every subscription resumes on a new socket, no gap, no duplicate', live, async () => {
   const net = await proxy();
   const { WebSocket: Counted, sockets } = countingWebSocket();

@@ -1,7 +1,7 @@
 """``/v1/ws``: a WebSocket session: many subscriptions, publishing and token refresh on one socket.
 
 Client messages are JSON objects with a ``type``: ``auth``, ``subscribe``, ``unsubscribe``,
-``publish``. They are handled one at a time, in order, by a task that runs only while some
+``publish``, ``wait``. They are handled one at a time, in order, by a task that runs only while some
 wait. Each subscription sends the same frames as SSE, tagged with the client's subscription
 id, through its own sender (``server.live.ws``). Under the gateway's uvicorn protocols the
 socket owns its connection (``server.live.sockets.OwnedSocket``), so an idle socket holds no
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections import deque
 from typing import Any
@@ -29,13 +30,14 @@ from server.api.publish import events_of, offset_dict
 from server.api.responses import hand_over
 from server.auth import PUBLISH, READ, Principal, by_cookie, check_origin, token_from
 from server.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
+from server.fanout.hub import Wanted
 from server.fanout.subscription import Subscription
 from server.gateway import Gateway
 from server.live.sender import log_failure
 from server.live.sockets import AsgiSocket, OwnedSocket, Socket
 from server.live.ws import WsSender
 from server.wire import frames
-from server.wire.eventid import EventId
+from server.wire.eventid import EventId, position_tuple
 from streaming.core.errors import StoreMismatch
 
 log = logging.getLogger("liveviews.gateway.ws")
@@ -44,6 +46,7 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_SERVICE_RESTART = 1012
 CLOSE_SLOW_READER = (1008, "slow consumer")
+ENTRY_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 UNAUTHENTICATED_CLOSE_SECONDS = 1.0
 """How long a socket that never signed in has to answer its close before it is dropped (not
 at once: closing a connection the client is still sending on resets it, and the client would
@@ -60,6 +63,41 @@ def _ident(msg: dict[str, Any], name: str) -> str:
             f"{name!r} must be a string of 1 to {MAX_ID_LENGTH} characters.", code="invalid_message"
         )
     return value
+
+
+MAX_WAIT_OFFSETS = 64
+
+
+def wanted_offsets(raw: Any) -> Wanted:
+    """A wait message's ``offsets`` (``[{"partition", "id"}, ...]``, as publish answered them)
+    as the newest entry id wanted in each partition."""
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_WAIT_OFFSETS:
+        raise BadRequest(
+            f"'offsets' must be a list of 1 to {MAX_WAIT_OFFSETS} offsets "
+            '{"partition", "id"}, as publish answers them.',
+            code="invalid_message",
+        )
+    wanted: Wanted = {}
+    for offset in raw:
+        partition = offset.get("partition") if isinstance(offset, dict) else None
+        entry = offset.get("id") if isinstance(offset, dict) else None
+        if (
+            not isinstance(partition, int)
+            or isinstance(partition, bool)
+            or partition < 0
+            or not isinstance(entry, str)
+            or ENTRY_ID_RE.fullmatch(entry) is None
+        ):
+            raise BadRequest(
+                f'{offset!r} is not an offset; each is {{"partition": <n>, "id": '
+                '"<ms>-<seq>"}, as publish answers it.',
+                code="invalid_message",
+            )
+        at = position_tuple(entry)
+        key = str(partition)
+        if wanted.get(key, (0, 0)) < at:
+            wanted[key] = at
+    return wanted
 
 
 class Session:
@@ -259,9 +297,12 @@ class Session:
                 self._unsubscribe(_ident(msg, "sub"))
             elif kind == "publish":
                 await self._publish(msg, req)
+            elif kind == "wait":
+                self._wait(msg)
             else:
                 raise BadRequest(
-                    f"unknown message type {kind!r}; use auth, subscribe, unsubscribe or publish.",
+                    f"unknown message type {kind!r}; use auth, subscribe, unsubscribe, publish "
+                    "or wait.",
                     code="invalid_message",
                 )
         except (RedisError, StoreMismatch) as exc:
@@ -271,7 +312,8 @@ class Session:
             code = "store_mismatch" if isinstance(exc, StoreMismatch) else "store_unavailable"
             self.reply(frames.ws_error(code, message, req=req))
         except GatewayError as exc:
-            sub = msg.get("sub") if isinstance(msg, dict) else None
+            # An error of a wait message is the socket's: its subscription stays open.
+            sub = msg.get("sub") if isinstance(msg, dict) and msg.get("type") != "wait" else None
             self.reply(frames.ws_error(
                 exc.code, exc.message, sub=sub if isinstance(sub, str) else None, req=req,
                 **exc.extra,
@@ -311,6 +353,15 @@ class Session:
             )
         sender.finish()
         self.reply(frames.ws_message("unsubscribed", sub=sub_id))
+
+    def _wait(self, msg: dict[str, Any]) -> None:
+        """The client waits for a subscription's view to reflect some offsets (read-your-writes):
+        its next ``progress`` frame goes out as soon as a frontier that covers them is read."""
+        sub_id = _ident(msg, "sub")
+        wanted = wanted_offsets(msg.get("offsets"))
+        sender = self.senders.get(sub_id)
+        if sender is not None:  # one that ended meanwhile needs no frontier: nothing to answer
+            sender.sub.wait_for(wanted)
 
     async def _publish(self, msg: dict[str, Any], req: str | None) -> None:
         assert self.principal is not None

@@ -61,16 +61,25 @@ class Cohort(Protocol):
         ...
 
 
-class Lane:
-    """One frontier's progress, and the subscribers that follow it."""
+Wanted = dict[str, tuple[int, int]]
+"""Log positions a client waits for its view to reflect: partition -> entry id as a tuple."""
 
-    __slots__ = ("subscribers", "pending", "flush_at", "flushed")
+MAX_WAITS = 32
+"""Waits one subscriber keeps apart (``Hub.wait``); more are merged into the last one."""
+
+
+class Lane:
+    """One frontier's progress, the subscribers that follow it, and those of them waiting for
+    it to reach some log positions (``Hub.wait``)."""
+
+    __slots__ = ("subscribers", "pending", "flush_at", "flushed", "waits")
 
     def __init__(self) -> None:
         self.subscribers: set[Subscriber] = set()
         self.pending: Progress | None = None
         self.flush_at: asyncio.TimerHandle | None = None
         self.flushed = float("-inf")
+        self.waits: dict[Subscriber, list[Wanted]] = {}
 
 
 class Hub:
@@ -114,6 +123,44 @@ class Hub:
         self._lane(sub.frontier_name).subscribers.add(sub)
         self.metrics.subscriptions = len(self.all)
         return sub
+
+    def wait(self, sub: Subscriber, wanted: Wanted) -> None:
+        """``sub``'s client waits for its view to reflect ``wanted`` (read-your-writes): the
+        first frontier read that covers them goes to ``sub`` at once, not after the progress
+        interval. Still after the deltas it covers: it is handed out after the read's deltas,
+        through the subscriber's own path."""
+        if sub not in self.all:
+            return
+        lane = self._lane(sub.frontier_name)
+        pending = lane.pending
+        if pending is not None and _covers(pending, wanted):
+            self._answer(sub, pending)
+            return
+        waits = lane.waits.setdefault(sub, [])
+        if len(waits) < MAX_WAITS:
+            waits.append(wanted)
+        else:  # bounded: the frontier that covers both is sent, later than the first needs
+            waits[-1] = merged(waits[-1], wanted)
+
+    def _answer_waits(self, lane: Lane, progress: Progress) -> None:
+        for sub, waits in list(lane.waits.items()):
+            left = [w for w in waits if not _covers(progress, w)]
+            if len(left) == len(waits):
+                continue
+            if left:
+                lane.waits[sub] = left
+            else:
+                del lane.waits[sub]
+            self._answer(sub, progress)
+
+    def _answer(self, sub: Subscriber, progress: Progress) -> None:
+        if sub.cohort is not None:
+            self.unsettle(sub)  # a frame for it alone: its own cursor from here
+        sub.offer_progress(progress)
+        if sub.state is SubscriberState.OVERFLOWED:
+            self.drop(sub)
+        elif sub.sink is not None:
+            self.settle(sub)  # back in its cohort once the others are sent this frontier too
 
     def detach(self, sub: Subscriber) -> None:
         if sub.state is SubscriberState.ATTACHED:
@@ -169,7 +216,9 @@ class Hub:
             return
         self.unsettle(sub)
         self.all.discard(sub)
-        self._lane(sub.frontier_name).subscribers.discard(sub)
+        lane = self._lane(sub.frontier_name)
+        lane.subscribers.discard(sub)
+        lane.waits.pop(sub, None)
         waiting = self.settling.get((sub.view, sub.key))
         if waiting is not None:
             waiting.discard(sub)
@@ -240,6 +289,8 @@ class Hub:
                 self._flush_now(lane)
             else:
                 self._flush_later(lane)
+                if lane.waits:
+                    self._answer_waits(lane, p)
 
     def _progress_due(self, frontier_name: str) -> bool:
         flushed = self._lane(frontier_name).flushed
@@ -270,6 +321,13 @@ class Hub:
         lane.flushed = asyncio.get_running_loop().time()
         if progress is None:
             return
+        if lane.waits:  # every subscriber is sent this frontier now: the waits it covers end
+            for sub, waits in list(lane.waits.items()):
+                left = [w for w in waits if not _covers(progress, w)]
+                if left:
+                    lane.waits[sub] = left
+                else:
+                    del lane.waits[sub]
         overflowed = []
         with self._handing_out_items():
             following = [cohort for (view, _), cohort in self.cohorts.items()
@@ -346,6 +404,16 @@ class Hub:
         if sub.state is SubscriberState.OVERFLOWED and sub in self.all:
             self.metrics.slow_consumers += 1
         self._forget(sub)
+
+
+def merged(a: Wanted, b: Wanted) -> Wanted:
+    """The positions of both: the later of each partition's."""
+    return {p: max(a.get(p, (0, 0)), b.get(p, (0, 0))) for p in a.keys() | b.keys()}
+
+
+def _covers(progress: Progress, wanted: Wanted) -> bool:
+    reached = progress.reached
+    return all(p in reached and reached[p] >= at for p, at in wanted.items())
 
 
 def _ascending(items: list[FeedDelta]) -> bool:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import orjson
+
 from server.wire import frames
 from server.wire.eventid import EventId, position_tuple
 from streaming.core.changes import VIEWS_FRONTIER, Delta
@@ -74,6 +76,13 @@ class Progress:
     def frontier(self) -> str:
         """The frame's data as a string, to compare with what a subscriber was sent last."""
         return self.frame.data.decode()
+
+    @cached_property
+    def reached(self) -> dict[str, tuple[int, int]]:
+        """Partition -> the entry id the frontier reached, as a tuple; parsed only when a
+        subscriber waits for an offset (``Hub.wait``)."""
+        frontier = orjson.loads(self.frame.data)["frontier"]
+        return {p: position_tuple(at) for p, at in frontier.items()}
 
 
 Item = FeedDelta | EpochChanged

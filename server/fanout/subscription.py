@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from server.errors import SlowConsumer, Unavailable
 from server.fanout.cursor import Cursor
-from server.fanout.hub import Hub
+from server.fanout.hub import MAX_WAITS, Hub, Wanted, merged
 from server.fanout.items import EpochChanged, FeedDelta
 from server.fanout.subscriber import Subscriber, SubscriberState
 from server.feed.changes import ChangeFeed
@@ -54,7 +54,7 @@ class Subscription(Cursor):
     memory, not the retained shard.
     """
 
-    __slots__ = ("source", "view", "key", "resume", "subscriber", "history")
+    __slots__ = ("source", "view", "key", "resume", "subscriber", "history", "early_waits")
 
     def __init__(self, source: Source, view: str, key: str, resume: EventId | None) -> None:
         super().__init__()
@@ -67,6 +67,20 @@ class Subscription(Cursor):
         self.history: str | None = None
         """While a resume has history left to read: the shard position it has read up to.
         Live deltas wait in the subscriber's buffer until it has read the rest."""
+        self.early_waits: list[Wanted] = []
+        """Offsets its client waits for before it was attached (``wait_for``)."""
+
+    def wait_for(self, wanted: Wanted) -> None:
+        """The client waits for the view to reflect ``wanted``: the hub sends the covering
+        frontier as soon as it reads one (``Hub.wait``)."""
+        if self.subscriber is None:
+            waits = self.early_waits
+            if len(waits) < MAX_WAITS:
+                waits.append(wanted)
+            else:
+                waits[-1] = merged(waits[-1], wanted)
+            return
+        self.source.hub.wait(self.subscriber, wanted)
 
     async def start(self) -> list[frames.Frame]:
         """Attach, then the first frames: a snapshot, the missed deltas, or a reset + snapshot."""
@@ -83,6 +97,9 @@ class Subscription(Cursor):
                     code="store_unavailable",
                 ) from None
         self.subscriber = self.source.hub.attach(self.view, self.key, self.source.buffer)
+        for wanted in self.early_waits:
+            self.source.hub.wait(self.subscriber, wanted)
+        self.early_waits = []
         try:
             if self.resume is None:
                 return [await self._snapshot()]

@@ -381,3 +381,49 @@ async def test_a_store_that_cannot_be_reached_gets_errors_and_the_socket_serves_
             await sock.ws.close()
     finally:
         served.stop()
+
+
+async def test_a_wait_message_brings_the_covering_frontier_before_the_progress_interval(
+    store_url: str, store: redis.Redis, writer: Writer
+) -> None:
+    """Read-your-writes over a WebSocket: after ``wait`` for an offset, the first frontier that
+    covers it comes at once, after the deltas it covers; without one, the progress interval
+    (here 4 s) holds it back. A malformed wait is the socket's error; the subscription lives."""
+    served = ServedGateway(settings_for(store_url, LV_PROGRESS_INTERVAL_MS="4000")).start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            sock = await connect(s, served, served.token("alice"))
+            assert (await sock.next())["type"] == "authenticated"
+            await sock.send(type="subscribe", sub="a", view="profiles", key="ryw")
+            assert (await sock.next())["type"] == "snapshot"
+            writer.write([("profiles", "ryw", "profile", {"name": "one"})], {0: "100-0"})
+            assert (await sock.next(skip=("heartbeat",)))["type"] == "delta"
+            first = await sock.next(skip=("heartbeat",))  # the first frontier is due at once
+            assert (first["type"], first["data"]["frontier"]["0"]) == ("progress", "100-0")
+
+            await sock.send(type="wait", sub="a", offsets=[{"partition": 0, "id": "200-0"}])
+            await sock.send(type="wait", sub="a", offsets=[{"partition": 9, "id": "1-0"}])
+            writer.write([("profiles", "ryw", "profile", {"name": "two"})], {0: "150-0"})
+            assert (await sock.next(skip=("heartbeat",)))["type"] == "delta"
+            writer.write([("profiles", "other", "profile", {"name": "x"})], {0: "200-5"})
+            started = asyncio.get_running_loop().time()
+            answer = await sock.next(timeout=3, skip=("heartbeat",))
+            assert (answer["type"], answer["sub"]) == ("progress", "a")
+            assert answer["data"]["frontier"]["0"] == "200-5"
+            assert asyncio.get_running_loop().time() - started < 1.5
+
+            for bad in [{"type": "wait", "sub": "a", "offsets": []},
+                        {"type": "wait", "sub": "a", "offsets": [{"partition": 0, "id": "x"}]},
+                        {"type": "wait", "sub": "a", "offsets": [{"partition": -1, "id": "1-0"}]},
+                        {"type": "wait", "sub": "a"}]:  # fmt: skip
+                await sock.ws.send_str(json.dumps(bad))
+                error = await sock.next(skip=("heartbeat",))
+                assert (error["type"], error["code"]) == ("error", "invalid_message"), bad
+                assert "sub" not in error and "publish answers" in error["message"]
+            await sock.send(type="wait", sub="gone", offsets=[{"partition": 0, "id": "1-0"}])
+            writer.write([("profiles", "ryw", "profile", {"name": "three"})], {0: "300-0"})
+            delta = await sock.next(skip=("heartbeat",))
+            assert (delta["type"], delta["sub"]) == ("delta", "a"), "the subscription lives on"
+            await sock.ws.close()
+    finally:
+        served.stop()

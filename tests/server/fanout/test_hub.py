@@ -166,3 +166,51 @@ async def test_deltas_of_a_key_out_of_position_order_go_out_one_by_one_in_read_o
     hub.publish(EPOCH, [delta("2-0", "a"), delta("1-0", "a"), delta("3-0", "a")])
     assert a.runs == [] and a.got == ["2-0", "1-0", "3-0"]
     hub.close()
+
+
+async def test_a_subscriber_waiting_for_an_offset_gets_the_covering_frontier_at_once() -> None:
+    """Read-your-writes: a client that waits for an offset is sent the first frontier that
+    covers it as soon as it is read, after the deltas of that read, not an interval later;
+    the other subscribers keep the coalesced rhythm."""
+    interval = 0.3
+    hub = Hub(Metrics(), progress_interval=interval)
+    waiting, other = attach(hub, "a"), attach(hub, "b")
+    hub.publish(EPOCH, [], progress("1-0"))  # due: to both, and the interval starts
+    assert waiting.got == other.got == ["progress 1-0"]
+    sub = next(s for s in hub.all if s.sink is waiting)
+    hub.wait(sub, {"0": (3, 0)})
+    hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))  # does not cover 3-0
+    assert waiting.got[-1] == "2-0"
+    hub.publish(EPOCH, [delta("3-0", "a"), delta("3-1", "b")], progress("3-1"))
+    assert waiting.got[-2:] == ["3-0", "progress 3-1"], "sent at once, after its delta"
+    assert other.got[-1] == "3-1", "the others still wait for the interval"
+    hub.publish(EPOCH, [], progress("4-0"))
+    assert waiting.got[-1] == "progress 3-1", "one wait, one early frontier"
+    # A wait the frontier already read (not yet sent to all) covers is answered at once.
+    hub.wait(sub, {"0": (4, 0)})
+    assert waiting.got[-1] == "progress 4-0"
+    # A frontier of another partition, or behind it, does not answer a wait.
+    hub.wait(sub, {"0": (5, 0), "1": (1, 0)})
+    hub.publish(EPOCH, [], progress("6-0"))  # only partition 0
+    assert waiting.got[-1] == "progress 4-0"
+    await asyncio.sleep(interval * 1.6)
+    assert other.got[-1] == waiting.got[-1] == "progress 6-0"
+    hub.close()
+
+
+async def test_waits_end_with_their_subscriber_and_are_bounded() -> None:
+    hub = Hub(Metrics(), progress_interval=10)
+    waiting = attach(hub, "a")
+    sub = next(s for s in hub.all if s.sink is waiting)
+    for i in range(100):
+        hub.wait(sub, {"0": (10 + i, 0)})
+    lane = hub.lanes[VIEWS_FRONTIER]
+    assert len(lane.waits[sub]) == 32, "merged beyond the bound"
+    hub.publish(EPOCH, [], progress("20-0"))
+    assert waiting.got == ["progress 20-0"]
+    hub.publish(EPOCH, [], progress("109-0"))  # covers the merged last one
+    assert waiting.got[-1] == "progress 109-0" and sub not in lane.waits
+    hub.wait(sub, {"0": (200, 0)})
+    hub.detach(sub)
+    assert sub not in lane.waits
+    hub.close()
