@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -157,6 +158,10 @@ def measure(front: Front, store_url: str, store_pids: list[int], load: Load, sec
 
 
 def run(quick: bool = False, rounds: int = 0) -> Report:
+    if shutil.which("nginx") is None:
+        raise RuntimeError(
+            "nginx is not installed: apt-get install nginx (scripts/setup.sh installs it)."
+        )
     raise_open_files()
     moment = Moment()
     subscribers = 100 if quick else 5000
@@ -212,8 +217,10 @@ MEDIAN_OF = ("deliveries_per_second", "gateway_cpu_us_per_delivery",
 
 
 def _medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per setting and load: the median of each figure over the rounds."""
+    """One row per setting and load: the median of each figure over the rounds in which every
+    subscriber connected (on a shared machine, another program may take a free port first)."""
     out: dict[tuple[str, int], dict[str, Any]] = {}
+    rows = [r for r in rows if r["connected"] == r["subscribers"]]
     for r in rows:
         key = (r["setting"], r["rate_messages_per_second"])
         med = out.setdefault(key, {"setting": r["setting"], "gateways": r["gateways"],
@@ -222,10 +229,11 @@ def _medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                    "deliveries_per_second_offered":
                                        r["deliveries_per_second_offered"]})  # fmt: skip
         mine = [x for x in rows if (x["setting"], x["rate_messages_per_second"]) == key]
+        med["rounds"] = len(mine)
         for name in MEDIAN_OF:
-            med[name] = statistics.median(x[name] or 0 for x in mine)
+            med[name] = round(statistics.median(x[name] or 0 for x in mine), 2)
         for q in ("p50", "p99"):
-            med[f"latency_{q}_ms"] = statistics.median(x["latency_ms"][q] for x in mine)
+            med[f"latency_{q}_ms"] = round(statistics.median(x["latency_ms"][q] for x in mine), 1)
     return list(out.values())
 
 
