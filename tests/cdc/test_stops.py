@@ -113,3 +113,21 @@ def test_a_restart_resumes_with_nothing_lost_or_doubled(
     assert "resuming after" in cdc.text()
     assert recompute(logged(store), shop.app)["orders"] == table_rows(database, shop.orders)
     assert cdc.stop() == 0
+
+
+def test_a_snapshot_that_never_reached_the_log_is_taken_again(
+    cdc: CdcProcess, store: redis.Redis, database: str
+) -> None:
+    """What a crash between making the slot and appending the snapshot leaves: a slot, and
+    nothing in the store. The start drops the slot and takes the snapshot once."""
+    execute(database, "SELECT pg_create_logical_replication_slot('liveviews', 'pgoutput')")
+    execute(database, "INSERT INTO orders VALUES (2, 'bob', 'new', 2, NULL)")
+    started(cdc, store)
+    assert "taking the snapshot again" in cdc.text()
+    events = logged(store)
+    assert sorted(e["payload"]["id"] for e in events) == [1, 2]
+    assert {e["tx_events"] for e in events} == {2}
+    execute(database, "UPDATE orders SET status = 'paid' WHERE id = 2")
+    wait_for(lambda: len(logged(store)) == 3, 30, "the change after the snapshot")
+    assert recompute(logged(store), shop.app)["orders"] == table_rows(database, shop.orders)
+    assert cdc.stop() == 0
