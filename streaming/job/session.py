@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from streaming.core import console
 from streaming.core.settings import Settings
+from streaming.job.cluster import check_checkpoints, is_local, ship_code
 from streaming.job.source import LogDataSource
 from streaming.tuning import classarchive, localdir, localfs, pythonlauncher, rocksdblib
 
@@ -77,10 +78,6 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # start (cold start 17.3 s against 19.1 s, three alternating pairs); a 200k-event
         # drain and the batches at 100 events/s were no slower (docs/PERFORMANCE.md).
         WHOLE_STAGE_CODEGEN: "false",
-        # Python workers forked by a daemon that keeps what each worker imported out of the
-        # full collection PySpark runs between two tasks (streaming/tuning/pydaemon.py): ~0.4 of a
-        # core for the views' workers at 100 events/s, ~0.17 with it.
-        PYTHON_DAEMON: "streaming.tuning.pydaemon",
         # The events the driver reads for a batch wait in Spark's block manager, serialized,
         # until the batch's tasks take them. Java serialization of each row was ~30% of the
         # driver JVM's samples in a drain; with Kryo the JVM used 8-28% less CPU in three
@@ -98,6 +95,12 @@ def spark_conf(settings: Settings) -> dict[str, str]:
             ["-Duser.timezone=UTC", *DRIVER_JIT_OPTIONS, *classarchive.java_options(settings)]
         ),
     }
+    if is_local(settings.spark_master):
+        # Python workers forked by a daemon that keeps what each worker imported out of the
+        # full collection PySpark runs between two tasks (streaming/tuning/pydaemon.py): ~0.4
+        # of a core for the views' workers at 100 events/s, ~0.17 with it. Local mode only: an
+        # executor starts its daemon before the shipped code is on its path.
+        conf[PYTHON_DAEMON] = "streaming.tuning.pydaemon"
     # Checkpoint files on a local disk without a chmod process per file
     # (streaming/tuning/localfs.py).
     conf.update(localfs.spark_conf(settings.spark_master, localfs.jar_path()))
@@ -184,5 +187,11 @@ def build_session(settings: Settings) -> SparkSession:
     # setLogLevel here, which would override them.
     with driver_stderr(settings):
         spark = builder.getOrCreate()
+    if not is_local(settings.spark_master):
+        # Executors import the views' code by name: it goes to them with the session, and the
+        # checkpoints must be where they all see them (streaming/job/cluster.py).
+        shipped = ship_code(spark, settings.app, settings.data_dir)
+        log.info("shipped %s to the executors", console.shown(shipped))
+        check_checkpoints(spark, settings.checkpoint_dir)
     spark.dataSource.register(LogDataSource)
     return spark

@@ -30,9 +30,10 @@ def _running(pid: int) -> bool:
     return True
 
 
-def prepare(data_dir: Path) -> Path:
-    """This process's scratch directory, after removing those of processes that are gone."""
-    root = data_dir / ROOT
+def prepare(data_dir: Path, name: str = ROOT) -> Path:
+    """This process's directory under ``data_dir / name``, after removing those of processes
+    that are gone."""
+    root = data_dir / name
     root.mkdir(parents=True, exist_ok=True)
     mine = os.getpid()
     for child in root.iterdir():

@@ -1,0 +1,51 @@
+"""``python -m deploy.spark``: a Spark standalone cluster on this machine until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from deploy.spark import ClusterError, StandaloneCluster
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy.spark",
+        description="Start a Spark standalone master and workers; stop them on Ctrl-C or SIGTERM.",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    parser.add_argument("--cores", type=int, default=1, help="cores each worker offers")
+    parser.add_argument("--memory", default="1g", help="memory each worker offers (1g)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where the processes keep logs and work files (a temporary "
+                        "directory by default)")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.cores < 1:
+        parser.error("--workers and --cores must be at least 1")
+    root = args.dir or Path(tempfile.mkdtemp(prefix="lv-spark-cluster-"))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        with StandaloneCluster(root) as cluster:
+            for _ in range(args.workers):
+                cluster.add_worker(args.cores, args.memory)
+            cluster.wait_for_workers(args.workers)
+            print(f"Spark master {cluster.master_url} with {args.workers} workers; "
+                  f"status at {cluster.ui_url}; logs in {root}", flush=True)  # fmt: skip
+            print(f"Run the pipeline on it: SPARK_MASTER={cluster.master_url} python -m streaming",
+                  flush=True)  # fmt: skip
+            stop.wait()
+            print("Stopping the cluster.", flush=True)
+    except ClusterError as exc:
+        print(f"deploy.spark: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
