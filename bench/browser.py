@@ -13,6 +13,14 @@ its first minute the pipeline's JVM is still compiling what each micro-batch run
 batches then take ~1.6 times as long at the median (docs/PERFORMANCE.md). ``bench.latency``
 measures 100 events/s after a minute at 10 events/s, so both start from the same point.
 
+Then read-your-writes: three more pages each publish a rename of their own user and time
+``publish()`` until ``sub.reflects(offset)`` resolves on their ``profiles`` subscription, one
+rename every 500 ms, while 1,000 other subscriptions (ten WebSockets of a Python client, on the
+renamed users' keys) are served and renames go on at the same total rate. One page reads over
+WebSocket, whose ``reflects`` asks the gateway for the covering frontier at once (a ``wait``
+message); the same-run baselines are a WebSocket page whose client does not send it (as before)
+and an SSE page, whose frontier comes at the progress interval.
+
     .venv/bin/python -m bench.browser [--quick] [--rate 100] [--seconds 60] [--lead-in 60]
 """
 
@@ -23,7 +31,9 @@ import asyncio
 import time
 from typing import Any
 
-from bench.common import Report, Row, save, token
+import orjson
+
+from bench.common import Report, Row, percentile, save, token
 from bench.latency import USERS, Phase, latency_stats, publish, seed
 from bench.moment import Moment
 from bench.system import running_store
@@ -50,6 +60,110 @@ async ({token, users, transport}) => {
   return client.transport;
 }
 """
+
+REFLECTS = """
+async ({token, user, transport, wait, count, everyMs}) => {
+  const {createClient} = await import('/client-js/index.js');
+  const client = createClient({url: location.origin, token, transport});
+  if (!wait) client._wait = () => {};  // the baseline: reflects waits for the coalesced frontier
+  const sub = client.subscribe('profiles', user);
+  await sub.ready();
+  const out = [];
+  for (let i = 0; i < count; i++) {
+    const started = performance.now();
+    const offset = await client.publish({type: 'profile_set', payload: {user, name: `r${i}`}});
+    const published = performance.now();
+    await sub.reflects(offset);
+    const reflected = performance.now();
+    out.push([published - started, reflected - started, sub.rows.get('profile')?.name === `r${i}`]);
+    const rest = Math.max(0, everyMs - (reflected - started));
+    await new Promise((resolve) => setTimeout(resolve, rest));
+  }
+  client.close();
+  return out;
+}
+"""
+REFLECT_PAGES = {"ws": ("ws", True), "ws_without_wait": ("ws", False), "sse": ("sse", False)}
+"""Page name -> (transport, whether its client asks for the covering frontier at once)."""
+REFLECT_EVERY_MS = 500
+OTHER_SUBSCRIBERS = 1000
+
+
+async def other_subscribers(base: str, n: int, ready: asyncio.Event, counted: list[int]) -> None:
+    """``n`` subscriptions to the renamed users' profiles, 100 per WebSocket, read and dropped."""
+    import aiohttp
+
+    url = base.replace("http://", "ws://") + "/v1/ws"
+
+    async def one_socket(session: aiohttp.ClientSession, first: int, count: int,
+                         opened: asyncio.Event) -> None:  # fmt: skip
+        async with session.ws_connect(url, params={"access_token": token("others")}) as ws:
+            for i in range(first, first + count):
+                sub = {"type": "subscribe", "sub": f"s{i}", "view": "profiles",
+                       "key": f"u{i % USERS}"}  # fmt: skip
+                await ws.send_str(orjson.dumps(sub).decode())
+            snapshots = 0
+            async for msg in ws:
+                kind = orjson.loads(msg.data).get("type")
+                counted[0] += 1
+                if kind == "snapshot":
+                    snapshots += 1
+                    if snapshots == count:
+                        opened.set()
+
+    async with aiohttp.ClientSession() as session:
+        per = 100
+        opened = [asyncio.Event() for _ in range(0, n, per)]
+        tasks = [asyncio.create_task(one_socket(session, i * per, min(per, n - i * per), e))
+                 for i, e in enumerate(opened)]  # fmt: skip
+        await asyncio.gather(*(e.wait() for e in opened))
+        ready.set()
+        await asyncio.gather(*tasks)
+
+
+async def measure_reflects(base: str, rate: int, seconds: float, others: int = OTHER_SUBSCRIBERS
+                           ) -> dict[str, Any]:  # fmt: skip
+    """Publish -> ``reflects()`` resolved in Chromium, per page, under the load above."""
+    import aiohttp
+    from playwright.async_api import async_playwright
+
+    count = max(1, int(seconds * 1000 / REFLECT_EVERY_MS))
+    ready, counted = asyncio.Event(), [0]
+    serving = asyncio.create_task(other_subscribers(base, others, ready, counted))
+    await asyncio.wait_for(ready.wait(), 60)
+    own_rate = len(REFLECT_PAGES) * 1000 / REFLECT_EVERY_MS
+    phase = Phase(max(1, round(rate - own_rate)), clock=time.time)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pages = {}
+        for name in REFLECT_PAGES:
+            page = await (await browser.new_context()).new_page()
+            await page.goto(f"{base}/client-js/index.js")
+            pages[name] = page
+        async with aiohttp.ClientSession() as session:
+            writer = asyncio.create_task(publish(session, base, phase, seconds + 5, f"o{rate}x"))
+            runs = await asyncio.gather(*(
+                page.evaluate(REFLECTS, {
+                    "token": token(f"me_{name}"), "user": f"me_{name}", "transport": transport,
+                    "wait": wait, "count": count, "everyMs": REFLECT_EVERY_MS,
+                })
+                for name, page in pages.items()
+                for transport, wait in [REFLECT_PAGES[name]]
+            ))  # fmt: skip
+            await writer
+        await browser.close()
+    serving.cancel()
+    out: dict[str, Any] = {"others": others, "other_frames": counted[0],
+                           "renames_by_others_per_s": phase.rate, "every_ms": REFLECT_EVERY_MS,
+                           "publish_errors": phase.errors}  # fmt: skip
+    for name, run in zip(pages, runs, strict=True):
+        out[name] = {
+            **latency_stats([r[1] for r in run]),
+            "publish_p50_ms": round(percentile([r[0] for r in run], 50), 1),
+            "shown_when_resolved": round(sum(1 for r in run if r[2]) / len(run), 4),
+            "n": len(run),
+        }
+    return out
 
 
 async def measure(base: str, rate: int, seconds: float, lead_in: float = 0) -> dict[str, Any]:
@@ -100,6 +214,8 @@ def run(quick: bool = False, rate: int = 100, seconds: float = 60,
         system.start_pipeline()
         system.wait_until_caught_up(timeout=300)
         figures = asyncio.run(measure(system.base, rate, seconds, lead_in))
+        others = 100 if quick else OTHER_SUBSCRIBERS
+        figures["reflects"] = asyncio.run(measure_reflects(system.base, rate, seconds, others))
     save("browser", figures, moment)
     rows = [
         Row(f"POST to change event in Chromium ({t.upper()}), {rate} events/s, "
@@ -108,6 +224,17 @@ def run(quick: bool = False, rate: int = 100, seconds: float = 60,
             f" / {figures[t]['max_ms']:.0f}",
             "p50 <= 200, p99 <= 500" if rate == 100 else "")
         for t in ("sse", "ws")
+    ]  # fmt: skip
+    r = figures["reflects"]
+    rows += [
+        Row(f"publish() to reflects() in Chromium ({label}), {rate} events/s, "
+            f"{r['others']:,} other subscribers, p50 / p95 / p99 / max (ms)",
+            f"{r[name]['p50_ms']:.0f} / {r[name]['p95_ms']:.0f} / {r[name]['p99_ms']:.0f}"
+            f" / {r[name]['max_ms']:.0f}",
+            "p50 <= 200, p99 <= 400" if rate == 100 and name == "ws" else "",
+            "baseline" if name != "ws" else "")
+        for name, label in [("ws", "WebSocket, wait"), ("ws_without_wait", "WebSocket, no wait"),
+                            ("sse", "SSE")]
     ]  # fmt: skip
     return Report("browser", "End-to-end latency in Chromium", "python -m bench.browser",
                   figures, rows, moment=moment.finish())  # fmt: skip
