@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean-data faults
+.PHONY: run test lint bench clean-data faults test-cluster
 
 $(STAMP): pyproject.toml scripts/setup.sh client-js/package-lock.json
 	bash scripts/setup.sh
@@ -23,10 +23,16 @@ bench: $(STAMP)
 faults: $(STAMP)
 	KILLS=$(KILLS) WRITE_SECONDS=$(WRITE_SECONDS) SEED=$(SEED) bash scripts/faults.sh
 
+# The pipeline on a Spark standalone cluster, worker and driver killed KILLS times (default 1,
+# the size `make test` runs): make test-cluster KILLS=5 [SEED=7]
+test-cluster: $(STAMP)
+	PYSPARK_PYTHON=$(CURDIR)/$(VENV)/bin/python LV_FAULT_KILLS=$(KILLS) LV_FAULT_SEED=$(SEED) \
+		$(VENV)/bin/python -m pytest -s -q -p no:cacheprovider tests/cluster
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check server streaming demo tests bench
-	$(VENV)/bin/ruff format --check server streaming demo tests bench
-	$(VENV)/bin/mypy server streaming demo bench
+	$(VENV)/bin/ruff check server streaming demo deploy tests bench
+	$(VENV)/bin/ruff format --check server streaming demo deploy tests bench
+	$(VENV)/bin/mypy server streaming demo deploy bench
 
 clean-data:
 	rm -rf data
