@@ -12,7 +12,8 @@ gateway being killed, so each must fail over, in both directions.
 At the end each subscriber's deltas are exactly the change topic's for its key after its one
 snapshot: no gap, no duplicate, no reset; and its rows are the stored rows.
 
-``LV_FAULT_KILLS`` kills (default 2, alternating gateways), ``LV_FAULT_SEED``.
+``LV_FAULT_KILLS`` stops (default 2, alternating gateways; from the third on, every other
+one a SIGTERM, as in a rolling restart), ``LV_FAULT_SEED``.
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ class Recorded(Resumer):
     def reached(self, rows: dict[str, Any]) -> bool:
         """Holds ``rows``, or has failed (and will never hold them)."""
         return self.state.rows == rows or self.failure is not None
+
+
+def signal_of(kill: int) -> signal.Signals:
+    """SIGKILL for the first two kills (one each way); then every other stop is a SIGTERM, as
+    in a rolling restart, which must end the streams at once so clients move on."""
+    return signal.SIGTERM if kill >= 2 and kill % 2 == 0 else signal.SIGKILL
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
@@ -209,14 +216,14 @@ def test_subscribers_fail_over_between_gateways_behind_nginx(
                 time.sleep(rng.uniform(0.5, 1.5))
                 before = subscribers.mark()
                 t_kill = time.monotonic()
-                victim.signal(signal.SIGKILL)
+                victim.signal(signal_of(kill))
                 # Live again: every subscription has deltas written after the kill.
                 wait_until(partial(subscribers.fresh, before), 20,
                            f"every subscriber had deltas again after kill {kill + 1}")  # fmt: skip
                 resumed_s.append(time.monotonic() - t_kill)
                 moved = subscribers.reconnected(before)
                 assert any(moved), f"kill {kill + 1} disconnected no subscriber"
-                if kill > 0:  # everyone had moved onto the gateway just killed
+                if kill > 0:  # everyone had moved onto the gateway just stopped
                     assert all(moved), f"kill {kill + 1}: not every subscriber resumed: {moved}"
                 reconnected.append(sum(moved))
                 victim.start()
@@ -253,7 +260,8 @@ def test_subscribers_fail_over_between_gateways_behind_nginx(
     js_checked = sum(check_page(store, lv, f"page {i}") for i, lv in enumerate(records))
     figures.values.update(
         gateways=len(gateways),
-        sigkills=KNOBS.kills,
+        sigkills=sum(signal_of(k) == signal.SIGKILL for k in range(KNOBS.kills)),
+        sigterms=sum(signal_of(k) == signal.SIGTERM for k in range(KNOBS.kills)),
         deltas_written=written,
         python_subscribers=len(resumers),
         python_resumes=sum(r.connects - 1 for r in resumers),
