@@ -24,7 +24,7 @@ from bench.moment import describe
 
 BENCHMARKS = [
     "fanout", "gateways", "floor", "memory", "store", "deadletters", "latency", "browser",
-    "pipeline", "rebuild",
+    "cdc", "pipeline", "rebuild",
 ]  # fmt: skip
 """In order: the gateway's own figures first, then the store's, then those with Spark in the
 loop."""
