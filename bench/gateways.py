@@ -206,7 +206,11 @@ def run(quick: bool = False, rounds: int = 0) -> Report:
         notes=[
             f"Load client, nginx, gateways and store share the same {os.cpu_count()} cores: "
             "gateway processes beyond that cannot add throughput here. Each figure is the "
-            f"median of {rounds} rounds, the settings taking turns.",
+            + (
+                f"median of {rounds} rounds, the settings taking turns."
+                if rounds > 1
+                else "figure of one round."
+            ),
         ],
         moment=moment.finish(),
     )
