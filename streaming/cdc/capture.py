@@ -8,7 +8,8 @@ slot and take it again). A stored position without its slot, or with other table
 the changes in between are gone, or a table's old rows are missing from the log.
 
 Then each transaction's events are appended at its commit, in one MULTI with its commit
-position (``position.append_at``), and the slot is confirmed up to it afterwards. After a crash
+position (``position.append_at``), and the slot is confirmed up to it afterwards; transactions
+read together from a backlog share one MULTI, with the last one's position. After a crash
 PostgreSQL sends again every transaction the slot has not confirmed; those at or below the
 stored position are already in the log and are skipped. While idle, with no transaction half
 read, the slot is confirmed up to where the server has sent: transactions of undeclared tables
@@ -59,6 +60,9 @@ log = logging.getLogger("liveviews.cdc")
 T = TypeVar("T")
 IDLE_S = 0.5
 """How long the loop waits for the server before checking whether it was asked to stop."""
+GROUP_EVENTS = 5_000
+"""Transactions read from a backlog are appended together, up to about this many events (a
+larger transaction alone): one store round trip and one fsync for many."""
 PING_S = 1.0
 """While idle, how often the server is asked how far it has sent."""
 
@@ -75,10 +79,8 @@ class Pending:
 
 
 class Capture:
-    """Decoded pgoutput messages in, transactions appended to the log.
-
-    ``handle`` returns the position to confirm to the slot once a transaction is in the log.
-    """
+    """Decoded pgoutput messages in (``handle``), transactions appended to the log
+    (``flush``)."""
 
     def __init__(
         self, app: App, client: redis.Redis, settings: CdcSettings, resume_lsn: int
@@ -92,9 +94,13 @@ class Capture:
         self.follows: dict[int, Follow | SourceChanged] = {}
         self.pending: Pending | None = None
         self.lsn = resume_lsn
+        """The last transaction in the log, or read whole and about to be (``ready``)."""
+        self.ready: list[Event] = []
+        self.read_to = resume_lsn
+        """Where the last transaction read whole ends: confirmable once ``ready`` is flushed."""
         self.appended = 0
 
-    def handle(self, message: Message) -> int | None:
+    def handle(self, message: Message) -> None:
         if isinstance(message, Begin):
             skip = message.final_lsn <= self.lsn
             self.pending = Pending(message.final_lsn, message.commit_time_ms, skip)
@@ -105,8 +111,7 @@ class Capture:
         elif isinstance(message, Truncate):
             self._truncate(message)
         elif isinstance(message, Commit):
-            return self._commit(message)
-        return None
+            self._commit(message)
 
     def _relation(self, message: Relation) -> None:
         table = self.declared.get(f"{message.namespace}.{message.name}")
@@ -146,16 +151,23 @@ class Capture:
                 "here, start from an empty store so that a new snapshot is taken."
             )
 
-    def _commit(self, message: Commit) -> int:
+    def _commit(self, message: Commit) -> None:
         tx, self.pending = self.pending, None
         if tx is not None and not tx.skip and message.commit_lsn > self.lsn and tx.events:
             marker = Transaction(lsn_text(message.commit_lsn), len(tx.events))
-            events = [dataclasses.replace(e, tx=marker) for e in tx.events]
-            append_at(self.client, self.slot, events, message.commit_lsn, self.partitions,
-                      self.retention)  # fmt: skip
+            self.ready += [dataclasses.replace(e, tx=marker) for e in tx.events]
             self.lsn = message.commit_lsn
             self.appended += 1
-        return message.end_lsn
+        self.read_to = message.end_lsn
+
+    def flush(self) -> int:
+        """Append the transactions read whole, in one MULTI with the last one's commit
+        position; the position the slot may be confirmed to, now that they are in the log."""
+        if self.ready:
+            append_at(self.client, self.slot, self.ready, self.lsn, self.partitions,
+                      self.retention)  # fmt: skip
+            self.ready = []
+        return self.read_to
 
 
 def start_position(
@@ -274,18 +286,24 @@ def follow(cur: Any, capture: Capture, stop: threading.Event) -> None:
     confirmed, asked = capture.lsn, 0.0
     while not stop.is_set():
         message = cur.read_message()
-        if message is None:
-            # Everything received is handled: the slot may move up to where the server has
-            # sent, which a keepalive says; ask for one now and then rather than wait for it.
-            if capture.pending is None and cur.wal_end > confirmed:
-                confirmed = cur.wal_end
-                cur.send_feedback(flush_lsn=confirmed)
-            elif capture.pending is None and time.monotonic() - asked > PING_S:
-                asked = time.monotonic()
-                cur.send_feedback(flush_lsn=confirmed, reply=True)
-            select.select([cur], [], [], IDLE_S)
-            continue
-        flush = capture.handle(decode(message.payload))
-        if flush is not None:
-            confirmed = max(confirmed, flush)
+        if message is not None:
+            capture.handle(decode(message.payload))
+            if len(capture.ready) < GROUP_EVENTS:
+                continue
+        # Nothing more at hand, or a full group: what was read whole goes into the log, then
+        # the slot is confirmed up to it. A backlog's transactions share a MULTI this way.
+        done = capture.flush()
+        if done > confirmed:
+            confirmed = done
             cur.send_feedback(flush_lsn=confirmed)
+        if message is not None:
+            continue
+        # Everything received is handled: the slot may move up to where the server has sent,
+        # which a keepalive says; ask for one now and then rather than wait for it.
+        if capture.pending is None and cur.wal_end > confirmed:
+            confirmed = cur.wal_end
+            cur.send_feedback(flush_lsn=confirmed)
+        elif capture.pending is None and time.monotonic() - asked > PING_S:
+            asked = time.monotonic()
+            cur.send_feedback(flush_lsn=confirmed, reply=True)
+        select.select([cur], [], [], IDLE_S)

@@ -2,8 +2,9 @@
 
 ``lv:cdc:<slot>`` is a hash: ``lsn``, the commit position of the last transaction whose events
 are in the log (or the snapshot's position), and ``tables``, the tables the log holds since
-the snapshot. Each transaction's events and its ``lsn`` are written in one MULTI, so the log
-holds a transaction's events if and only if the hash says so; the slot is confirmed only after.
+the snapshot. A transaction's events and its ``lsn`` (or those of several transactions and the
+last one's) are written in one MULTI, so the log holds a transaction's events if and only if
+the hash says so; the slot is confirmed only after.
 """
 
 from __future__ import annotations
