@@ -18,16 +18,18 @@ must not keep the database's WAL forever.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg2
+import psycopg2.errors
 import psycopg2.extras
 import redis
 
@@ -245,15 +247,16 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
     db.autocommit = True
     repl = None
     try:
-        stored, columns = start_position(db, client, settings, tables)
-        repl = psycopg2.connect(
-            settings.url, connection_factory=psycopg2.extras.LogicalReplicationConnection
-        )
-        cur = repl.cursor()
-        if stored is None:
-            stored = snapshot(cur, client, settings, app, columns)
-        else:
-            log.info("resuming after %s", lsn_text(stored.lsn))
+        with refusals(db.info.user):
+            stored, columns = start_position(db, client, settings, tables)
+            repl = psycopg2.connect(
+                settings.url, connection_factory=psycopg2.extras.LogicalReplicationConnection
+            )
+            cur = repl.cursor()
+            if stored is None:
+                stored = snapshot(cur, client, settings, app, columns)
+            else:
+                log.info("resuming after %s", lsn_text(stored.lsn))
         cur.start_replication(
             slot_name=settings.slot, decode=False, start_lsn=stored.lsn, status_interval=10,
             options={"proto_version": "1", "publication_names": settings.publication},
@@ -267,6 +270,36 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
             if conn is not None:
                 conn.close()
         client.close()
+
+
+@contextlib.contextmanager
+def refusals(user: str) -> Iterator[None]:
+    """The database's refusals at start, as what to change: retrying would meet them again."""
+    try:
+        yield
+    except psycopg2.errors.InsufficientPrivilege as exc:
+        raise ConfigurationError(
+            f"the database refused user {user!r}: {_first_line(exc)}. To create the "
+            "publication it needs CREATE on the database and to own the declared tables; or "
+            "have their owner create it (LV_CDC_PUBLICATION names it)."
+        ) from None
+    except psycopg2.errors.ObjectNotInPrerequisiteState as exc:
+        raise ConfigurationError(
+            f"the database cannot decode its changes: {_first_line(exc)}. Set wal_level = "
+            "logical in its postgresql.conf (on a managed service: its logical replication "
+            "setting) and restart it."
+        ) from None
+    except psycopg2.OperationalError as exc:
+        if "replication" not in str(exc) or "must be superuser" not in str(exc):
+            raise
+        raise ConfigurationError(
+            f"user {user!r} may not read the database's changes ({_first_line(exc)}): "
+            f"ALTER ROLE {user} REPLICATION, or use a user that has it."
+        ) from None
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().split("FATAL:")[-1].strip().splitlines()[0].rstrip(".")
 
 
 def when_up(connect: Callable[[], T], wait_s: int, stop: threading.Event) -> T:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg2.extensions
 import pytest
 import redis
 
@@ -131,3 +132,32 @@ def test_a_snapshot_that_never_reached_the_log_is_taken_again(
     wait_for(lambda: len(logged(store)) == 3, 30, "the change after the snapshot")
     assert recompute(logged(store), shop.app)["orders"] == table_rows(database, shop.orders)
     assert cdc.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("role", "owns", "sentence"),
+    [
+        ("LOGIN", True, "ALTER ROLE {user} REPLICATION, or use a user that has it"),
+        ("LOGIN REPLICATION", False, "it needs CREATE on the database and to own the declared"),
+    ],
+)
+def test_a_user_without_the_rights_it_needs_stops_at_start(
+    store: redis.Redis, store_url: str, database: str, tmp_path: Path,
+    role: str, owns: bool, sentence: str,
+) -> None:  # fmt: skip
+    user = f"u_{tmp_path.name[-8:].lower().replace('-', '_')}"
+    execute(database, shop.SCHEMA, f"CREATE ROLE {user} {role} PASSWORD 'secret'")
+    if owns:
+        dbname = psycopg2.extensions.parse_dsn(database)["dbname"]
+        execute(database, f"ALTER TABLE orders OWNER TO {user}",
+                f"ALTER TABLE items OWNER TO {user}",
+                f"GRANT CREATE ON DATABASE {dbname} TO {user}")  # fmt: skip
+    else:
+        execute(database, f"GRANT SELECT ON orders, items TO {user}")
+    try:
+        dsn = psycopg2.extensions.make_dsn(database, user=user, password="secret")
+        cdc = CdcProcess(store_url, dsn, tmp_path, APP).start()
+        stopped_with(cdc, sentence.format(user=user))
+        assert logged(store) == []
+    finally:
+        execute(database, f"DROP OWNED BY {user}", f"DROP ROLE {user}")
