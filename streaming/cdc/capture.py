@@ -264,6 +264,7 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
         log.info("following %s of database %r through slot %r and publication %r",
                  ", ".join(stored.tables), db.info.dbname, settings.slot,
                  settings.publication)  # fmt: skip
+        db.close()  # the replication connection is all it needs from here
         follow(cur, Capture(app, client, settings, stored.lsn), stop)
     finally:
         for conn in (repl, db):
