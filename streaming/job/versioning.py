@@ -156,10 +156,12 @@ class Versioning:
         """Start a version's query; one being ``building`` reads short micro-batches, so that
         the serving versions' batches are not kept waiting for a task slot. A pipeline with a
         trigger interval of its own is left as it is: its cap per batch is its rate. The cap
-        never exceeds ``LV_MAX_EVENTS_PER_BATCH``: a rebuild reads no longer batches than serving."""
+        never exceeds ``LV_MAX_EVENTS_PER_BATCH``: a rebuild's batches are never the longer."""
         cap = None
         if building and app.pipelines[p].trigger_interval is None:
-            cap = min(self.settings.rebuild_max_events_per_batch, self.settings.max_events_per_batch)
+            cap = min(
+                self.settings.rebuild_max_events_per_batch, self.settings.max_events_per_batch
+            )
         query = start_pipeline(self.spark, app, self.settings, p, self.client,
                                version.namespace, list(self.app.pipelines), cap)  # fmt: skip
         self.running[version.qualified(p)] = Running(p, version, app, query, cap)
