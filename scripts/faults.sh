@@ -3,7 +3,8 @@
 #   scripts/faults.sh                     the CI size (3 kills; the same tests `make test` runs)
 #   KILLS=50 scripts/faults.sh            the long run (make faults KILLS=50)
 #   KILLS=10 WRITE_SECONDS=300 SEED=7 scripts/faults.sh -k pipeline
-# KILLS: Spark driver kills, gateway restarts, gateway kills behind nginx and store restarts;
+# KILLS: Spark driver kills, gateway restarts, gateway kills behind nginx, store restarts and
+# change data capture kills (without KILLS: 3, and 5 for change data capture);
 # WRITE_SECONDS: least seconds of writes in the pipeline run; SEED: the random moments. Extra
 # arguments go to pytest.
 # Each test prints a "FAULT FIGURES {...}" line; they are also appended to $LV_FAULT_REPORT
@@ -13,6 +14,7 @@ cd "$(dirname "$0")/.."
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export LV_FAULT_KILLS="${KILLS:-${LV_FAULT_KILLS:-3}}"
 export LV_FAULT_SECONDS="${WRITE_SECONDS:-${LV_FAULT_SECONDS:-0}}"
+export LV_CDC_KILLS="${KILLS:-${LV_CDC_KILLS:-5}}"
 export LV_FAULT_SEED="${SEED:-${LV_FAULT_SEED:-1}}"
 mkdir -p test-artifacts
 export LV_FAULT_REPORT="${LV_FAULT_REPORT:-$PWD/test-artifacts/faults.jsonl}"
@@ -21,5 +23,6 @@ start=$(date +%s)
 .venv/bin/python -m pytest -s -q -p no:cacheprovider \
   tests/faults/test_pipeline_kills.py tests/faults/test_gateway_kills.py \
   tests/faults/test_gateway_failover.py \
-  tests/faults/test_store_restart.py tests/faults/test_store_durability.py "$@"
+  tests/faults/test_store_restart.py tests/faults/test_store_durability.py \
+  tests/cdc/test_crash.py "$@"
 echo "fault suite took $(( $(date +%s) - start )) s; figures in $LV_FAULT_REPORT"
