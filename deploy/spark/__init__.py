@@ -80,7 +80,7 @@ class StandaloneCluster:
     """
 
     def __init__(self, root: Path, env: Mapping[str, str] | None = None) -> None:
-        self.root = root
+        self.root = root.resolve()  # workers run in directories of their own
         base = dict(os.environ if env is None else env)
         base.pop("PYTHONPATH", None)
         self.env = {
