@@ -61,6 +61,7 @@ CUSTOMERS = 8
 ORDERS = 40
 """Orders the latency phases update, round robin: ``ORDERS / CUSTOMERS`` per customer's view."""
 POST_CLIENTS = 8
+LIVE_COMMITS = 10_000
 TICK_S = 0.02
 MARK_BASE = 1_000_000_000
 """Update ``n`` sets a total of ``(MARK_BASE + n) / 100``: a value no earlier change set."""
@@ -164,13 +165,17 @@ def append_span_ms(system: System, before: dict[int, str]) -> float:
 # -- throughput ------------------------------------------------------------------------------
 
 
-def write_backlog(url: str, changes: int, size: int) -> float:
-    """Insert ``changes`` orders in transactions of ``size`` rows; the seconds it took. The
-    commits do not wait for the disk (``synchronous_commit``): only the backlog is wanted."""
+def write_backlog(url: str, changes: int, size: int, wait_for_disk: bool = False) -> float:
+    """Insert ``changes`` orders in transactions of ``size`` rows; the seconds it took. Unless
+    ``wait_for_disk``, the commits do not wait for their WAL to reach the disk
+    (``synchronous_commit = off``): faster, when only the backlog is wanted, but PostgreSQL
+    sends such a commit to a replication slot only once its WAL writer has flushed it (every
+    200 ms), which a live reader would count as its own delay."""
     conn = psycopg2.connect(url)
     started = time.monotonic()
     with conn.cursor() as cur:
-        cur.execute("SET synchronous_commit = off")
+        if not wait_for_disk:
+            cur.execute("SET synchronous_commit = off")
         for _ in range(changes // size):
             cur.execute(
                 "INSERT INTO orders (customer, status, total)"
@@ -199,7 +204,33 @@ def cdc_throughput(system: System, cdc: Cdc, url: str, changes: int, size: int) 
           f" {wall_s:.1f} s from the process's start)", flush=True)  # fmt: skip
     return {"tx_rows": size, "changes": changes, "changes_per_s": round(rate),
             "append_span_ms": span_ms, "from_process_start_s": round(wall_s, 2),
-            "backlog_written_s": round(written_s, 2)}  # fmt: skip
+            "backlog_written_s": round(written_s, 2),
+            "live": follow_live(system, cdc, url, changes, size)}  # fmt: skip
+
+
+def follow_live(system: System, cdc: Cdc, url: str, changes: int, size: int) -> dict[str, Any]:
+    """Writes of the same size with the CDC process following as they commit, each commit
+    waiting for the disk as by default (at most ``LIVE_COMMITS`` of them): how far behind the
+    last commit its last append came. The writer, one connection, sets the pace."""
+    changes = min(changes, LIVE_COMMITS * size)
+    before = log_size(system)
+    started = time.time()
+    written_s = write_backlog(url, changes, size, wait_for_disk=True)
+    committed = time.time()
+    deadline = time.monotonic() + 600
+    while log_size(system) < before + changes:
+        cdc.check(deadline)
+        time.sleep(0.01)
+    heads = log_heads(system.client, PARTITIONS)
+    last_ms = max(entry_id_tuple(h)[0] for h in heads.values())
+    behind_ms = last_ms - committed * 1000
+    rate = changes / (last_ms / 1000 - started)
+    print(f"  live: {rate:,.0f} changes/s into the log as they commit ({changes / written_s:,.0f}"
+          f" committed/s); the last append {behind_ms:.0f} ms after the last commit",
+          flush=True)  # fmt: skip
+    return {"changes": changes, "changes_per_s": round(rate),
+            "committed_per_s": round(changes / written_s),
+            "last_append_after_last_commit_ms": round(behind_ms)}  # fmt: skip
 
 
 async def post_throughput(base: str, changes: int, size: int, first_id: int) -> dict[str, Any]:
@@ -458,7 +489,10 @@ def run(
         rows.append(Row(
             figure=f"row changes into the log per second, transactions of {cdc['tx_rows']} rows"
                    f" ({cdc['changes']:,} changes, from the slot's backlog)",
-            measured=f"{cdc['changes_per_s']:,}",
+            measured=f"{cdc['changes_per_s']:,}; following the commits live:"
+                     f" {cdc['live']['changes_per_s']:,} (the writer's pace), the last append"
+                     f" {cdc['live']['last_append_after_last_commit_ms']:,} ms after the last"
+                     " commit",
             baseline=f"POST /v1/events, batches of {post['batch_events']}, {POST_CLIENTS} clients:"
                      f" {post['events_per_s']:,} events/s",
         ))  # fmt: skip
