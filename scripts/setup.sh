@@ -10,6 +10,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser tests drive Debian's Chromium
+# The gateway failover tests and bench.gateways run nginx in front of the gateways.
+command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
 # The embedded store allocates with jemalloc when the machine has it (streaming/core/embedded.py).
 compgen -G '/usr/lib/*-linux-gnu/libjemalloc.so.2' >/dev/null || need_apt+=(libjemalloc2)
 # Change data capture runs an embedded PostgreSQL (streaming/cdc/embedded.py); Debian keeps its
