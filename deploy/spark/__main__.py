@@ -19,7 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
     parser.add_argument("--cores", type=int, default=1, help="cores each worker offers")
-    parser.add_argument("--memory", default="1g", help="memory each worker offers (1g)")
+    parser.add_argument("--memory", default="1g",
+                        help="memory each worker offers (1g): at least spark.executor.memory "
+                        "(1g unless the pipeline sets it), or no executor fits")  # fmt: skip
     parser.add_argument("--dir", type=Path, default=None,
                         help="where the processes keep logs and work files (a temporary "
                         "directory by default)")  # fmt: skip
