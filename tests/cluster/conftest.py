@@ -1,4 +1,4 @@
-"""One Spark standalone cluster per test module: a cluster takes ~15 s to start on two cores."""
+"""One Spark standalone cluster for the tests of this package: one takes ~15 s to start on two cores."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from deploy.spark import StandaloneCluster
 from tests.support.sparkcluster import executor_python, running_cluster
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def executors_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return executor_python(tmp_path_factory.mktemp("executor-python"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, executors_python: Path
 ) -> Iterator[StandaloneCluster]:

@@ -25,16 +25,28 @@ WORKER_CORES = 1
 WORKER_MEMORY = "1g"
 
 
-def executor_python(root: Path) -> Path:
-    """An interpreter that imports this virtualenv's packages but not the project."""
+def executor_python(root: Path, leave_out: tuple[str, ...] = ()) -> Path:
+    """An interpreter that imports this virtualenv's packages but not the project, nor the
+    distributions named in ``leave_out`` (as if they were not installed)."""
     venv = root / "executor-python"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     packages = venv / "lib" / version / "site-packages"
-    (packages / "liveviews-dependencies.pth").write_text(
-        "".join(f"{path}\n" for path in site.getsitepackages())
-    )
+    paths = [Path(p) for p in site.getsitepackages()]
+    if leave_out:
+        paths = [_without(paths, leave_out, root / "dependencies")]
+    (packages / "liveviews-dependencies.pth").write_text("".join(f"{p}\n" for p in paths))
     return venv / "bin" / "python"
+
+
+def _without(paths: list[Path], leave_out: tuple[str, ...], target: Path) -> Path:
+    """One directory of links to every entry of ``paths`` but the ``leave_out`` ones."""
+    target.mkdir()
+    for directory in paths:
+        for entry in directory.iterdir():
+            if not entry.name.lower().startswith(leave_out) and not (target / entry.name).exists():
+                (target / entry.name).symlink_to(entry)
+    return target
 
 
 def worker_env(python: Path) -> dict[str, str]:
