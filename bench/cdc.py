@@ -379,7 +379,21 @@ def post_sender(base: str) -> tuple[Send, Callable[[], None]]:
     return send, lambda: conn.close()
 
 
-def measure(base: str, send: Send, rates: list[int], seconds: float, lead_in: float
+def to_the_log(system: System, heads: dict[int, str], phase: Phase) -> list[float]:
+    """Each change's time from its send to its entry in the log (the store's entry id, on the
+    same clock): the part of the latency before the pipeline."""
+    out = []
+    for p in range(PARTITIONS):
+        start = f"({heads[p]}" if p in heads else "-"
+        entries: Any = system.client.xrange(log_stream(p), min=start)
+        for entry_id, fields in entries:
+            sent = phase.sent.get(orjson.loads(fields[b"payload"]).get("total"))
+            if sent is not None:
+                out.append(entry_id_tuple(entry_id.decode())[0] - sent[2] * 1000)
+    return out
+
+
+def measure(system: System, send: Send, rates: list[int], seconds: float, lead_in: float
             ) -> list[dict[str, Any]]:  # fmt: skip
     from playwright.sync_api import sync_playwright
 
@@ -387,7 +401,7 @@ def measure(base: str, send: Send, rates: list[int], seconds: float, lead_in: fl
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page()
-        page.goto(f"{base}/client-js/index.js")
+        page.goto(f"{system.base}/client-js/index.js")
         customers = [f"c{c}" for c in range(CUSTOMERS)]
         used = page.evaluate(SUBSCRIBE, {"token": token("observer"), "customers": customers})
         assert used == "ws", f"the client chose {used}, not ws"
@@ -397,16 +411,19 @@ def measure(base: str, send: Send, rates: list[int], seconds: float, lead_in: fl
                 time.sleep(2)
                 page.evaluate("() => { window.__arrivals = []; }")
             phase = Phase(rate, clock=time.time)
+            heads = log_heads(system.client, PARTITIONS)
             drive(send, phase, rate, seconds, counter)
             time.sleep(5)  # the last changes' frames
             arrivals = page.evaluate("() => window.__arrivals.splice(0)")
             latencies = phase.replay([(total, at / 1000) for total, at in arrivals])
             reflected = round(len(latencies) / len(phase.sent), 4) if phase.sent else 0.0
+            logged = latency_stats(to_the_log(system, heads, phase))
             out.append({"rate": rate, "seconds": seconds, "lead_in_s": lead_in,
                         "changes": len(phase.sent), **latency_stats(latencies),
-                        "reflected_fraction": reflected})  # fmt: skip
+                        "reflected_fraction": reflected, "to_the_log": logged})  # fmt: skip
             print(f"  {rate}/s: p50 {out[-1]['p50_ms']} ms, p99 {out[-1]['p99_ms']} ms,"
-                  f" {reflected:.1%} reflected", flush=True)  # fmt: skip
+                  f" {reflected:.1%} reflected; into the log p50 {logged['p50_ms']} ms,"
+                  f" p99 {logged['p99_ms']} ms", flush=True)  # fmt: skip
         browser.close()
     return out
 
@@ -437,7 +454,7 @@ def cdc_latency(rates: list[int], seconds: float, lead_in: float) -> list[dict[s
             system.wait_until_caught_up()
             send, close = sql_sender(url)
             try:
-                return measure(system.base, send, rates, seconds, lead_in)
+                return measure(system, send, rates, seconds, lead_in)
             finally:
                 close()
         finally:
@@ -463,7 +480,7 @@ def post_latency(rates: list[int], seconds: float, lead_in: float) -> list[dict[
         conn.close()
         system.wait_until_caught_up()
         try:
-            return measure(system.base, send, rates, seconds, lead_in)
+            return measure(system, send, rates, seconds, lead_in)
         finally:
             close()
 
@@ -510,7 +527,10 @@ def run(
             measured=f"{cdc['p50_ms']:.0f} / {cdc['p95_ms']:.0f} / {cdc['p99_ms']:.0f}"
                      f" / {cdc['max_ms']:.0f}",
             baseline=f"POST to change event: {post['p50_ms']:.0f} / {post['p95_ms']:.0f} /"
-                     f" {post['p99_ms']:.0f} / {post['max_ms']:.0f}",
+                     f" {post['p99_ms']:.0f} / {post['max_ms']:.0f}; into the log, p50 / p99:"
+                     f" COMMIT {cdc['to_the_log']['p50_ms']:.0f} /"
+                     f" {cdc['to_the_log']['p99_ms']:.0f}, POST"
+                     f" {post['to_the_log']['p50_ms']:.0f} / {post['to_the_log']['p99_ms']:.0f}",
         ))  # fmt: skip
     return Report("cdc", "Change data capture from PostgreSQL", "python -m bench.cdc", figures,
                   rows, moment=moment.finish())  # fmt: skip
