@@ -7,6 +7,10 @@ insert, update and delete into the rows it adds to and takes from ``orders/{cust
 ``orders_by_status/{status}``. It needs that state: a delete carries only the order's old key,
 and an update that moves an order to another customer or status must take it off the old
 one's rows.
+
+An order's id must never change (docs/CDC.md: a row's partition key never changes): an update
+that changes it lands in the new id's partition and bucket, where the old id's state is not, so
+the old id's rows would stay. The shop's ids come from a sequence and are never updated.
 """
 
 from __future__ import annotations
