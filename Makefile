@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean-data faults test-cluster
+.PHONY: run run-cluster test lint bench clean-data faults test-cluster
 
 $(STAMP): pyproject.toml scripts/setup.sh client-js/package-lock.json
 	bash scripts/setup.sh
@@ -11,6 +11,10 @@ $(STAMP): pyproject.toml scripts/setup.sh client-js/package-lock.json
 
 run: $(STAMP)
 	bash scripts/run.sh
+
+# The demo on a Spark standalone cluster and two gateways behind nginx, on this machine.
+run-cluster: $(STAMP)
+	bash scripts/run-cluster.sh
 
 test: $(STAMP)
 	bash scripts/test.sh

@@ -11,6 +11,7 @@ there, so it runs as any user. Standard library only, so a deployment can copy t
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -70,14 +71,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--listen", default="127.0.0.1:8080", help="nginx's own address")
     parser.add_argument("--prefix", type=Path, required=True, help="nginx's working directory")
     parser.add_argument("--workers", default="auto", help="nginx worker processes")
+    parser.add_argument(
+        "--run",
+        action="store_true",
+        help="then run nginx in the foreground in place of this process",
+    )
     args = parser.parse_args(argv)
     try:
         path = write(args.gateways, args.listen, args.prefix, args.workers)
     except InvalidAddress as exc:
         print(f"render: {exc.code}: {exc}", file=sys.stderr)
         return 2
-    print(" ".join(command(args.prefix)))
     print(f"wrote {path}", file=sys.stderr)
+    if args.run:
+        sys.stdout.flush()
+        os.execvp("nginx", command(args.prefix))  # stops with the process that started this one
+    print(" ".join(command(args.prefix)))
     return 0
 
 

@@ -76,10 +76,17 @@ class StandaloneCluster:
     """A master on ``HOST`` and the workers added to it, all under ``root``.
 
     ``env`` is the environment the processes start from (this process's by default), less
-    ``PYTHONPATH``. Use as a context manager, or call ``start`` and ``stop``.
+    ``PYTHONPATH``. The master's ``port`` and ``ui_port`` are free ones unless given. Use as a
+    context manager, or call ``start`` and ``stop``.
     """
 
-    def __init__(self, root: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        env: Mapping[str, str] | None = None,
+        port: int | None = None,
+        ui_port: int | None = None,
+    ) -> None:
         self.root = root.resolve()  # workers run in directories of their own
         base = dict(os.environ if env is None else env)
         base.pop("PYTHONPATH", None)
@@ -90,8 +97,8 @@ class StandaloneCluster:
             "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
         }
         self.state = State.NEW
-        self.port = free_port()
-        self.ui_port = free_port()
+        self.port = port or free_port()
+        self.ui_port = ui_port or free_port()
         self.master: subprocess.Popen[bytes] | None = None
         self.workers: list[Worker] = []
 
@@ -185,8 +192,9 @@ class StandaloneCluster:
             os.kill(worker.process.pid, signal.SIGKILL)
         worker.process.wait()
 
-    def stop(self) -> None:
-        """Stop the workers, then the master: SIGTERM, and SIGKILL whatever outlives it."""
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop the workers, then the master: SIGTERM, and SIGKILL whatever outlives it by
+        ``timeout`` seconds."""
         if self.state is not State.RUNNING:
             self.state = State.STOPPED
             return
@@ -197,7 +205,7 @@ class StandaloneCluster:
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        deadline = time.monotonic() + timeout
         for process in processes:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))

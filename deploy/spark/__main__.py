@@ -11,6 +11,8 @@ from pathlib import Path
 
 from deploy.spark import ClusterError, StandaloneCluster
 
+STOP_UNDER_A_RUNNER_S = 3.0
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -22,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", default="1g",
                         help="memory each worker offers (1g): at least spark.executor.memory "
                         "(1g unless the pipeline sets it), or no executor fits")  # fmt: skip
+    parser.add_argument("--port", type=int, default=None,
+                        help="the master's port (a free one by default)")  # fmt: skip
+    parser.add_argument("--ui-port", type=int, default=None,
+                        help="the master's status page's port (a free one by default)")  # fmt: skip
     parser.add_argument("--dir", type=Path, default=None,
                         help="where the processes keep logs and work files (a temporary "
                         "directory by default)")  # fmt: skip
@@ -33,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        with StandaloneCluster(root) as cluster:
+        with StandaloneCluster(root, port=args.port, ui_port=args.ui_port) as cluster:
             for _ in range(args.workers):
                 cluster.add_worker(args.cores, args.memory)
             cluster.wait_for_workers(args.workers)
@@ -43,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)  # fmt: skip
             stop.wait()
             print("Stopping the cluster.", flush=True)
+            # Within the 5 s a Procfile runner (honcho) waits before it kills this process's
+            # group: the workers lead groups of their own, which only this process stops.
+            cluster.stop(timeout=STOP_UNDER_A_RUNNER_S)
     except ClusterError as exc:
         print(f"deploy.spark: {exc}", file=sys.stderr)
         return 1

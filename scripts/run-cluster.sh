@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The demo on the cluster pieces, all on this machine (deploy/Procfile.cluster): a Spark
+# standalone master and two workers (deploy/spark/), the pipeline's driver on them, two gateway
+# processes behind nginx (deploy/nginx/), the embedded store and Chirp's writer. The page is at
+# http://127.0.0.1:${LV_PORT:-8000}/ through nginx; docs/SCALING.md maps each piece to a real
+# deployment. Its data is apart from `make run`'s (./data/cluster), so the two never share
+# checkpoints. Ctrl-C stops all of it.
+#   make run-cluster
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"
+export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+# Absolute: the executors run in directories of their own and must find the same checkpoints.
+LV_DATA_DIR="$(realpath -m "${LV_DATA_DIR:-data/cluster}")"
+export LV_DATA_DIR
+export LV_WAIT_FOR_STORE="${LV_WAIT_FOR_STORE:-30}"
+export LV_PORT="${LV_PORT:-8000}"
+export LV_GATEWAY1_PORT="${LV_GATEWAY1_PORT:-8001}"
+export LV_GATEWAY2_PORT="${LV_GATEWAY2_PORT:-8002}"
+export LV_SPARK_PORT="${LV_SPARK_PORT:-7077}"
+export LV_SPARK_UI_PORT="${LV_SPARK_UI_PORT:-8080}"
+export SPARK_MASTER="spark://127.0.0.1:$LV_SPARK_PORT"
+case "${LV_APP:-demo.chirp:app}" in
+  demo.chirp:app) ;;
+  *) echo "make run-cluster runs Chirp (LV_APP=demo.chirp:app); run other applications with make run." >&2
+     exit 2 ;;
+esac
+command -v nginx >/dev/null || { echo "make run-cluster needs nginx: apt-get install nginx (scripts/setup.sh does it)." >&2; exit 2; }
+python -m streaming --prepare  # Java and the application checked
+off=()
+if [ -n "${REDIS_URL:-}" ]; then off+=(store=0); fi
+formation=()
+if [ ${#off[@]} -gt 0 ]; then formation=(-c "$(IFS=,; echo "${off[*]}")"); fi
+echo "Chirp through nginx: http://127.0.0.1:$LV_PORT/ (gateways on $LV_GATEWAY1_PORT and $LV_GATEWAY2_PORT; Spark master $SPARK_MASTER, status at http://127.0.0.1:$LV_SPARK_UI_PORT/)"
+exec honcho -f deploy/Procfile.cluster start "${formation[@]}"

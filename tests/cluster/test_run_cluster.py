@@ -1,0 +1,193 @@
+"""``make run-cluster`` (scripts/run-cluster.sh): Chirp on a Spark standalone cluster, two
+gateways behind nginx, the store and the demo's writer, all as the script starts them.
+
+SSE subscribers read through nginx while events are published through it; one gateway
+process and then one Spark worker are killed outright. The gateway's supervisor starts it
+again and the subscribers resume on the other one; Spark runs the lost tasks on the remaining
+worker. Every subscriber must see each later event, with no gap, no duplicate and no reset,
+and end with the stored rows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+import pytest
+import redis
+
+from streaming.core.settings import Settings
+from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber
+from tests.support.gateway import stored_rows
+
+REPO = Path(__file__).resolve().parents[2]
+USERS = ["ann", "bob", "cy"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ClusterRun:
+    """scripts/run-cluster.sh with a data directory and ports of its own."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        ports = {name: str(_free_port()) for name in (
+            "LV_PORT", "LV_GATEWAY1_PORT", "LV_GATEWAY2_PORT", "LV_SPARK_PORT",
+            "LV_SPARK_UI_PORT", "LV_EMBEDDED_PORT")}  # fmt: skip
+        self.env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
+                    "PYSPARK_PYTHON": sys.executable, "LV_DATA_DIR": str(data),
+                    "LV_DEMO_ACTIVITY": "0", **ports}  # fmt: skip
+        for name in ("REDIS_URL", "LV_ENV", "LV_JWT_SECRET", "LV_APP", "SPARK_MASTER"):
+            self.env.pop(name, None)
+        self.url = f"http://127.0.0.1:{ports['LV_PORT']}"
+        self.gateway_ports = [ports["LV_GATEWAY1_PORT"], ports["LV_GATEWAY2_PORT"]]
+        self.log = open(data.parent / "run-cluster.out", "wb")  # noqa: SIM115 - closed in stop
+        self.proc = subprocess.Popen(
+            ["bash", str(REPO / "scripts" / "run-cluster.sh")], cwd=REPO, env=self.env,
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def store(self) -> redis.Redis:
+        return redis.Redis.from_url(Settings.from_env(self.env).store_url)
+
+    def post(self, path: str, body: object, token: str = "") -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(self.url + path, data=orjson.dumps(body), headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, orjson.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, orjson.loads(exc.read() or b"null")
+
+    def wait(self, what: str, ok: Callable[[], object], timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"run-cluster stopped:\n{self.output()}"
+            try:
+                if ok():
+                    return
+            except (OSError, redis.RedisError):
+                pass
+            time.sleep(0.25)
+        raise AssertionError(f"{what}: not within {timeout} s\n{self.output()}")
+
+    def processes(self, match: Callable[[list[str]], bool]) -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter(["cmdline", "environ"]):
+            try:
+                cmd = p.info["cmdline"] or []
+                if match(cmd) and (p.info["environ"] or {}).get("LV_DATA_DIR") == str(self.data):
+                    found.append(p)
+            except (psutil.Error, TypeError):
+                continue
+        return found
+
+    def output(self) -> str:
+        self.log.flush()
+        return (self.data.parent / "run-cluster.out").read_text(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+        # Nothing of the run may outlive it (the Spark processes lead groups of their own).
+        time.sleep(1)
+        left = self.processes(lambda cmd: True)
+        for p in left:
+            p.kill()
+        assert not left, f"left running after the run stopped: {[p.cmdline() for p in left]}"
+
+
+def _gateway(cmd: list[str]) -> bool:
+    return cmd[-2:] == ["-m", "server"] and "streaming.core.supervise" not in cmd
+
+
+@pytest.mark.timeout(600)
+def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() -> None:
+    data = Path(tempfile.mkdtemp(prefix="lv-run-cluster-")) / "data"
+    data.mkdir()
+    run = ClusterRun(data)
+    clients = ClientLoop()
+    subs = [Resumer(f"sse-{u}", "profiles", u) for u in USERS]
+    token = dev_token("watcher")
+    shards = Settings.from_env(run.env).change_shards
+    renamed = 0
+
+    def rename_all() -> None:
+        nonlocal renamed
+        renamed += 1
+        for u in USERS:
+            event = {"type": "profile_set", "payload": {"user": u, "name": f"{u}-{renamed}"}}
+            status, body = run.post("/v1/events", event, dev_token(u))
+            assert status == 202, body
+
+    def all_show_the_last() -> bool:
+        return all(s.state.rows.get("profile", {}).get("name") == f"{s.key}-{renamed}"
+                   for s in subs)  # fmt: skip
+
+    try:
+        run.wait("nginx and a gateway", lambda: urllib.request.urlopen(run.url + "/readyz",
+                                                                      timeout=2).status == 200)  # fmt: skip
+        rename_all()
+        run.wait("the pipeline on the cluster", lambda: all(
+            stored_rows(run.store(), "profiles", u, shards).get("profile") for u in USERS))  # fmt: skip
+        for s in subs:
+            clients.spawn(sse_subscriber(run.url, token, s, clients.halt))
+        run.wait("every subscriber's snapshot", all_show_the_last, 60)
+
+        gateways = run.processes(_gateway)
+        assert len(gateways) == 2, [g.cmdline() for g in gateways]
+        gateways[0].kill()
+        for _ in range(3):
+            rename_all()
+        run.wait("the renames after a gateway was killed", all_show_the_last, 90)
+        run.wait("the gateway started again",
+                 lambda: len(run.processes(_gateway)) == 2)  # fmt: skip
+
+        workers = run.processes(lambda cmd: "org.apache.spark.deploy.worker.Worker" in cmd)
+        assert len(workers) == 2, [w.cmdline()[-6:] for w in workers]
+        for child in workers[0].children(recursive=True):
+            child.kill()  # its executor goes with it, as with a lost machine
+        workers[0].kill()
+        for _ in range(3):
+            rename_all()
+        run.wait("the renames after a worker was killed", all_show_the_last, 180)
+    finally:
+        clients.stop()
+        store = run.store()
+        try:
+            stored = {u: stored_rows(store, "profiles", u, shards) for u in USERS}
+        except redis.RedisError:
+            stored = {}
+        run.stop()
+        shutil.rmtree(data.parent, ignore_errors=True)
+    for s in subs:
+        assert s.failure is None, f"{s.name}: {s.failure}"
+        assert s.state.resets == 0, f"{s.name} was reset"
+        assert s.connects >= 1
+        assert s.state.rows == stored[s.key], s.name
+    assert sum(s.connects for s in subs) > len(subs), "no subscriber was on the killed gateway"
