@@ -141,7 +141,9 @@ def view_changes(
             f"view {view!r}: the query has no column left for the rows' value beside "
             f"{', '.join(c for c in (key, row, score) if c)}."
         )
-    value = F.to_json(F.struct(*values))
+    # A null column is written as null, not left out (to_json's default): a client sees the
+    # same fields in every row of a view.
+    value = F.to_json(F.struct(*values), {"ignoreNullFields": "false"})
     if keep is not None:
         value = F.when(keep, value)
     placed = F.col(key).isNotNull() & (F.col(row).isNotNull() if row is not None else F.lit(True))

@@ -28,7 +28,8 @@ from tests.support.pipeline import RunningPipeline
 app = App("shop")
 app.event_type("like", Schema({"user": String(), "tweet": String()}), lambda p: p["tweet"])
 app.event_type("unlike", Schema({"user": String(), "tweet": String()}), lambda p: p["tweet"])
-ORDER = Schema({"customer": String(), "order": String(), "status": String(), "total": Float()})
+ORDER = Schema({"customer": String(), "order": String(), "status": String(), "total": Float(),
+                "coupon": String(optional=True)})  # fmt: skip
 app.event_type("order", ORDER, lambda p: p["customer"])
 app.view("like_counts", description="each tweet's likes")
 app.view("open_orders", description="each customer's open orders")
@@ -48,7 +49,7 @@ def likes(events: DataFrame) -> DataFrame:
 def orders(events: DataFrame) -> DataFrame:
     latest = sql(events, app, """
         SELECT customer, `order`, max_by(status, position) AS status,
-               max_by(total, position) AS total
+               max_by(total, position) AS total, max_by(coupon, position) AS coupon
         FROM `order` GROUP BY customer, `order`
     """)  # fmt: skip
     return view_changes(
@@ -69,6 +70,8 @@ def _events(rng: random.Random, n: int) -> list[dict[str, Any]]:
             order = {"customer": f"c{rng.randrange(4)}", "order": f"o{rng.randrange(12)}",
                      "status": rng.choice(["open", "open", "paid", "shipped"]),
                      "total": round(rng.uniform(1, 100), 2)}  # fmt: skip
+            if rng.random() < 0.5:
+                order["coupon"] = rng.choice(["A", "B"])
             out.append({"type": "order", "payload": order})
     return out
 
@@ -91,7 +94,8 @@ def _recompute(events: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
             out[("like_counts", tweet)]["like_counts"] = {"likes": n, "last_user": last_user[tweet]}
     for (customer, order), p in latest.items():
         if p["status"] == "open":
-            out[("open_orders", customer)][order] = {"status": "open", "total": p["total"]}
+            value = {"status": "open", "total": p["total"], "coupon": p.get("coupon")}
+            out[("open_orders", customer)][order] = value
     return dict(out)
 
 
