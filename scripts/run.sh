@@ -18,7 +18,11 @@ if [ -n "${REDIS_URL:-}" ]; then off+=(store=0); fi
 if [ "$tables" = 0 ]; then off+=(postgres=0 cdc=0); elif [ -n "${DATABASE_URL:-}" ]; then off+=(postgres=0); fi
 case "${LV_APP:-demo.chirp:app}" in
   demo.chirp:app) ;;
-  demo.orders:app) echo "The shop's page: http://${LV_HOST:-127.0.0.1}:${LV_PORT:-8000}/orders.html" ;;
+  demo.orders:app)
+    # The shop's writer creates its table; the CDC process, which stops for good when a
+    # declared table is missing, starts once it exists.
+    export LV_BEFORE_CDC="python -m demo.orders --schema"
+    echo "The shop's page: http://${LV_HOST:-127.0.0.1}:${LV_PORT:-8000}/orders.html" ;;
   *) off+=(demo=0) ;;
 esac
 formation=()

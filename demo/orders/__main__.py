@@ -5,6 +5,10 @@ It writes PostgreSQL only, with plain SQL (``demo.orders.database``): the databa
 starts). With ``LV_DEMO_ACTIVITY=N`` it makes about N changes per second: orders placed, paid,
 shipped and archived. The CDC process carries each change into the log. Stops on Ctrl-C or
 SIGTERM.
+
+``python -m demo.orders --schema`` only creates the table, once the database answers, and
+exits: ``make run`` runs it before the CDC process, which stops for good when a declared table
+is missing.
 """
 
 from __future__ import annotations
@@ -73,10 +77,21 @@ def run(settings: CdcSettings, rate: float) -> None:
         conn.close()
 
 
+def create(settings: CdcSettings) -> None:
+    conn = connect(settings, threading.Event())
+    try:
+        create_schema(conn)
+    finally:
+        conn.close()
+
+
 def main() -> int:
     try:
         settings = CdcSettings.from_env()
         console.setup("shop", settings.store)
+        if sys.argv[1:] == ["--schema"]:
+            create(settings)
+            return 0
         run(settings, float(os.environ.get("LV_DEMO_ACTIVITY") or 0))
     except LiveviewsError as exc:
         print(f"shop: {exc.message}", file=sys.stderr)
