@@ -14,9 +14,15 @@ from demo.orders.activity import Change, Order, seed_changes
 SCHEMA = Path(__file__).with_name("schema.sql")
 
 
+SCHEMA_LOCK = 0x5E0B5
+"""An advisory lock's key: two processes creating the table at once (``make run`` starts the
+writer beside ``--schema``) take turns, since PostgreSQL's ``IF NOT EXISTS`` does not."""
+
+
 def create_schema(conn: Any) -> None:
     """Create the shop's table, unless it exists."""
     with conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
         cur.execute(SCHEMA.read_text())
     conn.commit()
 
