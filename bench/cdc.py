@@ -43,7 +43,7 @@ import orjson
 import psycopg2
 
 from bench.common import Report, Row, save, token
-from bench.latency import Phase, latency_stats
+from bench.latency import Phase, batch_figures, latency_stats
 from bench.moment import Moment
 from bench.system import PARTITIONS, ROOT, System, running_store
 from demo.orders.database import create_schema
@@ -412,6 +412,7 @@ def measure(system: System, send: Send, rates: list[int], seconds: float, lead_i
                 page.evaluate("() => { window.__arrivals = []; }")
             phase = Phase(rate, clock=time.time)
             heads = log_heads(system.client, PARTITIONS)
+            since = f"{int(time.time() * 1000)}-0"
             drive(send, phase, rate, seconds, counter)
             time.sleep(5)  # the last changes' frames
             arrivals = page.evaluate("() => window.__arrivals.splice(0)")
@@ -420,7 +421,8 @@ def measure(system: System, send: Send, rates: list[int], seconds: float, lead_i
             logged = latency_stats(to_the_log(system, heads, phase))
             out.append({"rate": rate, "seconds": seconds, "lead_in_s": lead_in,
                         "changes": len(phase.sent), **latency_stats(latencies),
-                        "reflected_fraction": reflected, "to_the_log": logged})  # fmt: skip
+                        "reflected_fraction": reflected, "to_the_log": logged,
+                        "batches": batch_figures(system, since)})  # fmt: skip
             print(f"  {rate}/s: p50 {out[-1]['p50_ms']} ms, p99 {out[-1]['p99_ms']} ms,"
                   f" {reflected:.1%} reflected; into the log p50 {logged['p50_ms']} ms,"
                   f" p99 {logged['p99_ms']} ms", flush=True)  # fmt: skip
