@@ -136,21 +136,10 @@ class Hub:
         if pending is not None and _covers(pending, wanted):
             self._answer(sub, pending)
             return
-        waits = lane.waits.setdefault(sub, [])
-        if len(waits) < MAX_WAITS:
-            waits.append(wanted)
-        else:  # bounded: the frontier that covers both is sent, later than the first needs
-            waits[-1] = merged(waits[-1], wanted)
+        add_wait(lane.waits.setdefault(sub, []), wanted)
 
     def _answer_waits(self, lane: Lane, progress: Progress) -> None:
-        for sub, waits in list(lane.waits.items()):
-            left = [w for w in waits if not _covers(progress, w)]
-            if len(left) == len(waits):
-                continue
-            if left:
-                lane.waits[sub] = left
-            else:
-                del lane.waits[sub]
+        for sub in _end_waits(lane, progress):
             self._answer(sub, progress)
 
     def _answer(self, sub: Subscriber, progress: Progress) -> None:
@@ -322,12 +311,7 @@ class Hub:
         if progress is None:
             return
         if lane.waits:  # every subscriber is sent this frontier now: the waits it covers end
-            for sub, waits in list(lane.waits.items()):
-                left = [w for w in waits if not _covers(progress, w)]
-                if left:
-                    lane.waits[sub] = left
-                else:
-                    del lane.waits[sub]
+            _end_waits(lane, progress)
         overflowed = []
         with self._handing_out_items():
             following = [cohort for (view, _), cohort in self.cohorts.items()
@@ -388,7 +372,9 @@ class Hub:
         overflowed = []
         for sub in [s for s in self.all if s.view in views]:
             if sub.frontier_name != frontier_name:
-                self._lane(sub.frontier_name).subscribers.discard(sub)
+                old = self._lane(sub.frontier_name)
+                old.subscribers.discard(sub)
+                old.waits.pop(sub, None)  # positions of the replaced version's frontier
                 sub.frontier_name = frontier_name
                 self._lane(frontier_name).subscribers.add(sub)
             if not sub.offer(notice):
@@ -406,9 +392,31 @@ class Hub:
         self._forget(sub)
 
 
-def merged(a: Wanted, b: Wanted) -> Wanted:
-    """The positions of both: the later of each partition's."""
-    return {p: max(a.get(p, (0, 0)), b.get(p, (0, 0))) for p in a.keys() | b.keys()}
+def add_wait(waits: list[Wanted], wanted: Wanted) -> None:
+    """``wanted`` among a subscriber's ``waits``, at most ``MAX_WAITS`` apart: beyond them it is
+    merged into the last, whose frontier then comes when it covers both (later than the first
+    needs, never sooner than a covering one)."""
+    if len(waits) < MAX_WAITS:
+        waits.append(wanted)
+        return
+    last = waits[-1]
+    parts = last.keys() | wanted.keys()
+    waits[-1] = {p: max(last.get(p, (0, 0)), wanted.get(p, (0, 0))) for p in parts}
+
+
+def _end_waits(lane: Lane, progress: Progress) -> list[Subscriber]:
+    """Drop the waits of ``lane`` that ``progress`` covers; the subscribers that had one."""
+    ended = []
+    for sub, waits in list(lane.waits.items()):
+        left = [w for w in waits if not _covers(progress, w)]
+        if len(left) == len(waits):
+            continue
+        ended.append(sub)
+        if left:
+            lane.waits[sub] = left
+        else:
+            del lane.waits[sub]
+    return ended
 
 
 def _covers(progress: Progress, wanted: Wanted) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from server.errors import SlowConsumer, Unavailable
 from server.fanout.cursor import Cursor
-from server.fanout.hub import MAX_WAITS, Hub, Wanted, merged
+from server.fanout.hub import Hub, Wanted, add_wait
 from server.fanout.items import EpochChanged, FeedDelta
 from server.fanout.subscriber import Subscriber, SubscriberState
 from server.feed.changes import ChangeFeed
@@ -74,11 +74,7 @@ class Subscription(Cursor):
         """The client waits for the view to reflect ``wanted``: the hub sends the covering
         frontier as soon as it reads one (``Hub.wait``)."""
         if self.subscriber is None:
-            waits = self.early_waits
-            if len(waits) < MAX_WAITS:
-                waits.append(wanted)
-            else:
-                waits[-1] = merged(waits[-1], wanted)
+            add_wait(self.early_waits, wanted)
             return
         self.source.hub.wait(self.subscriber, wanted)
 

@@ -213,4 +213,11 @@ async def test_waits_end_with_their_subscriber_and_are_bounded() -> None:
     hub.wait(sub, {"0": (200, 0)})
     hub.detach(sub)
     assert sub not in lane.waits
+    # A view replaced by a new version: its subscribers' waits were for the old frontier.
+    moved = hub.attach("likes", "b", 16)  # buffered: it takes the replacement's notice
+    hub.wait(moved, {"0": (300, 0)})
+    hub.views_replaced({"likes"}, "e2", "likes@v2")
+    assert moved not in lane.waits
+    hub.publish(EPOCH, [], progress("300-0"))
+    assert moved.progress is None, "an old frontier answered a wait of the new version"
     hub.close()
