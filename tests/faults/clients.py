@@ -178,9 +178,12 @@ const client = createClient({
 client.on('state', (e) => lv.states.push(e.newState));
 client.on('error', (e) => lv.errors.push(String(e)));
 for (const [view, key] of subs) {
-  const rec = lv.records[`${view}/${key}`] = { rows: {}, deltas: [], snapshots: 0, recovering: 0 };
+  const rec = lv.records[`${view}/${key}`] = { rows: {}, deltas: [], snapshots: [], recovering: 0 };
   client.subscribe(view, key, {
-    snapshot: (e) => { rec.snapshots++; if (e.wasRecovering) rec.recovering++; rec.rows = Object.fromEntries(e.rows); },
+    snapshot: (e) => {
+      rec.snapshots.push(e.eventId); if (e.wasRecovering) rec.recovering++;
+      rec.rows = Object.fromEntries(e.rows);
+    },
     change: (e) => { rec.deltas.push(e.eventId); rec.rows = Object.fromEntries(e.rows); },
     error: (e) => lv.errors.push(String(e)),
   });

@@ -24,7 +24,14 @@ from typing import Any, Protocol
 import orjson
 import redis
 
-from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber, ws_subscriber
+from tests.faults.clients import (
+    ClientLoop,
+    Resumer,
+    dev_token,
+    sse_subscriber,
+    write_page,
+    ws_subscriber,
+)
 from tests.faults.harness import SHARDS, Gateway
 from tests.support.balancer import Balancer
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
@@ -33,34 +40,6 @@ from tests.support.gateway import Event, free_port, stored_rows
 
 Sub = tuple[str, str]
 """(view, key)"""
-
-PAGE = """<!doctype html>
-<meta charset="utf-8">
-<title>failover subscriber</title>
-<script type="module">
-import { createClient } from '/client-js/index.js';
-const params = new URLSearchParams(location.search);
-const lv = window.lv = { records: {}, states: [], errors: [] };
-const client = createClient({
-  url: location.origin, token: params.get('token'), transport: params.get('transport'),
-  backoff: { minDelay: 100, maxDelay: 1000 },
-});
-client.on('state', (e) => lv.states.push(e.newState));
-client.on('error', (e) => lv.errors.push(String(e)));
-for (const [view, key] of JSON.parse(params.get('subs'))) {
-  const rec = lv.records[`${view}/${key}`] = { rows: {}, deltas: [], snapshots: [], recovering: 0 };
-  client.subscribe(view, key, {
-    snapshot: (e) => {
-      rec.snapshots.push(e.eventId); if (e.wasRecovering) rec.recovering++;
-      rec.rows = Object.fromEntries(e.rows);
-    },
-    change: (e) => { rec.deltas.push(e.eventId); rec.rows = Object.fromEntries(e.rows); },
-    error: (e) => lv.errors.push(String(e)),
-  });
-}
-lv.ready = true;
-</script>
-"""
 
 
 class Source(Protocol):
@@ -124,7 +103,7 @@ def open_page(browser: Any, url: str, user: str, transport: str, subs: list[Sub]
     page = browser.new_page()
     listed = orjson.dumps([list(s) for s in subs]).decode()
     token = dev_token(user)
-    page.goto(f"{url}/failover.html?transport={transport}&token={token}&subs={listed}")
+    page.goto(f"{url}/faults.html?transport={transport}&token={token}&subs={listed}")
     page.wait_for_function("window.lv && window.lv.ready")
     return page
 
@@ -203,8 +182,7 @@ def run_failover(
     from playwright.sync_api import sync_playwright
 
     web = tmp_path / "web"
-    web.mkdir()
-    (web / "failover.html").write_text(PAGE)
+    write_page(web)
     gateways = []
     for i in range(2):
         (tmp_path / f"gateway-{i}").mkdir()

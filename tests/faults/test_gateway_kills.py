@@ -168,7 +168,7 @@ def test_gateway_sigkill_and_sigterm_restarts(store, store_url, tmp_path):
             check_delta_ids(rec["deltas"])
             js_deltas += len(rec["deltas"])
             js_recovering += rec["recovering"]
-            assert rec["snapshots"] >= 1, name
+            assert len(rec["snapshots"]) >= 1, name
         js_reconnects += lv["states"].count("connected") - 1
     assert js_reconnects >= len(signals) * len(records), lv["states"]
     for r in resumers:
