@@ -42,6 +42,7 @@ import aiohttp
 import orjson
 import psycopg2
 
+from bench.browser import CHROMIUM, CHROMIUM_ARGS
 from bench.common import Report, Row, save, token
 from bench.latency import Phase, batch_figures, latency_stats
 from bench.moment import Moment
@@ -52,9 +53,6 @@ from streaming.core.embedded import free_port
 from streaming.core.events import entry_id_tuple, log_stream
 from streaming.core.log import log_heads
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 SHOP = "demo.orders:app"
 POSTED = "bench.posted_shop:app"
 CUSTOMERS = 8
