@@ -90,6 +90,46 @@ def delta(view: str, key: str, ops: list[dict[str, Any]], event_id: str) -> Fram
     return Frame(DELTA, _json({"view": view, "key": key, "ops": ops}), event_id)
 
 
+def prefix_snapshot(
+    view: str,
+    prefix: str,
+    keys: dict[str, dict[str, Any]],
+    frontier: dict[str, str],
+    event_id: str,
+    lag_ms: int | None = None,
+) -> Frame:
+    """The first frame of a subscription to the keys of ``view`` that start with ``prefix``:
+    each key's rows. Its deltas are those of a key (``delta``)."""
+    data: dict[str, Any] = {"view": view, "prefix": prefix, "keys": keys, "frontier": frontier}
+    if lag_ms is not None:
+        data["lag_ms"] = lag_ms
+    return Frame(SNAPSHOT, _json(data), event_id)
+
+
+def window_snapshot(
+    view: str,
+    key: str,
+    limit: int,
+    rows: dict[str, Any],
+    scores: dict[str, float],
+    frontier: dict[str, str],
+    event_id: str,
+    lag_ms: int | None = None,
+) -> Frame:
+    """The first frame of a window of a key: its rows of highest score and their scores."""
+    data: dict[str, Any] = {
+        "view": view, "key": key, "limit": limit, "rows": rows, "scores": scores,
+        "frontier": frontier,
+    }  # fmt: skip
+    if lag_ms is not None:
+        data["lag_ms"] = lag_ms
+    return Frame(SNAPSHOT, _json(data), event_id)
+
+
+window_delta = delta
+"""A window's change: its upserts carry the row's ``score`` (docs/PROTOCOL.md, section 5.1)."""
+
+
 def progress(frontier: dict[str, str], lag_ms: int | None = None) -> Frame:
     """``lag_ms`` as in ``snapshot``."""
     if lag_ms is None:
