@@ -57,12 +57,18 @@ class View:
 
     With ``limit``, a key serves only its ``limit`` rows of highest score (ties: highest row id);
     the others are kept as candidates, so a row that leaves the top brings the next one back.
+    Its readers may also subscribe to a window of a key: its top rows, or a page of them.
+
+    With ``listable``, the sink keeps an index of the view's keys, so that a client may
+    subscribe to the whole view or to the keys with a prefix (docs/PROTOCOL.md, section 5.1).
+    Declare it for views whose keys a page may show at once, not for one with a key per user.
     """
 
     name: str
     description: str = ""
     limit: int | None = None
     readable: ReadRule = anyone_signed_in
+    listable: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,11 +162,12 @@ class App:
         description: str = "",
         limit: int | None = None,
         readable: ReadRule = anyone_signed_in,
+        listable: bool = False,
     ) -> View:
         _check_name("view", name, self.views)
         if limit is not None and limit < 1:
             raise ConfigurationError(f"view {name!r}: limit must be at least 1.")
-        v = View(name, description, limit, readable)
+        v = View(name, description, limit, readable, listable)
         self.views[name] = v
         return v
 
