@@ -1,6 +1,7 @@
 """``python -m demo``: the writer of the demo application ``LV_APP`` names.
 
-Chirp's (``demo.chirp``) appends events; the shop's (``demo.orders``) writes SQL into PostgreSQL.
+Chirp's (``demo.chirp``) and the board's (``demo.board``) append events; the shop's
+(``demo.orders``) writes SQL into PostgreSQL.
 For an application of your own there is nothing to write: it says so and waits to be stopped,
 since ``make run`` stops every process when one of them ends.
 """
@@ -12,7 +13,11 @@ import runpy
 import signal
 import sys
 
-WRITERS = {"demo.chirp:app": "demo.chirp", "demo.orders:app": "demo.orders"}
+WRITERS = {
+    "demo.chirp:app": "demo.chirp",
+    "demo.orders:app": "demo.orders",
+    "demo.board:app": "demo.board",
+}
 DEFAULT_APP = "demo.chirp:app"
 
 

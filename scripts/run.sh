@@ -5,6 +5,7 @@
 # all of it; state stays in ./data, so the next run picks up where this one stopped.
 #   make run                          Chirp, at http://localhost:8000/
 #   LV_APP=demo.orders:app make run   the shop, live views of a PostgreSQL table
+#   LV_APP=demo.board:app make run    a team task board, at http://localhost:8000/board.html
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -23,6 +24,8 @@ case "${LV_APP:-demo.chirp:app}" in
     # declared table is missing, starts once it exists.
     export LV_BEFORE_CDC="python -m demo.orders --schema"
     echo "The shop's page: http://${LV_HOST:-127.0.0.1}:${LV_PORT:-8000}/orders.html" ;;
+  demo.board:app)
+    echo "The board's page: http://${LV_HOST:-127.0.0.1}:${LV_PORT:-8000}/board.html" ;;
   *) off+=(demo=0) ;;
 esac
 formation=()

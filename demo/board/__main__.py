@@ -1,0 +1,78 @@
+"""``python -m demo.board``: seed the board demo once, then (optionally) keep it busy.
+
+With ``LV_DEMO_ACTIVITY=N`` the seed people work on chores of their own on the ``launch``
+board and thank each other, at about N events per second. Stops on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+import redis
+
+from demo.board import app
+from demo.board.activity import SEED_BOARD, Activity, seed_events
+from streaming import EventLog, LiveviewsError
+from streaming.core import console
+from streaming.core.embedded import ensure_store
+from streaming.core.log import check_layout
+from streaming.core.password import redacted
+from streaming.core.settings import Settings
+
+log = logging.getLogger("board")
+
+SEEDED = "demo:board:seeded"
+"""Set once the seed is in the log. The log may hold another application's events (the same
+data directory run first with Chirp), so an empty log cannot say whether the board is seeded,
+and seeding twice would count the seed's kudos twice."""
+
+
+def seed_once(client: redis.Redis, events: EventLog) -> bool:
+    if not client.set(SEEDED, "1", nx=True):
+        return False
+    try:
+        events.append_batch(seed_events(int(time.time() * 1000)))
+    except BaseException:
+        client.delete(SEEDED)
+        raise
+    return True
+
+
+def run(settings: Settings, rate: float) -> None:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with ensure_store(settings) as store_url:
+        log.info("starting: the board's events into the log at %s", redacted(store_url))
+        client = redis.Redis.from_url(store_url)
+        check_layout(client, settings.log_partitions, settings.change_shards)
+        events = EventLog(client, app, settings.log_partitions, settings.log_retention)
+        if seed_once(client, events):
+            log.info("seeded the %r board", SEED_BOARD)
+        if rate > 0:
+            log.info("ready: writing %g events/s", rate)
+        else:
+            log.info("ready: no background activity (LV_DEMO_ACTIVITY=N writes N events/s)")
+        activity = Activity(seed=int(time.time()), prefix=f"bg{int(time.time())}")
+        while not stop.wait(1.0 / rate if rate > 0 else 3600):
+            events.append(next(activity))
+
+
+def main() -> int:
+    try:
+        settings = Settings.from_env()
+        console.setup("demo", settings)
+        run(settings, float(os.environ.get("LV_DEMO_ACTIVITY") or 0))
+    except LiveviewsError as exc:
+        print(f"board: {exc.message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
