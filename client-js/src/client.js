@@ -15,8 +15,11 @@ import { ConnectionError, RequestError, StateError, errorFromResponse, isTokenEr
 import { decodeOffsets } from './frames.js';
 import { EventSourceStream } from './eventsource.js';
 import { LogTail } from './log.js';
+import { PrefixSubscription } from './prefix.js';
+import { QueryShape, parseQuery } from './query.js';
 import { EventStream, SseTransport } from './sse.js';
 import { Subscription } from './subscription.js';
+import { WindowSubscription } from './window.js';
 import { WsTransport } from './ws.js';
 
 export const ClientState = Object.freeze({
@@ -27,6 +30,12 @@ export const ClientState = Object.freeze({
 });
 
 const TRANSPORTS = ['auto', 'ws', 'sse'];
+
+const SUBSCRIPTIONS = {
+  [QueryShape.KEY]: Subscription,
+  [QueryShape.PREFIX]: PrefixSubscription,
+  [QueryShape.WINDOW]: WindowSubscription,
+};
 
 /** A client of the gateway at `options.url`; see Client. */
 export function createClient(options) {
@@ -98,10 +107,26 @@ export class Client extends Emitter {
     this._unwatch = this._watchOnline();
   }
 
-  /** Follow `view`/`key`: a snapshot, then its changes. `handlers`: `{snapshot, change, ...}`. */
-  subscribe(view, key, handlers) {
+  /**
+   * Follow a query: a snapshot, then its changes. `subscribe(view, key, handlers?)` or
+   * `subscribe({view, key}, handlers?)` follows one key (a Subscription);
+   * `subscribe({view, prefix}, handlers?)` the keys that start with `prefix`, or with no prefix
+   * the whole view (a PrefixSubscription); `subscribe({view, key, limit, after?}, handlers?)` a
+   * window of the key's top rows by score, after the row `after` names (a WindowSubscription).
+   * `handlers`: `{snapshot, change, ...}`.
+   */
+  subscribe(viewOrQuery, key, handlers) {
     this._requireOpen('subscribe');
-    const sub = new Subscription(this, view, key, handlers);
+    let query;
+    if (typeof viewOrQuery === 'string') {
+      if (typeof key !== 'string' || !key) throw new TypeError('subscribe(view, key): both must be non-empty strings');
+      query = parseQuery({ view: viewOrQuery, key });
+    } else {
+      if (handlers !== undefined) throw new TypeError('subscribe(query, handlers) takes the query and the handlers only');
+      query = parseQuery(viewOrQuery);
+      handlers = key;
+    }
+    const sub = new SUBSCRIPTIONS[query.shape](this, query, handlers);
     this.subscriptions.add(sub);
     this._transport.attach(sub);
     return sub;

@@ -5,7 +5,9 @@
  *
  * A frame is `{kind, id, data, sub}`: its kind (`snapshot`, `delta`, `progress`, `reset`,
  * `end`, `log`, or `heartbeat`), its event id (snapshot and delta only, else null), its JSON
- * data, and over WebSocket the subscription id it belongs to.
+ * data, and over WebSocket the subscription id it belongs to. A snapshot is of one of three
+ * shapes, as the subscription's query (section 5.1): a key's rows, a prefix's keys, or a
+ * window's rows and their scores; `snapshotShape` says which.
  */
 
 import { ProtocolError, requestError } from './errors.js';
@@ -93,13 +95,44 @@ function check(ok, kind, what) {
   if (!ok) throw new ProtocolError(`a ${kind} frame must have ${what}`);
 }
 
+const isScore = (v) => typeof v === 'number' && Number.isFinite(v);
+
 function checkOps(ops) {
   check(Array.isArray(ops), 'delta', 'an ops array');
   for (const op of ops) {
     check(isObject(op) && isString(op.row), 'delta', 'ops with a row id');
     check(op.op === 'delete' || (op.op === 'upsert' && 'value' in op), 'delta',
       "ops that are {op: 'upsert', row, value} or {op: 'delete', row}");
+    check(op.score === undefined || isScore(op.score), 'delta', 'a number as the score of an op, if any');
   }
+}
+
+/** Which query a snapshot's data answers: `key`, `prefix` or `window` (a QueryShape). */
+export function snapshotShape(data) {
+  if (data.prefix !== undefined) return 'prefix';
+  if (data.limit !== undefined) return 'window';
+  return 'key';
+}
+
+function checkSnapshot(data) {
+  const kind = FrameKind.SNAPSHOT;
+  check(isObject(data.frontier), kind, 'a frontier');
+  switch (snapshotShape(data)) {
+    case 'prefix':
+      check(isString(data.view) && isString(data.prefix), kind, 'a view and a prefix');
+      check(isObject(data.keys) && Object.values(data.keys).every(isObject), kind, 'keys that map each key to its rows');
+      break;
+    case 'window':
+      check(isString(data.view) && isString(data.key), kind, 'a view and a key');
+      check(Number.isInteger(data.limit) && data.limit >= 1, kind, 'a limit of at least 1 row');
+      check(isObject(data.rows) && isObject(data.scores), kind, 'rows and their scores');
+      check(Object.keys(data.rows).every((row) => isScore(data.scores[row])), kind, 'a number as the score of every row');
+      break;
+    default:
+      check(isString(data.view) && isString(data.key), kind, 'a view and a key');
+      check(isObject(data.rows), kind, 'rows');
+  }
+  checkLag(kind, data);
 }
 
 function checkLag(kind, data) {
@@ -113,9 +146,7 @@ export function frame(kind, id, data, sub = null) {
   switch (kind) {
     case FrameKind.SNAPSHOT:
       check(isString(id), kind, 'an id');
-      check(isString(data.view) && isString(data.key), kind, 'a view and a key');
-      check(isObject(data.rows) && isObject(data.frontier), kind, 'rows and a frontier');
-      checkLag(kind, data);
+      checkSnapshot(data);
       break;
     case FrameKind.DELTA:
       check(isString(id), kind, 'an id');
@@ -195,14 +226,45 @@ export function decodeWsMessage(text) {
   }
 }
 
+/**
+ * A score as the gateway's JSON writes a float (Python's shortest repr: `9.0`, `0.0001`,
+ * `1e-05`, `1.5e+16`), so that a score it sent goes back as the same float, not as an integer.
+ */
+export function floatText(x) {
+  if (!isScore(x)) throw new TypeError(`a score must be a finite number, not ${String(x)}`);
+  if (Object.is(x, -0)) return '-0.0';
+  const sign = x < 0 ? '-' : '';
+  // toExponential() without digits gives the shortest digits that read back as x, as repr does.
+  const [mantissa, exponent] = Math.abs(x).toExponential().split('e');
+  const digits = mantissa.replace('.', '');
+  const e = Number(exponent);
+  if (e >= 16 || e < -4) {
+    const m = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits;
+    return `${sign}${m}e${e < 0 ? '-' : '+'}${String(Math.abs(e)).padStart(2, '0')}`;
+  }
+  if (e < 0) return `${sign}0.${'0'.repeat(-e - 1)}${digits}`;
+  return `${sign}${digits.slice(0, e + 1).padEnd(e + 1, '0')}.${digits.slice(e + 1) || '0'}`;
+}
+
+/** A subscribe message for `query` (a key, a prefix, or a window: see query.js). */
+function subscribeMessage(sub, query, lastEventId) {
+  const fields = [['type', 'subscribe'], ['sub', sub], ['view', query.view]];
+  if (isString(query.key)) fields.push(['key', query.key]);
+  if (isString(query.prefix)) fields.push(['prefix', query.prefix]);
+  if (query.limit != null) fields.push(['limit', query.limit]);
+  const parts = fields.map(([name, value]) => `${JSON.stringify(name)}:${JSON.stringify(value)}`);
+  if (query.after != null) {
+    parts.push(`"after":{"score":${floatText(query.after.score)},"row":${JSON.stringify(query.after.row)}}`);
+  }
+  if (lastEventId !== null) parts.push(`"last_event_id":${JSON.stringify(lastEventId)}`);
+  return `{${parts.join(',')}}`;
+}
+
 /** The client's WebSocket messages, with their fields in the order of the golden files. */
 export const encode = Object.freeze({
   auth: (token) => JSON.stringify({ type: 'auth', token }),
-  subscribe: (sub, view, key, lastEventId = null) => JSON.stringify(
-    lastEventId === null
-      ? { type: 'subscribe', sub, view, key }
-      : { type: 'subscribe', sub, view, key, last_event_id: lastEventId },
-  ),
+  /** `query`: `{view, key}`, `{view, prefix}` or `{view, key, limit, after?}`. */
+  subscribe: (sub, query, lastEventId = null) => subscribeMessage(sub, query, lastEventId),
   unsubscribe: (sub) => JSON.stringify({ type: 'unsubscribe', sub }),
   publish: (req, events) => JSON.stringify({ type: 'publish', req, events }),
   wait: (sub, offsets) => JSON.stringify({ type: 'wait', sub, offsets: offsets.map(({ partition, id }) => ({ partition, id })) }),

@@ -1,5 +1,7 @@
 /**
- * One subscription to one (view, key): its rows, its state machine, and its events.
+ * One subscription to one (view, key): its rows, its state machine, and its events. The
+ * subscriptions to a prefix (prefix.js) and to a window (window.js) are this state machine too,
+ * with their own contents: each shape fills in `_empty`, `_applySnapshot` and `_applyDelta`.
  *
  * States: `connecting` (no snapshot yet) -> `live` -> `reconnecting` (connection lost; it
  * resumes from the last event id) -> `live` again, or -> `reset` (the gateway could not resume
@@ -17,8 +19,8 @@
  */
 
 import { Emitter } from './emitter.js';
-import { StateError } from './errors.js';
-import { FrameKind } from './frames.js';
+import { ProtocolError, StateError } from './errors.js';
+import { FrameKind, snapshotShape } from './frames.js';
 import { covers, mergeFrontier, parseOffset } from './offsets.js';
 
 export const SubscriptionState = Object.freeze({
@@ -38,18 +40,17 @@ function offsetsOf(offsets) {
 }
 
 export class Subscription extends Emitter {
-  /** Made by `client.subscribe(view, key, handlers)`; not meant to be constructed directly. */
-  constructor(client, view, key, handlers = {}) {
+  /**
+   * Made by `client.subscribe(...)` with a query checked by `parseQuery` (query.js); not meant
+   * to be constructed directly.
+   */
+  constructor(client, query, handlers = {}) {
     super();
-    if (typeof view !== 'string' || !view || typeof key !== 'string' || !key) {
-      throw new TypeError('subscribe(view, key): both must be non-empty strings');
-    }
     this.client = client;
-    this.view = view;
-    this.key = key;
+    this.query = query;
+    this.view = query.view;
     this.state = S.CONNECTING;
-    /** @type {Map<string, unknown>} */
-    this.rows = new Map();
+    this._empty();
     /** @type {Record<string, string>} */
     this.frontier = {};
     /** Ms the view was behind the log at the latest frontier (0: caught up); null: unknown. */
@@ -164,6 +165,31 @@ export class Subscription extends Emitter {
     };
   }
 
+  // ---- the contents of a key: each shape overrides these ----------------------------------
+
+  _empty() {
+    this.key = this.query.key;
+    /** @type {Map<string, unknown>} */
+    this.rows = new Map();
+  }
+
+  /** Replace the contents with a snapshot's; returns what the `snapshot` event carries. */
+  _applySnapshot(data) {
+    this.rows = new Map(Object.entries(data.rows));
+    return { rows: this.rows };
+  }
+
+  /** Apply a delta; returns what the `change` event carries. */
+  _applyDelta(data) {
+    const rows = new Map(this.rows);
+    for (const op of data.ops) {
+      if (op.op === 'upsert') rows.set(op.row, op.value);
+      else rows.delete(op.row);
+    }
+    this.rows = rows;
+    return { ops: data.ops, rows };
+  }
+
   // ---- what transports call -------------------------------------------------------------
 
   /** The SSE path of this subscription. */
@@ -206,6 +232,17 @@ export class Subscription extends Emitter {
 
   _frame(frame) {
     if (!this.active) return; // a frame of a connection torn down since
+    try {
+      this._dispatch(frame);
+    } catch (error) {
+      if (!(error instanceof ProtocolError)) throw error;
+      // A frame that does not fit this query: its contents can no longer be trusted.
+      this.client._detach(this);
+      this._fail(error);
+    }
+  }
+
+  _dispatch(frame) {
     switch (frame.kind) {
       case FrameKind.SNAPSHOT:
         this._snapshot(frame);
@@ -226,32 +263,28 @@ export class Subscription extends Emitter {
   }
 
   _snapshot(frame) {
-    const { rows, frontier } = frame.data;
+    const shape = snapshotShape(frame.data);
+    if (shape !== this.query.shape) throw new ProtocolError(`a subscription to a ${this.query.shape} got the snapshot of a ${shape}`);
+    const contents = this._applySnapshot(frame.data);
     const wasRecovering = this._hadSnapshot;
     const reason = this._reset?.code ?? null;
     this._hadSnapshot = true;
     this._reset = null;
-    this.rows = new Map(Object.entries(rows));
-    this.frontier = { ...frontier };
+    this.frontier = { ...frame.data.frontier };
     this.lagMs = frame.data.lag_ms ?? null;
     this.lastEventId = frame.id;
     this._emit('snapshot', {
-      kind: 'snapshot', rows: this.rows, frontier: this.frontier, lagMs: this.lagMs, eventId: frame.id, wasRecovering, reason,
+      kind: 'snapshot', ...contents, frontier: this.frontier, lagMs: this.lagMs, eventId: frame.id, wasRecovering, reason,
     });
     if (this.state !== S.LIVE) this._setState(S.LIVE, null);
     this._settleWaiters();
   }
 
   _delta(frame) {
-    const rows = new Map(this.rows);
-    for (const op of frame.data.ops) {
-      if (op.op === 'upsert') rows.set(op.row, op.value);
-      else rows.delete(op.row);
-    }
-    this.rows = rows;
+    const contents = this._applyDelta(frame.data);
     this.lastEventId = frame.id;
     if (this.state === S.RECONNECTING) this._setState(S.LIVE, null);
-    this._emit('change', { kind: 'delta', ops: frame.data.ops, rows, eventId: frame.id });
+    this._emit('change', { kind: 'delta', ...contents, eventId: frame.id });
   }
 
   _progress({ frontier, lag_ms: lagMs = null }) {

@@ -6,7 +6,8 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { test } from 'node:test';
 
 import { ProtocolError } from '../src/errors.js';
-import { SseParser, decodeSseEvent, decodeWsMessage, encode, frame } from '../src/frames.js';
+import { SseParser, decodeSseEvent, decodeWsMessage, encode, floatText, frame, snapshotShape } from '../src/frames.js';
+import { parseQuery } from '../src/query.js';
 
 const GOLDEN = new URL('../../protocol/golden/', import.meta.url);
 const files = readdirSync(GOLDEN).filter((f) => f.endsWith('.json')).sort();
@@ -24,6 +25,30 @@ test('there are golden files of every frame kind', () => {
   for (const kind of [...FRAME_KINDS, 'heartbeat', 'error', 'published', 'unsubscribed', 'authenticated']) {
     assert.ok(kinds.has(kind), kind);
   }
+});
+
+// `builder` names the gateway's encoder of a golden frame; its `kind` is the frame's kind.
+const SNAPSHOT_SHAPES = { snapshot: 'key', prefix_snapshot: 'prefix', window_snapshot: 'window' };
+
+test('there are golden frames of every query shape', () => {
+  const builders = new Set(golden.map((g) => g.builder ?? g.kind));
+  for (const builder of [...Object.keys(SNAPSHOT_SHAPES), 'window_delta']) assert.ok(builders.has(builder), builder);
+});
+
+for (const g of golden.filter((x) => x.kind === 'snapshot')) {
+  const shape = SNAPSHOT_SHAPES[g.builder ?? g.kind];
+  test(`golden ${g.name} decodes as the snapshot of a ${shape}`, () => {
+    const { frame: decoded } = decodeWsMessage(g.ws.text);
+    assert.equal(snapshotShape(decoded.data), shape);
+  });
+}
+
+test('golden delta-window carries the score of every row it upserts', () => {
+  const g = golden.find((x) => x.builder === 'window_delta');
+  const { frame: decoded } = decodeWsMessage(g.ws.text);
+  const upserts = decoded.data.ops.filter((op) => op.op === 'upsert');
+  assert.ok(upserts.length > 0);
+  assert.ok(upserts.every((op) => Number.isFinite(op.score)));
 });
 
 for (const g of golden.filter((x) => x.direction === 'server')) {
@@ -68,7 +93,7 @@ for (const g of golden.filter((x) => x.direction === 'client')) {
     const i = g.input;
     const text = {
       auth: () => encode.auth(i.token),
-      subscribe: () => encode.subscribe(i.sub, i.view, i.key, i.last_event_id ?? null),
+      subscribe: () => encode.subscribe(i.sub, i, i.last_event_id ?? null),
       unsubscribe: () => encode.unsubscribe(i.sub),
       publish: () => encode.publish(i.req, i.events),
       wait: () => encode.wait(i.sub, i.offsets),
@@ -76,6 +101,29 @@ for (const g of golden.filter((x) => x.direction === 'client')) {
     assert.equal(text, g.ws.text);
   });
 }
+
+test('a subscribe message is written from a checked query of each shape', () => {
+  const text = (query, id = null) => encode.subscribe('s9', parseQuery(query), id);
+  assert.equal(text({ view: 'tasks' }), '{"type":"subscribe","sub":"s9","view":"tasks","prefix":""}');
+  assert.equal(text({ view: 'tasks', prefix: 'b/' }, 'e.1-0~0'), '{"type":"subscribe","sub":"s9","view":"tasks","prefix":"b/","last_event_id":"e.1-0~0"}');
+  assert.equal(text({ view: 'scores', key: 'g', limit: 5 }), '{"type":"subscribe","sub":"s9","view":"scores","key":"g","limit":5}');
+  // A score decoded from the gateway's 9.0 is the number 9: it goes back as the float 9.0.
+  const after = JSON.parse('{"score":9.0,"row":"bob"}');
+  assert.equal(
+    text({ view: 'scores', key: 'g', limit: 2, after }, 'e.5-0.WzkuMCwiYm9iIl0'),
+    '{"type":"subscribe","sub":"s9","view":"scores","key":"g","limit":2,"after":{"score":9.0,"row":"bob"},"last_event_id":"e.5-0.WzkuMCwiYm9iIl0"}',
+  );
+});
+
+test("scores are written as the gateway's JSON writes floats", () => {
+  const cases = [
+    [9, '9.0'], [-0, '-0.0'], [0.5, '0.5'], [-12.25, '-12.25'], [0.0001, '0.0001'], [0.00001, '1e-05'],
+    [1e15, '1000000000000000.0'], [1e16, '1e+16'], [1.5e16, '1.5e+16'], [0.1 + 0.2, '0.30000000000000004'],
+    [5e-324, '5e-324'], [1.7976931348623157e308, '1.7976931348623157e+308'],
+  ];
+  for (const [x, text] of cases) assert.equal(floatText(x), text, String(x));
+  for (const bad of [NaN, Infinity, '1']) assert.throws(() => floatText(bad), /finite number/);
+});
 
 test('the SSE parser gives the same frames however the stream is cut', () => {
   const stream = golden.filter((g) => g.sse !== undefined).map((g) => g.sse).join('');
@@ -110,6 +158,13 @@ test('malformed frames are protocol errors, not crashes', () => {
   assert.throws(() => decodeWsMessage('[1,2]'), ProtocolError);
   assert.throws(() => decodeWsMessage('{"type":"delta","data":{}}'), ProtocolError);
   assert.throws(() => frame('delta', 'e.1-0', { view: 'v', key: 'k', ops: [{ op: 'move', row: 'r' }] }), ProtocolError);
+  // The shapes of section 5.1: a prefix's keys each map to rows; every row of a window has a score.
+  const frontier = {};
+  assert.throws(() => frame('snapshot', 'e.1-0', { view: 'v', prefix: 'p', keys: { p1: 3 }, frontier }), /keys that map each key to its rows/);
+  assert.throws(() => frame('snapshot', 'e.1-0', { view: 'v', prefix: 'p', frontier }), ProtocolError);
+  assert.throws(() => frame('snapshot', 'e.1-0', { view: 'v', key: 'k', limit: 2, rows: { a: 1 }, scores: {}, frontier }), /score of every row/);
+  assert.throws(() => frame('snapshot', 'e.1-0', { view: 'v', key: 'k', limit: 0, rows: {}, scores: {}, frontier }), /limit/);
+  assert.throws(() => frame('delta', 'e.1-0', { view: 'v', key: 'k', ops: [{ op: 'upsert', row: 'r', value: 1, score: '3' }] }), /score/);
   // A kind this client does not know passes, so a newer gateway can add kinds.
   assert.equal(decodeSse('event: novel\ndata: {}\n\n')[0].kind, 'novel');
   assert.equal(decodeWsMessage('{"type":"novel"}').type, 'unknown');

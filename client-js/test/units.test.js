@@ -8,6 +8,7 @@ import * as api from '../src/index.js';
 import { Backoff, fullJitter } from '../src/backoff.js';
 import { frame } from '../src/frames.js';
 import { compareEntryIds, covers, mergeFrontier, parseOffset } from '../src/offsets.js';
+import { parseQuery } from '../src/query.js';
 import { Subscription } from '../src/subscription.js';
 
 test('the public names are exactly these', () => {
@@ -58,7 +59,7 @@ function standalone(handlers) {
     _detach(sub) { this.detached.push(sub); },
     _wait(sub, offsets) { this.waits.push(offsets); },
   };
-  return new Subscription(client, 'profiles', 'alice', handlers);
+  return new Subscription(client, parseQuery({ view: 'profiles', key: 'alice' }), handlers);
 }
 
 const snapshot = (rows, frontier = {}, id = 'e.1-0') => frame('snapshot', id, { view: 'profiles', key: 'alice', rows, frontier });
