@@ -9,6 +9,7 @@ shares a hash tag, so on a Redis Cluster it lives on one node and is written ato
 ``lv:{c<s>}:pos``               hash "<view>/<key>" -> entry id of its latest delta
 ``lv:{c<s>}:cand:<view>/<key>``  hash of candidate rows (views with a limit)
 ``lv:{c<s>}:rank:<view>/<key>``  sorted set of candidate scores (views with a limit)
+``lv:{c<s>}:keys:<view>/``       sorted set of the view's keys with rows (listable views)
 ``lv:{c<s>}:batches``           hash pipeline -> last micro-batch applied to this shard
 ``lv:{c<s>}:live``              hash pipeline -> namespace whose deltas this shard publishes
 
@@ -106,6 +107,13 @@ def candidates_key(shard: int, view: str, key: str) -> str:
 
 def rank_key(shard: int, view: str, key: str) -> str:
     return f"{_tag(shard)}:rank:{view_key(view, key)}"
+
+
+def index_key(shard: int, view: str) -> str:
+    """The keys of ``view`` (a listable one) that have rows in this shard, all of score 0, so
+    that a prefix is a range (ZRANGEBYLEX). It ends in ``/`` like every key of a view's
+    version, so that deleting a replaced version's keys finds it too."""
+    return f"{_tag(shard)}:keys:{view}/"
 
 
 @dataclass(frozen=True)

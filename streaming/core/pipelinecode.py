@@ -27,7 +27,7 @@ def derive(app: App, pipeline: str) -> str:
     """The pipeline's declared version, or the first 12 hex digits of a SHA-256 over what
     decides its results (docs/VERSIONS.md):
 
-    - its declaration: name, views with their limits, state partitions;
+    - its declaration: name, views with their limits (and whether listable), state partitions;
     - the application's event types: names and schemas;
     - the source text of its build function and of every function and class of the
       application's package that the build function reaches by name, through globals,
@@ -42,7 +42,10 @@ def derive(app: App, pipeline: str) -> str:
     h = hashlib.sha256()
     declaration = {
         "pipeline": p.name,
-        "views": [[v, app.views[v].limit] for v in p.views],
+        # ``listable`` only when set, so that the versions of views without it stay as they were.
+        "views": [
+            [v, app.views[v].limit, *([True] if app.views[v].listable else [])] for v in p.views
+        ],
         "partitions": p.partitions,
         "events": {n: _schema(e.schema) for n, e in sorted(app.event_types.items())},
     }

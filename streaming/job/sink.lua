@@ -6,10 +6,12 @@
 -- a missing row change nothing, so they append no delta.
 --
 -- KEYS[1] changes stream, KEYS[2] batches hash, KEYS[3] positions hash, KEYS[4] live hash,
--- then three keys per (view, key) group: rows hash, candidates hash, rank zset.
+-- then four keys per (view, key) group: rows hash, candidates hash, rank zset, the view's key
+-- index in this shard (a sorted set of the keys that have rows; kept for listable views only).
 -- ARGV: pipeline (with its namespace), batch id, retention, final (0 | 1), group count,
 --       the pipeline's base name, its namespace,
---       then per group: view (with the namespace), key, limit (0 = all rows), op count,
+--       then per group: view (with the namespace), key, limit (0 = all rows), listed (0 | 1),
+--       op count,
 --       then per op: kind ("u" upsert | "d" delete), row id, value JSON, score.
 -- Returns the number of deltas appended.
 --
@@ -65,10 +67,11 @@ end
 local emitted, a, k = 0, 8, 5
 local moved = {}  -- for the positions hash: view/key, entry id, ...
 for _ = 1, groups do
-  local view, key, limit, nops = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  a = a + 4
-  local rows, cand, rank = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  k = k + 3
+  local view, key, limit = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local listed, nops = ARGV[a + 3] == '1', tonumber(ARGV[a + 4])
+  a = a + 5
+  local rows, cand, rank, index = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  k = k + 4
   local ops = {}
   -- The group's rows in the order first changed, and the last change of each.
   local first, order, kind_of, value_of, score_of = a, {}, {}, {}, {}
@@ -126,6 +129,21 @@ for _ = 1, groups do
         valued[#valued + 1] = value_of[row]
       end
     end
+    -- A row whose score changes moves in the key's order even if its value stays: that is a
+    -- change for a reader of a window of the key (docs/PROTOCOL.md, section 5.1).
+    local had = {}
+    if #valued > 0 then
+      local upserted = {}
+      for i = 1, #valued, 2 do
+        upserted[#upserted + 1] = valued[i]
+      end
+      for i = 1, #upserted, STEP do
+        local part = redis.call('ZMSCORE', rank, unpack(upserted, i, math.min(i + STEP - 1, #upserted)))
+        for j, score in ipairs(part) do
+          had[upserted[i + j - 1]] = score and tonumber(score)
+        end
+      end
+    end
     variadic('ZREM', rank, gone)
     variadic('HDEL', cand, gone)
     variadic('ZADD', rank, scored)
@@ -155,7 +173,8 @@ for _ = 1, groups do
     local served = hmget(rows, compared)
     local set, out = {}, {}
     for _, row in ipairs(compared) do
-      if served[row] ~= value[row] then
+      local moved_rank = kind_of[row] and had[row] and had[row] ~= tonumber(score_of[row])
+      if served[row] ~= value[row] or moved_rank then
         set[#set + 1] = row
         set[#set + 1] = value[row]
         ops[#ops + 1] = upsert(row, value[row])
@@ -169,6 +188,13 @@ for _ = 1, groups do
     end
     variadic('HSET', rows, set)
     variadic('HDEL', rows, out)
+  end
+  if listed and #ops > 0 then
+    if redis.call('EXISTS', rows) == 1 then
+      redis.call('ZADD', index, 0, key)
+    else
+      redis.call('ZREM', index, key)
+    end
   end
   if #ops > 0 and publish then
     local id = redis.call('XADD', changes, 'MAXLEN', '~', retention, '*',

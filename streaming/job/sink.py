@@ -36,6 +36,7 @@ from streaming.core.changes import (
     candidates_key,
     changes_stream,
     history_stream,
+    index_key,
     live_key,
     physical,
     positions_key,
@@ -90,6 +91,7 @@ class ChangeTopicSink:
         self.shards = shards
         self.retention = retention
         self.limits = {v.name: v.limit or 0 for v in app.views.values()}
+        self.listed = {v.name: int(v.listable) for v in app.views.values()}
         self.apply_shard = client.register_script(_script("sink.lua"))
         self.advance = client.register_script(_script("frontier.lua"))
 
@@ -175,8 +177,8 @@ class ChangeTopicSink:
         for (view, key), ops in groups:
             name = physical(view, self.namespace)
             keys += [rows_key(shard, name, key), candidates_key(shard, name, key),
-                     rank_key(shard, name, key)]  # fmt: skip
-            args += [name, key, self.limits[view], len(ops)]
+                     rank_key(shard, name, key), index_key(shard, name)]  # fmt: skip
+            args += [name, key, self.limits[view], self.listed[view], len(ops)]
             for kind, row, value, score in ops:
                 args += [kind, row, value, repr(score)]
         self.apply_shard(keys=keys, args=args, client=pipe)
