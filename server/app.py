@@ -37,6 +37,7 @@ def routes(dev_tokens: bool, log_feed: bool = True) -> list[BaseRoute]:
         Route("/v1/events", rest.post_events, methods=["POST"]),
         Route("/v1/views/{view}/{key}", rest.get_view, methods=["GET"]),
         Route("/v1/views/{view}/{key}/live", streams.live, methods=["GET"]),
+        Route("/v1/live", streams.query_live, methods=["GET"]),
         WebSocketRoute("/v1/ws", sessions.socket),
         Route("/healthz", rest.healthz, methods=["GET"]),
         Route("/readyz", rest.readyz, methods=["GET"]),

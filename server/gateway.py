@@ -22,6 +22,7 @@ from server.fanout.subscription import Source
 from server.feed import store
 from server.feed.changes import ChangeFeed
 from server.feed.log import LogFeed
+from server.feed.queries import Reads
 from server.live.sse import sse_cohort
 from server.live.ticker import Ticker
 from server.metrics import Metrics
@@ -73,6 +74,8 @@ class Gateway:
             settings.subscriber_buffer,
             self.metrics,
         )
+        self.reads = Reads(self.client)
+        """The scripts that read query-shaped subscriptions (``server.fanout.query``)."""
         self.log_feed = (
             LogFeed(
                 store.connect(settings.store.store_url, blocking=True),

@@ -27,6 +27,7 @@ from starlette.websockets import WebSocket
 from server._uvicorn import websocket_protocol
 from server.admission import Slot, client_address
 from server.api.publish import events_of, offset_dict
+from server.api.queries import after_rank, prefix_subscription, window_subscription
 from server.api.responses import hand_over
 from server.auth import PUBLISH, READ, Principal, by_cookie, check_origin, token_from
 from server.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
@@ -322,9 +323,12 @@ class Session:
     def _subscribe(self, msg: dict[str, Any]) -> None:
         assert self.principal is not None
         sub_id = _ident(msg, "sub")
-        view, key = msg.get("view"), msg.get("key")
-        if not isinstance(view, str) or not isinstance(key, str):
-            raise BadRequest("'view' and 'key' must be strings.", code="invalid_message")
+        view, key, prefix = msg.get("view"), msg.get("key"), msg.get("prefix")
+        if not isinstance(view, str) or (key is None) == (prefix is None):
+            raise BadRequest(
+                "a subscription names a 'view' and either a 'key' or a 'prefix', as strings.",
+                code="invalid_message",
+            )
         if sub_id in self.senders:
             raise BadRequest(f"subscription {sub_id!r} is already open.", code="sub_in_use")
         limit = self.gw.settings.max_subscriptions_per_socket
@@ -334,16 +338,43 @@ class Session:
                 code="too_many_subscriptions",
             )
         self.principal.require(READ)
-        self.gw.readable_view(self.principal, view, key)
         raw = msg.get("last_event_id")
         if raw is not None and not isinstance(raw, str):
             raise BadRequest("'last_event_id' must be a string.", code="invalid_last_event_id")
-        resume = EventId.parse(raw) if raw else None
-        sub = Subscription(self.gw.source, view, key, resume)
+        sub = self._subscription(msg, view, key, prefix, raw or None)
         sender = WsSender(self, sub_id, sub, self.gw.ticker, self.gw.metrics,
                           self.gw.settings.send_timeout_seconds)  # fmt: skip
         self.senders[sub_id] = sender
         sender.woken()
+
+    def _subscription(
+        self, msg: dict[str, Any], view: str, key: Any, prefix: Any, raw: str | None
+    ) -> Subscription:
+        """A key's subscription, a window of a key's (``limit``), or a prefix's."""
+        assert self.principal is not None
+        limit, after = msg.get("limit"), msg.get("after")
+        if prefix is not None:
+            if not isinstance(prefix, str) or limit is not None or after is not None:
+                raise BadRequest(
+                    "a prefix subscription takes a 'prefix' string and no 'limit' or 'after'.",
+                    code="invalid_message",
+                )
+            return prefix_subscription(self.gw, self.principal, view, prefix, raw)
+        if not isinstance(key, str):
+            raise BadRequest("'key' must be a string.", code="invalid_message")
+        if limit is None:
+            if after is not None:
+                raise BadRequest("'after' goes with 'limit' only.", code="invalid_message")
+            self.gw.readable_view(self.principal, view, key)
+            return Subscription(self.gw.source, view, key, EventId.parse(raw) if raw else None)
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise BadRequest("'limit' must be a whole number of rows.", code="invalid_message")
+        rank = None
+        if after is not None:
+            if not isinstance(after, dict):
+                raise BadRequest("'after' must be an object {score, row}.", code="invalid_message")
+            rank = after_rank(after.get("score"), after.get("row"), "invalid_message")
+        return window_subscription(self.gw, self.principal, view, key, limit, rank, raw)
 
     def _unsubscribe(self, sub_id: str) -> None:
         sender = self.senders.get(sub_id)

@@ -19,11 +19,13 @@ from starlette.types import Receive, Scope, Send
 
 from server.admission import Slot, client_address
 from server.api.params import single, single_header, view_and_key, whole_number
+from server.api.queries import after_rank, prefix_subscription, window_subscription
 from server.api.responses import hand_over
 from server.auth import READ, Principal, authenticate
 from server.errors import BadRequest
 from server.fanout.subscription import Subscription
 from server.feed.log import RECENT, LogListener
+from server.feed.queries import Rank
 from server.gateway import Gateway
 from server.live.sse import begin, body_of, serve
 from server.wire import frames
@@ -39,6 +41,12 @@ def resume_id(request: Request) -> EventId | None:
     raws = (header, single(request, "last_event_id"))
     ids = [EventId.parse(raw) if raw else None for raw in raws]
     return ids[0] or ids[1]
+
+
+def raw_resume_id(request: Request) -> str | None:
+    """``resume_id`` for a query-shaped subscription, whose ids the subscription parses."""
+    header = single_header(request, "Last-Event-ID", "invalid_last_event_id")
+    return header or single(request, "last_event_id") or None
 
 
 class SubscriptionResponse(Response):
@@ -97,15 +105,68 @@ class LiveResponse(EventSourceResponse):
 
 
 async def live(request: Request) -> Response:
+    """``GET /v1/views/{view}/{key}/live``: a key, or with ``limit`` a window of it."""
     gw: Gateway = request.app.state.gateway
     principal = authenticate(request, gw.auth, READ)
     view, key = view_and_key(request)
     gw.readable_view(principal, view, key)
-    resume = resume_id(request)
+    sub: Subscription
+    limit = single(request, "limit")
+    if limit is not None:
+        count = whole_number(limit, MAX_WINDOW)
+        if count is None:
+            raise BadRequest(
+                f"'limit' must be a whole number from 1 to the view's limit, not {limit[:20]!r}.",
+                code="invalid_parameter",
+            )
+        sub = window_subscription(
+            gw, principal, view, key, count, _after(request), raw_resume_id(request)
+        )
+    else:
+        for name in ("after_score", "after_row"):
+            if single(request, name) is not None:
+                raise BadRequest(f"'{name}' goes with 'limit' only.", code="invalid_parameter")
+        sub = Subscription(gw.source, view, key, resume_id(request))
+    return await _stream(request, gw, principal, sub)
+
+
+def _after(request: Request) -> Rank | None:
+    score, row = single(request, "after_score"), single(request, "after_row")
+    if score is None and row is None:
+        return None
+    try:
+        number: object = float(score) if score is not None else None
+    except ValueError:
+        number = None
+    return after_rank(number, row, "invalid_parameter")
+
+
+async def query_live(request: Request) -> Response:
+    """``GET /v1/live?view=&prefix=``: the keys of a view with a prefix, or all of them."""
+    gw: Gateway = request.app.state.gateway
+    principal = authenticate(request, gw.auth, READ)
+    view, prefix = single(request, "view"), single(request, "prefix") or ""
+    if not view:
+        raise BadRequest("name the view: /v1/live?view=<view>&prefix=<prefix>.",
+                         code="invalid_parameter")  # fmt: skip
+    for name in ("key", "limit", "after_score", "after_row"):
+        if single(request, name) is not None:
+            raise BadRequest(
+                f"'{name}' is not a parameter of a prefix subscription; for one key or a "
+                "window of it use /v1/views/{view}/{key}/live.",
+                code="invalid_parameter",
+            )
+    principal.require(READ)
+    sub = prefix_subscription(gw, principal, view, prefix, raw_resume_id(request))
+    return await _stream(request, gw, principal, sub)
+
+
+async def _stream(
+    request: Request, gw: Gateway, principal: Principal, sub: Subscription
+) -> Response:
     if request.method == "HEAD":
         return Response(media_type="text/event-stream")
     slot = gw.admission.admit("sse", principal.subject, client_address(request.scope))
-    sub = Subscription(gw.source, view, key, resume)
     try:
         first = await sub.start()
     except BaseException:
@@ -115,6 +176,8 @@ async def live(request: Request) -> Response:
 
 
 DEFAULT_RECENT = 20
+MAX_WINDOW = 1_000_000
+"""Above any view's limit: a larger 'limit' is refused as not a number of rows at all."""
 
 
 def _recent(request: Request) -> int:

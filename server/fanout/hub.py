@@ -109,6 +109,8 @@ class Hub:
         self.progress_interval = progress_interval
         self.frontier_of = frontier_of
         self.lanes: dict[str, Lane] = {}
+        self.prefixes: dict[str, set[Subscriber]] = {}
+        """Subscribers of the keys of a view with a prefix, by view (``attach_prefix``)."""
 
     def _lane(self, frontier_name: str) -> Lane:
         lane = self.lanes.get(frontier_name)
@@ -116,13 +118,26 @@ class Hub:
             lane = self.lanes[frontier_name] = Lane()
         return lane
 
-    def attach(self, view: str, key: str, capacity: int) -> Subscriber:
-        sub = Subscriber(view, key, capacity, self.frontier_of(view), self)
+    def attach(self, view: str, key: str, capacity: int, shared: bool = True) -> Subscriber:
+        """A subscriber of (``view``, ``key``); one that is not ``shared`` makes frames of its
+        own (a window of the key) and never joins the key's cohort."""
+        sub = Subscriber(view, key, capacity, self.frontier_of(view), self, shared)
         self.by_key.setdefault((view, key), set()).add(sub)
+        self._add(sub)
+        return sub
+
+    def attach_prefix(self, view: str, prefix: str, capacity: int) -> Subscriber:
+        """A subscriber of every key of ``view`` that starts with ``prefix``: handed each delta
+        of such a key, into its buffer, as a key's subscriber is."""
+        sub = Subscriber(view, prefix, capacity, self.frontier_of(view), self, shared=False)
+        self.prefixes.setdefault(view, set()).add(sub)
+        self._add(sub)
+        return sub
+
+    def _add(self, sub: Subscriber) -> None:
         self.all.add(sub)
         self._lane(sub.frontier_name).subscribers.add(sub)
         self.metrics.subscriptions = len(self.all)
-        return sub
 
     def wait(self, sub: Subscriber, wanted: Wanted) -> None:
         """``sub``'s client waits for its view to reflect ``wanted`` (read-your-writes): the
@@ -159,7 +174,8 @@ class Hub:
     def settle(self, sub: Subscriber) -> None:
         """``sub`` is up to date and its sink takes items at once: let it join its key's cohort
         as soon as its cursor is the cohort's (now, or after the hand-out under way)."""
-        if self.new_cohort is None or sub.cohort is not None or sub not in self.all:
+        if (self.new_cohort is None or sub.cohort is not None or not sub.shared
+                or sub not in self.all):  # fmt: skip
             return
         key = (sub.view, sub.key)
         self.settling.setdefault(key, set()).add(sub)
@@ -208,6 +224,13 @@ class Hub:
         lane = self._lane(sub.frontier_name)
         lane.subscribers.discard(sub)
         lane.waits.pop(sub, None)
+        watchers = self.prefixes.get(sub.view)
+        if watchers is not None and sub in watchers:
+            watchers.discard(sub)
+            if not watchers:
+                del self.prefixes[sub.view]
+            self.metrics.subscriptions = len(self.all)
+            return
         waiting = self.settling.get((sub.view, sub.key))
         if waiting is not None:
             waiting.discard(sub)
@@ -247,12 +270,16 @@ class Hub:
         with self._handing_out_items():
             for (view, key), key_deltas in by_key.items():
                 cohort = self.cohorts.get((view, key))
-                if cohort is None and not self.by_key.get((view, key)):
+                watchers = self._watchers(view, key) if self.prefixes else ()
+                if cohort is None and not self.by_key.get((view, key)) and not watchers:
                     continue
                 items = [FeedDelta(composite_epoch(epoch, d.namespace), d) for d in key_deltas]
                 if riding:
                     items[-1].progress = riding.get(self.frontier_of(view))
                 run = FeedRun(items) if len(items) > 1 and _ascending(items) else None
+                for sub in watchers:
+                    if not all(sub.offer(item) for item in items):
+                        overflowed.append(sub)
                 if cohort is not None:
                     for sub in cohort.deliver(items, run):
                         self._given_back(sub, cohort)
@@ -280,6 +307,13 @@ class Hub:
                 self._flush_later(lane)
                 if lane.waits:
                     self._answer_waits(lane, p)
+
+    def _watchers(self, view: str, key: str) -> list[Subscriber]:
+        """The subscribers of a prefix of ``view`` that ``key`` starts with."""
+        watchers = self.prefixes.get(view)
+        if not watchers:
+            return []
+        return [sub for sub in watchers if key.startswith(sub.key)]
 
     def _progress_due(self, frontier_name: str) -> bool:
         flushed = self._lane(frontier_name).flushed

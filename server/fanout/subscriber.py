@@ -41,13 +41,22 @@ class Subscriber:
     """
 
     __slots__ = ("view", "key", "frontier_name", "capacity", "buffer", "progress", "state",
-                 "sink", "woken", "on_wake", "_waiter", "hub", "cohort")  # fmt: skip
+                 "sink", "woken", "on_wake", "_waiter", "hub", "cohort", "shared")  # fmt: skip
 
     def __init__(
-        self, view: str, key: str, capacity: int, frontier_name: str, hub: Hub | None = None
+        self,
+        view: str,
+        key: str,
+        capacity: int,
+        frontier_name: str,
+        hub: Hub | None = None,
+        shared: bool = True,
     ) -> None:
         self.view = view
         self.key = key
+        """The key, or for a subscriber of a prefix (``Hub.attach_prefix``) the prefix."""
+        self.shared = shared
+        """Are its frames the key's own, which its cohort shares? Not for a query's."""
         self.frontier_name = frontier_name
         self.capacity = capacity
         self.buffer: list[Item] = []

@@ -56,6 +56,10 @@ class Subscription(Cursor):
 
     __slots__ = ("source", "view", "key", "resume", "subscriber", "history", "early_waits")
 
+    direct = True
+    """Once up to date, may the hub write the key's shared frames straight to its sender? A
+    query-shaped subscription (``server.fanout.query``) makes frames of its own instead."""
+
     def __init__(self, source: Source, view: str, key: str, resume: EventId | None) -> None:
         super().__init__()
         self.source = source
@@ -92,17 +96,37 @@ class Subscription(Cursor):
                     "Try again shortly.",
                     code="store_unavailable",
                 ) from None
-        self.subscriber = self.source.hub.attach(self.view, self.key, self.source.buffer)
+        self._attach()
+        assert self.subscriber is not None
         for wanted in self.early_waits:
             self.source.hub.wait(self.subscriber, wanted)
         self.early_waits = []
         try:
-            if self.resume is None:
-                return [await self._snapshot()]
-            return await self._catch_up(self.resume)
+            return await self._first()
         except BaseException:
             self.close()
             raise
+
+    def _attach(self) -> None:
+        self.subscriber = self.source.hub.attach(self.view, self.key, self.source.buffer)
+
+    async def _first(self) -> list[frames.Frame]:
+        """A snapshot, or the first page of the missed deltas, or a reset and a snapshot."""
+        if self.resume is None:
+            return [await self._snapshot()]
+        return await self._catch_up(self.resume)
+
+    def _taking(self) -> Subscriber:
+        """The subscriber, to take its items; ``SlowConsumer`` if its buffer overflowed."""
+        sub = self.subscriber
+        if sub is None or sub.state is SubscriberState.CLOSED:
+            raise RuntimeError("Cannot read a subscription that is not started or is closed.")
+        if sub.state is SubscriberState.OVERFLOWED:
+            raise SlowConsumer(
+                "this subscriber fell too far behind; resume from last_event_id.",
+                last_event_id=self.last_event_id,
+            )
+        return sub
 
     async def _snapshot(self) -> frames.Frame:
         s = self.source
@@ -159,14 +183,7 @@ class Subscription(Cursor):
         """The frames ready now, possibly none: the next page of history while a resume has
         some left, else what the hub buffered. Raises ``SlowConsumer`` if the buffer
         overflowed."""
-        sub = self.subscriber
-        if sub is None or sub.state is SubscriberState.CLOSED:
-            raise RuntimeError("Cannot read a subscription that is not started or is closed.")
-        if sub.state is SubscriberState.OVERFLOWED:
-            raise SlowConsumer(
-                "this subscriber fell too far behind; resume from last_event_id.",
-                last_event_id=self.last_event_id,
-            )
+        sub = self._taking()
         if self.history is not None:
             return await self._history_page()
         items, progress = sub.take()

@@ -7,7 +7,7 @@ the store's epoch with a snapshot, and the stream's retention with a page of his
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,7 +221,26 @@ async def read_history(
 ) -> HistoryPage:
     """One page of the deltas of (view, key) after ``after`` in ``epoch`` (the store's and the
     version's, ``versions.composite_epoch``), checked gap-free; ``pipeline`` writes the view."""
-    shard = shard_for(view, key, layout.shards)
+    wanted_key = key.encode()
+    return await read_shard_history(
+        client, layout, shard_for(view, key, layout.shards), view, epoch, after, count, pipeline,
+        lambda k: k == wanted_key,
+    )  # fmt: skip
+
+
+async def read_shard_history(
+    client: Client,
+    layout: Layout,
+    shard: int,
+    view: str,
+    epoch: str,
+    after: str,
+    count: int,
+    pipeline: str,
+    wanted: Callable[[bytes], bool],
+) -> HistoryPage:
+    """One page of a shard's deltas of ``view`` after ``after``, of the keys ``wanted`` takes
+    (as stored, in bytes), in ``epoch``, checked gap-free (``read_history``)."""
     stream = changes_stream(shard)
     start = "-" if after == NO_POSITION else f"({after}"
     async with client.pipeline(transaction=True) as pipe:
@@ -244,8 +263,8 @@ async def read_history(
         )
     check_retained(_info(results[4]), after)
     entries, progress = results[5], results[6]
-    wanted = (physical(view, namespace).encode(), key.encode())
-    deltas = [decode_delta(i, f) for i, f in entries if (f[b"view"], f[b"key"]) == wanted]
+    name = physical(view, namespace).encode()
+    deltas = [decode_delta(i, f) for i, f in entries if f[b"view"] == name and wanted(f[b"key"])]
     read_to = entries[-1][0].decode() if entries else after
     return HistoryPage(
         epoch,

@@ -277,7 +277,10 @@ class Sender:
             if subscriber.sink is self:
                 return
             if sub.history is None and not subscriber.buffer and subscriber.progress is None:
-                subscriber.sink = self  # nothing awaited since the check: no item slips past
+                # Nothing awaited since the check: no item slips past. A query's frames are its
+                # own, made from what it reads: it keeps taking items from its buffer.
+                if sub.direct:
+                    subscriber.sink = self
                 return
             before = sub.last_event_id
             try:

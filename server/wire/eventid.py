@@ -9,9 +9,12 @@ position in the new one.
 
 from __future__ import annotations
 
+import base64
 import re
 import secrets
 from dataclasses import dataclass
+
+import orjson
 
 from server.errors import BadRequest
 from streaming.core.events import entry_id_tuple
@@ -52,3 +55,98 @@ class EventId:
                 code="invalid_last_event_id",
             )
         return cls(match[1], f"{ms}-{seq}")
+
+
+MAX_QUERY_ID_LENGTH = 1024
+EPOCH_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+POSITION_RE = re.compile(r"0|([0-9]{1,20})-([0-9]{1,20})")
+BOUNDARY_RE = re.compile(r"[A-Za-z0-9_-]{0,800}")
+
+
+def _invalid(raw: str, form: str) -> BadRequest:
+    return BadRequest(
+        f"last event id {raw[:MAX_EVENT_ID_LENGTH]!r} is not an id of this subscription (of the "
+        f"form '{form}'); send an id exactly as the gateway sent it on this subscription, or none.",
+        code="invalid_last_event_id",
+    )
+
+
+def _position(raw: str) -> str | None:
+    """A position as an id writes it (``0`` for ``0-0``), or None if malformed."""
+    match = POSITION_RE.fullmatch(raw)
+    if match is None:
+        return None
+    if raw == "0":
+        return "0-0"
+    ms, seq = int(match[1]), int(match[2])
+    if ms > MAX_PART or seq > MAX_PART or (ms, seq) == (MAX_PART, MAX_PART):
+        return None
+    return f"{ms}-{seq}"
+
+
+@dataclass(frozen=True)
+class PrefixId:
+    """The event id of a subscription to the keys of a view with a prefix: a position per
+    change-topic shard, ``<epoch>.<pos>~<pos>~...`` (a position ``0-0`` written ``0``)."""
+
+    epoch: str
+    positions: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return self.epoch + "." + "~".join("0" if p == "0-0" else p for p in self.positions)
+
+    @classmethod
+    def parse(cls, raw: str, shards: int) -> PrefixId:
+        epoch, dot, rest = raw.partition(".")
+        parts = rest.split("~")
+        positions = [_position(p) for p in parts]
+        if (len(raw) > MAX_QUERY_ID_LENGTH or not dot or EPOCH_RE.fullmatch(epoch) is None
+                or len(parts) != shards or None in positions):  # fmt: skip
+            raise _invalid(raw, "<epoch>.<position>~<position>~...")
+        return cls(epoch, tuple(p for p in positions if p is not None))
+
+
+@dataclass(frozen=True)
+class WindowId:
+    """The event id of a window of a key: its position, and the window's last row
+    (``boundary``, None when the window held fewer rows than its limit)."""
+
+    epoch: str
+    position: str
+    boundary: tuple[float, str] | None
+
+    def __str__(self) -> str:
+        return f"{self.epoch}.{self.position}.{encode_rank(self.boundary)}"
+
+    @classmethod
+    def parse(cls, raw: str) -> WindowId:
+        epoch, _, rest = raw.partition(".")
+        position, dot, boundary = rest.partition(".")
+        pos = _position(position) if position != "0" else None
+        try:
+            if not dot or BOUNDARY_RE.fullmatch(boundary) is None:
+                raise ValueError(boundary)
+            rank = decode_rank(boundary)
+        except ValueError:
+            pos = None
+        if len(raw) > MAX_QUERY_ID_LENGTH or EPOCH_RE.fullmatch(epoch) is None or pos is None:
+            raise _invalid(raw, "<epoch>.<ms>-<seq>.<boundary>")
+        return cls(epoch, pos, rank)
+
+
+def encode_rank(rank: tuple[float, str] | None) -> str:
+    """A row's place in a key's order, ``[score, row]`` as base64url JSON; ``""`` for none."""
+    if rank is None:
+        return ""
+    return base64.urlsafe_b64encode(orjson.dumps([rank[0], rank[1]])).decode().rstrip("=")
+
+
+def decode_rank(raw: str) -> tuple[float, str] | None:
+    """``encode_rank``'s inverse; ValueError if ``raw`` is not one."""
+    if not raw:
+        return None
+    value = orjson.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    if (not isinstance(value, list) or len(value) != 2 or isinstance(value[0], bool)
+            or not isinstance(value[0], int | float) or not isinstance(value[1], str)):  # fmt: skip
+        raise ValueError(raw)
+    return float(value[0]), value[1]

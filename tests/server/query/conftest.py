@@ -1,0 +1,28 @@
+"""A gateway serving the application of ``tests.support.queryapp``, and a writer of its views
+through the real sink."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.support.gateway import ServedGateway, Writer
+from tests.support.gateway_settings import SHARDS, settings_for
+
+
+@pytest.fixture(scope="session")
+def query_gateway(store_url: str) -> Iterator[ServedGateway]:
+    served = ServedGateway(
+        settings_for(store_url, LV_APP="tests.support.queryapp:app", LV_SUBSCRIBER_BUFFER="64")
+    ).start()
+    yield served
+    served.stop()
+
+
+@pytest.fixture()
+def query_writer(store: redis.Redis) -> Writer:
+    from tests.support.queryapp import app
+
+    return Writer(store, app, SHARDS)
