@@ -107,10 +107,11 @@ def stored_keys(store: redis.Redis, view: str, prefix: str) -> dict[str, dict[st
     """The view's keys with the prefix and their rows, from every shard's index."""
     out = {}
     for shard in range(SHARDS):
-        for raw in store.zrange(index_key(shard, view), 0, -1):
+        found: Any = store.zrange(index_key(shard, view), 0, -1)
+        for raw in found:
             key = raw.decode()
             if key.startswith(prefix):
-                rows = store.hgetall(rows_key(shard, view, key))
+                rows: Any = store.hgetall(rows_key(shard, view, key))
                 out[key] = {r.decode(): orjson.loads(v) for r, v in rows.items()}
     return out
 
@@ -121,8 +122,8 @@ def stored_window(
 ) -> list[tuple[str, float, Any]]:  # fmt: skip
     """The window as the store holds it: the key's served rows in score order."""
     shard = shard_for(view, key, SHARDS)
-    top = store.zrevrange(rank_key(shard, view, key), 0, view_limit - 1, withscores=True)
-    rows = store.hgetall(rows_key(shard, view, key))
+    top: Any = store.zrevrange(rank_key(shard, view, key), 0, view_limit - 1, withscores=True)
+    rows: Any = store.hgetall(rows_key(shard, view, key))
     ranked = [(float(s), m.decode()) for m, s in top]
     if after is not None:
         ranked = [r for r in ranked if r < after]

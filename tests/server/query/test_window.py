@@ -16,7 +16,7 @@ from tests.support.gateway import SSE, ServedGateway, Writer, open_sse
 VIEW_LIMIT = 10
 
 
-def points(n: int) -> dict[str, Any]:
+def points(n: float) -> dict[str, Any]:
     return {"points": n, "score": n}  # the test writer takes a row's score from "score"
 
 
