@@ -13,15 +13,22 @@ import {
   createClient,
   fullJitter,
   parseOffset,
+  type AnySubscription,
   type ChangeEvent,
   type Client,
   type Frontier,
   type Offset,
+  type PageCursor,
+  type PrefixSubscription,
+  type RankedRow,
   type SnapshotEvent,
   type Subscription,
+  type WindowSubscription,
 } from 'liveviews-client';
-import { FrameKind, SseParser, frame, type Frame } from 'liveviews-client/frames';
-import { LiveviewsProvider, useLiveView, useLiveviewsClient, type LiveView } from 'liveviews-client/react';
+import { FrameKind, SseParser, encode, frame, snapshotShape, type Frame } from 'liveviews-client/frames';
+import {
+  LiveviewsProvider, useLiveView, useLiveviewsClient, type LiveView, type LivePrefix, type LiveWindow,
+} from 'liveviews-client/react';
 
 interface Post {
   author: string;
@@ -66,6 +73,69 @@ const first: Post | undefined = timeline.rows.get('t1');
 void first;
 // @ts-expect-error: rows are read-only
 timeline.rows.set('t1', { author: 'a', text: 'b' });
+
+// A query of a key is the same subscription as (view, key).
+const same: Subscription<Post> = client.subscribe<Post>({ view: 'timeline', key: 'alice' });
+void same;
+
+interface Task {
+  title: string;
+}
+
+// The keys of a view with a prefix (or the whole view): key -> rows.
+const board: PrefixSubscription<Task> = client.subscribe<Task>({ view: 'tasks', prefix: 'board1/' }, {
+  snapshot: (s) => {
+    const titles: string[] = [...s.keys.values()].flatMap((rows) => [...rows.values()].map((t) => t.title));
+    void titles;
+  },
+  change: (c) => {
+    const key: string = c.key;
+    const dropped: boolean = c.rows.size === 0;
+    void [key, dropped, c.keys];
+  },
+});
+const whole: PrefixSubscription = client.subscribe({ view: 'tasks' });
+const firstTask: Task | undefined = board.keys.get('board1/t1')?.get('task');
+const prefix: string = board.prefix;
+void [whole, firstTask, prefix];
+// @ts-expect-error: keys are read-only
+board.keys.delete('board1/t1');
+// @ts-expect-error: a prefix subscription has keys, not rows
+void board.rows;
+// @ts-expect-error: a query names a key or a prefix, not both
+client.subscribe({ view: 'tasks', key: 'k', prefix: 'p' });
+
+// A window of a key: its top rows by score, paged by the last row.
+interface Kudos {
+  name: string;
+  count: number;
+}
+const top: WindowSubscription<Kudos> = client.subscribe<Kudos>({ view: 'kudos', key: 'team', limit: 10 }, {
+  change: (c) => {
+    for (const op of c.ops) {
+      const score: number | undefined = op.op === 'upsert' ? op.score : undefined;
+      void score;
+    }
+    const leader: RankedRow<Kudos> | undefined = c.ranked[0];
+    void leader?.value.name;
+  },
+});
+const cursor: PageCursor | null = top.nextPage();
+const page2: WindowSubscription<Kudos> = client.subscribe<Kudos>({ view: 'kudos', key: 'team', limit: 10, after: cursor });
+const scoreOf: number | undefined = page2.scores.get('alice');
+const limit: number = top.limit;
+void [scoreOf, limit, page2.after];
+for (const { row, score, value } of top.ranked) void [row, score, value.count];
+// @ts-expect-error: the ranking is read-only
+top.ranked.push({ row: 'x', score: 1, value: { name: 'x', count: 1 } });
+// @ts-expect-error: after names a page of a window: it needs a limit
+client.subscribe({ view: 'kudos', key: 'team', after: { score: 1, row: 'bob' } });
+// @ts-expect-error: a window is of a key
+client.subscribe({ view: 'kudos', limit: 10 });
+// @ts-expect-error: a cursor is {score, row}
+client.subscribe({ view: 'kudos', key: 'team', limit: 10, after: { score: '1', row: 'bob' } });
+const all: number = [...client.subscriptions].filter((s: AnySubscription) => s.active).length;
+void all;
 
 const off: () => void = timeline.on('state', ({ oldState, newState, reason }) => {
   const live: boolean = newState === SubscriptionState.LIVE && oldState !== 'closed';
@@ -116,7 +186,9 @@ void [connected, delay];
 
 const f: Frame = frame(FrameKind.DELTA, '1-0', { ops: [] });
 const items = new SseParser().push('event: delta\ndata: {}\n\n');
-void [f, items];
+const shape: 'key' | 'prefix' | 'window' = snapshotShape({ view: 'tasks', prefix: '', keys: {}, frontier: {} });
+const message: string = encode.subscribe('s1', { view: 'kudos', key: 'team', limit: 3 }, null);
+void [f, items, shape, message];
 
 function Timeline({ user }: { user: string | null }): number {
   const { rows, state, error }: LiveView<Post> = useLiveView<Post>('timeline', user);
@@ -127,6 +199,17 @@ function Timeline({ user }: { user: string | null }): number {
   return rows.size;
 }
 void Timeline;
+
+function Board({ id }: { id: string | null }): number {
+  const { keys, state }: LivePrefix<Task> = useLiveView<Task>(id === null ? null : { view: 'tasks', prefix: `${id}/` });
+  const { ranked, nextPage, subscription }: LiveWindow<Kudos> = useLiveView<Kudos>({ view: 'kudos', key: 'team', limit: 5 }, { client });
+  const next: PageCursor | null = nextPage;
+  void [state, next, subscription?.limit];
+  // @ts-expect-error: a prefix's hook gives keys, not ranked rows
+  void useLiveView({ view: 'tasks', prefix: 'b/' }).ranked;
+  return keys.size + ranked.length;
+}
+void Board;
 void LiveviewsProvider({ client, children: null });
 
 client.close();

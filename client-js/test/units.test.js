@@ -13,9 +13,9 @@ import { Subscription } from '../src/subscription.js';
 
 test('the public names are exactly these', () => {
   assert.deepEqual(Object.keys(api).sort(), [
-    'Client', 'ClientState', 'ConnectionError', 'LiveviewsError', 'LogTail', 'ProtocolError',
-    'RequestError', 'StateError', 'Subscription', 'SubscriptionState', 'compareEntryIds', 'covers',
-    'createClient', 'fullJitter', 'parseOffset',
+    'Client', 'ClientState', 'ConnectionError', 'LiveviewsError', 'LogTail', 'PrefixSubscription',
+    'ProtocolError', 'RequestError', 'StateError', 'Subscription', 'SubscriptionState', 'WindowSubscription',
+    'compareEntryIds', 'covers', 'createClient', 'fullJitter', 'parseOffset',
   ]);
   assert.deepEqual(Object.values(api.SubscriptionState), ['connecting', 'live', 'reconnecting', 'reset', 'closed', 'error']);
   assert.deepEqual(Object.values(api.ClientState), ['disconnected', 'connecting', 'connected', 'closed']);

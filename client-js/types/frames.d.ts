@@ -1,6 +1,6 @@
 // Type declarations of liveviews-client/frames: the wire format, for tools and tests.
 
-import type { Offset, RequestError } from './index.js';
+import type { Offset, Query, RequestError } from './index.js';
 
 export type FrameKindName = 'snapshot' | 'delta' | 'progress' | 'reset' | 'end' | 'log' | 'heartbeat';
 
@@ -30,6 +30,10 @@ export declare class SseParser {
 export declare function frame(kind: string, id: string | null | undefined, data: unknown, sub?: string | null): Frame;
 export declare function decodeSseEvent(item: SseItem): Frame;
 export declare function decodeOffsets(offsets: unknown): Offset[];
+/** Which query a snapshot's data answers. */
+export declare function snapshotShape(data: Record<string, unknown>): 'key' | 'prefix' | 'window';
+/** A score as the gateway's JSON writes a float (`9.0`, `1e-05`). */
+export declare function floatText(score: number): string;
 
 export type WsMessage =
   | { type: 'frame'; frame: Frame }
@@ -44,7 +48,7 @@ export declare function decodeWsMessage(text: string): WsMessage;
 
 export declare const encode: Readonly<{
   auth(token: string): string;
-  subscribe(sub: string, view: string, key: string, lastEventId?: string | null): string;
+  subscribe(sub: string, query: Query, lastEventId?: string | null): string;
   unsubscribe(sub: string): string;
   publish(req: string, events: unknown[]): string;
 }>;

@@ -92,9 +92,50 @@ export interface StateChange<S extends string> {
   reason: Reason | LiveviewsError | null;
 }
 
-export interface SnapshotEvent<V> {
+/** What a subscription follows, besides `subscribe(view, key)`: docs/PROTOCOL.md, section 5.1. */
+export interface KeyQuery {
+  view: string;
+  key: string;
+  prefix?: never;
+  limit?: never;
+  after?: never;
+}
+
+/** The keys of `view` that start with `prefix`; without one (or ''), the whole view. */
+export interface PrefixQuery {
+  view: string;
+  prefix?: string;
+  key?: never;
+  limit?: never;
+  after?: never;
+}
+
+/** The `limit` rows of `key` of highest score, or the `limit` rows after the row `after` names. */
+export interface WindowQuery {
+  view: string;
+  key: string;
+  limit: number;
+  after?: PageCursor | null;
+  prefix?: never;
+}
+
+export type Query = KeyQuery | PrefixQuery | WindowQuery;
+
+/** A row of a window, where a page starts after: its score and its row id. */
+export interface PageCursor {
+  score: number;
+  row: string;
+}
+
+/** A row of a window in the window's order. */
+export interface RankedRow<V> {
+  readonly row: string;
+  readonly score: number;
+  readonly value: V;
+}
+
+interface SnapshotInfo {
   kind: 'snapshot';
-  rows: ReadonlyMap<string, V>;
   frontier: Frontier;
   /** Ms the view was behind the log when this frontier was committed (0: caught up); null: unknown. */
   lagMs: number | null;
@@ -105,7 +146,24 @@ export interface SnapshotEvent<V> {
   reason: string | null;
 }
 
+export interface SnapshotEvent<V> extends SnapshotInfo {
+  rows: ReadonlyMap<string, V>;
+}
+
+/** A prefix's snapshot: each key that has rows, with its rows. */
+export interface PrefixSnapshotEvent<V> extends SnapshotInfo {
+  keys: ReadonlyMap<string, ReadonlyMap<string, V>>;
+}
+
+export interface WindowSnapshotEvent<V> extends SnapshotInfo {
+  rows: ReadonlyMap<string, V>;
+  ranked: readonly RankedRow<V>[];
+}
+
 export type Op<V> = { op: 'upsert'; row: string; value: V } | { op: 'delete'; row: string };
+
+/** A window's op: an upsert carries the row's score. */
+export type WindowOp<V> = { op: 'upsert'; row: string; value: V; score: number } | { op: 'delete'; row: string };
 
 export interface ChangeEvent<V> {
   kind: 'delta';
@@ -114,22 +172,57 @@ export interface ChangeEvent<V> {
   eventId: string;
 }
 
-export interface SubscriptionEvents<V> {
-  snapshot: SnapshotEvent<V>;
-  change: ChangeEvent<V>;
+/** One key's delta in a prefix: `rows` is that key's rows after it (empty: the key was dropped). */
+export interface PrefixChangeEvent<V> {
+  kind: 'delta';
+  key: string;
+  ops: Op<V>[];
+  rows: ReadonlyMap<string, V>;
+  keys: ReadonlyMap<string, ReadonlyMap<string, V>>;
+  eventId: string;
+}
+
+export interface WindowChangeEvent<V> {
+  kind: 'delta';
+  ops: WindowOp<V>[];
+  rows: ReadonlyMap<string, V>;
+  ranked: readonly RankedRow<V>[];
+  eventId: string;
+}
+
+interface FollowEvents {
   progress: { frontier: Frontier; lagMs: number | null };
   state: StateChange<SubscriptionStateName>;
   error: LiveviewsError;
 }
 
-export type SubscriptionHandlers<V> = { [E in keyof SubscriptionEvents<V>]?: Listener<SubscriptionEvents<V>[E]> };
+export interface SubscriptionEvents<V> extends FollowEvents {
+  snapshot: SnapshotEvent<V>;
+  change: ChangeEvent<V>;
+}
 
-export declare class Subscription<V = unknown> {
+export interface PrefixSubscriptionEvents<V> extends FollowEvents {
+  snapshot: PrefixSnapshotEvent<V>;
+  change: PrefixChangeEvent<V>;
+}
+
+export interface WindowSubscriptionEvents<V> extends FollowEvents {
+  snapshot: WindowSnapshotEvent<V>;
+  change: WindowChangeEvent<V>;
+}
+
+export type Handlers<E> = { [K in keyof E]?: Listener<E[K]> };
+export type SubscriptionHandlers<V> = Handlers<SubscriptionEvents<V>>;
+export type PrefixSubscriptionHandlers<V> = Handlers<PrefixSubscriptionEvents<V>>;
+export type WindowSubscriptionHandlers<V> = Handlers<WindowSubscriptionEvents<V>>;
+
+/**
+ * What every subscription has, whatever it follows: its state machine, frontier, resume
+ * position and events (`E`), and the snapshots and changes it iterates (`Item`).
+ */
+export interface SubscriptionBase<E, Item> {
   readonly view: string;
-  readonly key: string;
   readonly state: SubscriptionStateName;
-  /** The current rows; a new Map after every change. Read-only. */
-  readonly rows: ReadonlyMap<string, V>;
   readonly frontier: Frontier;
   /** Ms the view was behind the log when its latest frontier was committed (0: caught up);
    *  null until a frame says, or when the gateway does not. */
@@ -138,16 +231,50 @@ export declare class Subscription<V = unknown> {
   readonly lastEventId: string | null;
   readonly error: LiveviewsError | null;
   readonly active: boolean;
-  on<E extends keyof SubscriptionEvents<V>>(event: E, fn: Listener<SubscriptionEvents<V>[E]>): Off;
-  off<E extends keyof SubscriptionEvents<V>>(event: E, fn: Listener<SubscriptionEvents<V>[E]>): void;
-  once<E extends keyof SubscriptionEvents<V>>(event: E, fn: Listener<SubscriptionEvents<V>[E]>): Off;
+  on<K extends keyof E>(event: K, fn: Listener<E[K]>): Off;
+  off<K extends keyof E>(event: K, fn: Listener<E[K]>): void;
+  once<K extends keyof E>(event: K, fn: Listener<E[K]>): Off;
   /** Resolves at the first snapshot. */
   ready(): Promise<this>;
   /** Resolves once this view reflects every offset (read-your-writes). */
   reflects(offsets: OffsetLike | OffsetLike[], options?: { signal?: AbortSignal }): Promise<void>;
   unsubscribe(): void;
-  [Symbol.asyncIterator](): AsyncIterableIterator<SnapshotEvent<V> | ChangeEvent<V>>;
+  [Symbol.asyncIterator](): AsyncIterableIterator<Item>;
 }
+
+/** One key's rows. (At run time the prefix and window subscriptions extend this class.) */
+export interface Subscription<V = unknown> extends SubscriptionBase<SubscriptionEvents<V>, SnapshotEvent<V> | ChangeEvent<V>> {}
+export declare class Subscription<V = unknown> {
+  readonly key: string;
+  /** The current rows; a new Map after every change. Read-only. */
+  readonly rows: ReadonlyMap<string, V>;
+}
+
+/** The keys of a view that start with a prefix (or every key), each with its rows. */
+export interface PrefixSubscription<V = unknown>
+  extends SubscriptionBase<PrefixSubscriptionEvents<V>, PrefixSnapshotEvent<V> | PrefixChangeEvent<V>> {}
+export declare class PrefixSubscription<V = unknown> {
+  readonly prefix: string;
+  /** Key -> its rows; a new Map after every change, as is the changed key's. Read-only. */
+  readonly keys: ReadonlyMap<string, ReadonlyMap<string, V>>;
+}
+
+/** A window of a key: its top rows by score, or the page after `after`. */
+export interface WindowSubscription<V = unknown>
+  extends SubscriptionBase<WindowSubscriptionEvents<V>, WindowSnapshotEvent<V> | WindowChangeEvent<V>> {}
+export declare class WindowSubscription<V = unknown> {
+  readonly key: string;
+  readonly limit: number;
+  readonly after: PageCursor | null;
+  readonly rows: ReadonlyMap<string, V>;
+  readonly scores: ReadonlyMap<string, number>;
+  /** The rows by score descending, ties by row id descending (UTF-8 byte order). */
+  readonly ranked: readonly RankedRow<V>[];
+  /** The cursor of the next page (this window's last row), or null while it is not full. */
+  nextPage(): PageCursor | null;
+}
+
+export type AnySubscription = Subscription | PrefixSubscription | WindowSubscription;
 
 export interface LogEntry {
   partition: number;
@@ -185,10 +312,13 @@ export declare class Client {
   readonly state: ClientStateName;
   /** The transport in use: `auto` becomes `ws` or `sse`. */
   readonly transport: 'ws' | 'sse';
-  readonly subscriptions: ReadonlySet<Subscription>;
+  readonly subscriptions: ReadonlySet<AnySubscription>;
   on<E extends keyof ClientEvents>(event: E, fn: Listener<ClientEvents[E]>): Off;
   off<E extends keyof ClientEvents>(event: E, fn: Listener<ClientEvents[E]>): void;
   subscribe<V = unknown>(view: string, key: string, handlers?: SubscriptionHandlers<V>): Subscription<V>;
+  subscribe<V = unknown>(query: KeyQuery, handlers?: SubscriptionHandlers<V>): Subscription<V>;
+  subscribe<V = unknown>(query: PrefixQuery, handlers?: PrefixSubscriptionHandlers<V>): PrefixSubscription<V>;
+  subscribe<V = unknown>(query: WindowQuery, handlers?: WindowSubscriptionHandlers<V>): WindowSubscription<V>;
   publish(event: Event): Promise<Offset>;
   publishBatch(events: Event[]): Promise<Offset[]>;
   get<V = unknown>(view: string, key: string): Promise<{ rows: Map<string, V>; frontier: Frontier; lagMs: number | null; position: string }>;
