@@ -1,0 +1,206 @@
+"""The board in Chromium: two people on one board, each in a browser context of their own.
+
+The whole system runs in this process: the run's store, the board's three streaming queries on
+the run's SparkSession and a real uvicorn gateway serving demo/web/board.html. A is ada, B is
+ben. The page follows the board through query-shaped subscriptions only: its tasks by prefix,
+the top 5 of its leaderboard as a window, every board as the whole ``boards`` view. The tests
+are one story, in file order, each starting from the state the previous one left.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from playwright.sync_api import BrowserContext, Page, expect
+
+from demo.board import app as board_app
+from demo.board.activity import event, seed_events
+from streaming import EventLog
+from streaming.core.settings import Settings
+from tests.support.browser import ARTIFACTS, OPEN_PAGES
+from tests.support.gateway import ServedGateway
+from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for
+from tests.support.pipeline import RunningPipeline
+
+expect.set_options(timeout=30_000)
+BOARD = "sprint"
+# Kudos on the test's board: ada, with one, is sixth, outside the window of five.
+KUDOS = [("grace", 3), ("linus", 2), ("alan", 2), ("edsger", 1), ("barbara", 1), ("ada", 1)]
+TIMINGS: dict[str, float] = {}
+
+
+class BoardSystem:
+    """The board's pipelines and a gateway over ``store_url``; ``stop()`` ends both."""
+
+    def __init__(self, store_url: str, spark: Any, data_dir: Path) -> None:
+        self.client = redis.Redis.from_url(store_url)
+        self.client.flushdb()
+        self.settings = Settings.from_env({
+            "REDIS_URL": store_url,
+            "LV_DATA_DIR": str(data_dir / "data"),
+            "LV_CHECKPOINT_DIR": str(data_dir / "checkpoints"),
+            "LV_LOG_PARTITIONS": str(PARTITIONS),
+            "LV_CHANGE_SHARDS": str(SHARDS),
+            "LV_SHUFFLE_PARTITIONS": "2",
+        })  # fmt: skip
+        self.pipeline = RunningPipeline(spark, self.settings, board_app)
+        self.gateway = ServedGateway(settings_for(
+            store_url, LV_APP="demo.board:app", LV_HEARTBEAT_SECONDS="5",
+            LV_MAX_SUBSCRIPTIONS_PER_SOCKET="20",
+        )).start()  # fmt: skip
+        self.url = self.gateway.url
+
+    def seed(self) -> None:
+        now = int(time.time() * 1000)
+        log = EventLog(self.client, board_app, PARTITIONS)
+        log.append_batch(seed_events(now - 60_000))
+        givers = ["erin", "frank"]
+        log.append_batch([
+            event("kudos_given", now, board=BOARD, giver=givers[i % 2], receiver=person)
+            for person, n in KUDOS for i in range(n)
+        ])  # fmt: skip
+        self.pipeline.wait_until_caught_up(self.client, timeout=120)
+
+    def stop(self) -> None:
+        self.gateway.stop()
+        self.pipeline.stop()
+        self.client.close()
+
+
+@pytest.fixture(scope="module")
+def system(
+    store_url: str, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BoardSystem]:
+    running = BoardSystem(store_url, spark, tmp_path_factory.mktemp("board"))
+    try:
+        running.seed()
+        yield running
+    finally:
+        running.stop()
+
+
+@dataclass
+class Tab:
+    user: str
+    context: BrowserContext
+    page: Page
+
+    def id(self, testid: str) -> Any:
+        return self.page.get_by_test_id(testid)
+
+    def task(self, column: str, title: str) -> Any:
+        return self.id(f"column-{column}").get_by_test_id("task").filter(has_text=title)
+
+    def leaders(self) -> list[str]:
+        return list(self.page.eval_on_selector_all(
+            '[data-testid="leaderboard"] [data-testid="leader"]', "els => els.map(e => e.dataset.person)"
+        ))  # fmt: skip
+
+    def done(self, says: str) -> None:
+        """The last action is in its view: the page waited for it (read-your-writes)."""
+        expect(self.id("action-status")).to_have_text(says)
+
+
+def open_tab(browser: Any, url: str, user: str) -> Tab:
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.goto(f"{url}/board.html?user={user}&board={BOARD}")
+    tab = Tab(user, context, page)
+    expect(tab.id("connection-state")).to_have_attribute("data-state", "connected")
+    expect(tab.id("me-name")).to_have_text(user)
+    OPEN_PAGES[user] = page
+    return tab
+
+
+@pytest.fixture(scope="module")
+def tabs(browser: Any, system: BoardSystem) -> Iterator[tuple[Tab, Tab]]:
+    a, b = open_tab(browser, system.url, "ada"), open_tab(browser, system.url, "ben")
+    yield a, b
+    OPEN_PAGES.clear()
+    a.context.close()
+    b.context.close()
+
+
+TITLE = f"Cut the release {uuid.uuid4().hex[:6]}"
+
+
+def test_both_pages_show_the_board_and_the_top_five(tabs: tuple[Tab, Tab]) -> None:
+    for tab in tabs:
+        expect(tab.id("leaderboard").get_by_test_id("leader")).to_have_count(5)
+        assert tab.leaders() == ["grace", "linus", "alan", "edsger", "barbara"]
+        boards = tab.id("board-list").get_by_test_id("board-item")
+        expect(boards.filter(has_text="launch")).to_contain_text("5 tasks")
+        expect(boards.filter(has_text=BOARD)).to_have_attribute("aria-pressed", "true")
+    # The seed's launch board is a prefix of its own: none of its tasks shows on this board.
+    expect(tabs[0].id("columns").get_by_test_id("task")).to_have_count(0)
+
+
+def test_a_creates_and_moves_a_task_and_bs_page_follows(tabs: tuple[Tab, Tab]) -> None:
+    a, b = tabs
+    a.id("new-task-title").fill(TITLE)
+    a.id("new-task-submit").click()
+    a.done(f"Added “{TITLE}”")
+    expect(b.task("todo", TITLE)).to_have_count(1)
+    expect(b.task("todo", TITLE).get_by_test_id("task-assignee")).to_have_text("unassigned")
+
+    started = time.monotonic()
+    a.task("todo", TITLE).get_by_test_id("move-right").click()
+    expect(b.task("doing", TITLE)).to_have_count(1)
+    TIMINGS["move, A's click to B's page (ms)"] = (time.monotonic() - started) * 1000
+    expect(b.task("todo", TITLE)).to_have_count(0)
+
+    a.task("doing", TITLE).get_by_test_id("assign-me").click()
+    expect(b.task("doing", TITLE).get_by_test_id("task-assignee")).to_have_text("ada")
+    a.page.once("dialog", lambda dialog: dialog.accept(f"{TITLE}, signed"))
+    a.task("doing", TITLE).get_by_test_id("task-title").click()
+    expect(b.task("doing", f"{TITLE}, signed")).to_have_count(1)
+    expect(b.id("board-list").get_by_test_id("board-item").filter(has_text=BOARD)).to_contain_text(
+        "1 task ·"
+    )
+
+
+def test_b_gives_kudos_and_as_window_reorders(tabs: tuple[Tab, Tab]) -> None:
+    a, b = tabs
+    orders = [
+        ["grace", "linus", "alan", "ada", "edsger"],  # ada, 2: in the window; barbara out
+        ["grace", "ada", "linus", "alan", "edsger"],  # 3: level with grace, after her (row id)
+        ["ada", "grace", "linus", "alan", "edsger"],  # 4: first
+    ]
+    for i, order in enumerate(orders):
+        started = time.monotonic()
+        b.id("kudos-to").fill("ada")
+        b.id("kudos-note").fill(f"for the release, {i + 1}")
+        b.id("kudos-submit").click()
+        b.done("Kudos to ada")
+        expect(a.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
+            "data-person", order[0]
+        )
+        a.page.wait_for_function(
+            "order => JSON.stringify([...document.querySelectorAll("
+            '\'[data-testid="leaderboard"] [data-testid="leader"]\')].map(e => e.dataset.person))'
+            " === JSON.stringify(order)",
+            arg=order,
+        )
+        TIMINGS[f"kudos {i + 1}, B's click to A's window (ms)"] = (
+            time.monotonic() - started
+        ) * 1000
+    top = a.id("leaderboard").get_by_test_id("leader").first
+    expect(top.get_by_test_id("leader-kudos")).to_have_text("4")
+    expect(top).to_contain_text("for the release, 3")
+    ARTIFACTS.mkdir(exist_ok=True)
+    a.page.screenshot(path=str(ARTIFACTS / "board-demo.png"))
+
+
+def test_b_deletes_the_task_and_it_leaves_as_page(tabs: tuple[Tab, Tab]) -> None:
+    a, b = tabs
+    b.task("doing", TITLE).get_by_test_id("delete-task").click()
+    b.done(f"Deleted “{TITLE}, signed”")
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(0)
+    print(TIMINGS)
