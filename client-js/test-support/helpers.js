@@ -2,8 +2,10 @@
 // deltas with the real sink, and a TCP proxy that can cut connections on purpose.
 //
 // tests/client/test_js_client.py starts a real gateway and the control server and runs these
-// tests with LV_GATEWAY_URL, LV_CONTROL_URL, LV_JWT_SECRET and LV_JWT_AUDIENCE set. Without
-// them (e.g. `npm test` alone) the live tests are skipped and only the offline ones run.
+// tests with LV_GATEWAY_URL, LV_CONTROL_URL, LV_JWT_SECRET and LV_JWT_AUDIENCE set, and
+// LV_QUERY_GATEWAY_URL: a gateway of tests/support/queryapp.py, whose views (tasks, drafts,
+// scores) are subscribed to by query. Without them (e.g. `npm test` alone) the live tests are
+// skipped and only the offline ones run.
 
 import { createHmac } from 'node:crypto';
 import net from 'node:net';
@@ -11,6 +13,7 @@ import net from 'node:net';
 import { createClient } from '../src/index.js';
 
 export const GATEWAY = process.env.LV_GATEWAY_URL ?? null;
+export const QUERY_GATEWAY = process.env.LV_QUERY_GATEWAY_URL ?? null;
 const CONTROL = process.env.LV_CONTROL_URL ?? null;
 const SECRET = process.env.LV_JWT_SECRET ?? 'liveviews-dev-secret-never-use-in-production';
 const AUDIENCE = process.env.LV_JWT_AUDIENCE ?? 'liveviews';
@@ -19,6 +22,11 @@ const AUDIENCE = process.env.LV_JWT_AUDIENCE ?? 'liveviews';
 export const live = GATEWAY && CONTROL
   ? {}
   : { skip: 'needs a gateway: run `pytest tests/client` (it sets LV_GATEWAY_URL and LV_CONTROL_URL)' };
+
+/** Options for `test()` of a test that needs the gateway of the query application. */
+export const liveQueries = QUERY_GATEWAY && CONTROL
+  ? {}
+  : { skip: 'needs a gateway of tests/support/queryapp.py: run `pytest tests/client` (it sets LV_QUERY_GATEWAY_URL)' };
 
 /** A token signed like the gateway's own (HS256), for `user`, valid for `ttl` seconds. */
 export function token(user, { ttl = 3600, scope = 'read publish' } = {}) {
@@ -44,6 +52,11 @@ export async function control(action, body = {}) {
 /** Write one batch of changes `[view, key, row, value | null]` through the real sink. */
 export function write(changes, frontier = undefined) {
   return control('write', { changes, frontier });
+}
+
+/** `write` for the views of the query application; a value's `score` is its row's score. */
+export function writeQueries(changes, frontier = undefined) {
+  return control('write', { changes, frontier, app: 'queries' });
 }
 
 let serial = 0;

@@ -8,7 +8,9 @@ import React from 'react';
 import TestRenderer from 'react-test-renderer';
 
 import { LiveviewsProvider, useLiveView, useLiveviewsClient } from '../src/react.js';
-import { closeClients, live, makeClient, token, uniqueKey, waitFor, write } from '../test-support/helpers.js';
+import {
+  QUERY_GATEWAY, closeClients, live, liveQueries, makeClient, token, uniqueKey, waitFor, write, writeQueries,
+} from '../test-support/helpers.js';
 
 afterEach(closeClients);
 
@@ -63,6 +65,42 @@ test('useLiveView follows a key: connecting, then the rows, then each change', l
   view.unmount(); // React runs an unmounted component's effect cleanups after the commit
   await waitFor(() => current.state === 'closed', 'unmounting to unsubscribe');
   assert.equal(client.subscriptions.size, 0);
+});
+
+test('useLiveView follows a query: a window, then a prefix, one subscription however often it renders', liveQueries, async () => {
+  const client = makeClient({ url: QUERY_GATEWAY, transport: 'ws', token: token('alice') });
+  const game = uniqueKey('g');
+  const board = uniqueKey('b');
+  await writeQueries([
+    ['scores', game, 'alice', { score: 3 }], ['scores', game, 'bob', { score: 2 }], ['scores', game, 'carol', { score: 1 }],
+    ['tasks', `${board}/t1`, 'task', { title: 'one' }],
+  ]);
+  const renders = [];
+  function Probe({ query }) {
+    // A new query object at every render, as a component writes it inline.
+    renders.push(useLiveView(query === 'window' ? { view: 'scores', key: game, limit: 2 } : { view: 'tasks', prefix: `${board}/` }));
+    return null;
+  }
+  const tree = (query, n) => h(LiveviewsProvider, { client }, h(Probe, { query, n }));
+  const renderer = TestRenderer.create(tree('window', 0));
+  assert.deepEqual(renders[0].ranked, []);
+  assert.equal(renders[0].nextPage, null);
+  await waitFor(() => renders.at(-1).ranked.length === 2, 'the window to render');
+  const sub = renders.at(-1).subscription;
+  for (let n = 1; n <= 3; n++) renderer.update(tree('window', n));
+  assert.equal(renders.at(-1).subscription, sub, 'rendering again keeps the subscription');
+  assert.deepEqual(renders.at(-1).ranked.map((r) => r.row), ['alice', 'bob']);
+  assert.deepEqual(renders.at(-1).nextPage, { score: 2, row: 'bob' });
+  await writeQueries([['scores', game, 'carol', { score: 9 }]]);
+  await waitFor(() => renders.at(-1).ranked[0]?.row === 'carol', 'the change to render');
+  assert.equal(client.subscriptions.size, 1);
+
+  renderer.update(tree('prefix', 4));
+  await waitFor(() => sub.state === 'closed', 'another query to unsubscribe the window');
+  await waitFor(() => renders.at(-1).keys?.get(`${board}/t1`)?.get('task').title === 'one', "the prefix's keys");
+  assert.equal(client.subscriptions.size, 1);
+  renderer.unmount();
+  await waitFor(() => client.subscriptions.size === 0, 'unmounting to unsubscribe');
 });
 
 test('useLiveView with a null key subscribes to nothing, and needs a client', live, async () => {

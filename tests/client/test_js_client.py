@@ -1,9 +1,11 @@
 """The JavaScript client's tests (client-js/test/), run by Node against a real gateway.
 
-The gateway is a real uvicorn over the session's store, as in tests/server. The Node tests
-make changes happen exactly when they need them through a small control server of this
-process, which writes deltas and frontier advances with the real ``ChangeTopicSink`` (as the
-Spark pipeline does), wipes the store, or floods a shard until its history is trimmed.
+The gateway is a real uvicorn over the session's store, as in tests/server; a second one
+serves the application of ``tests.support.queryapp``, whose views a client subscribes to by
+query (a prefix, a window). The Node tests make changes happen exactly when they need them
+through a small control server of this process, which writes deltas and frontier advances with
+the real ``ChangeTopicSink`` (as the Spark pipeline does), wipes the store, or floods a shard
+until its history is trimmed.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import pytest
 import redis
 
 from demo.chirp import app as chirp
+from streaming.core.app import App
 from streaming.core.changes import shard_for
 from tests.support.gateway import ServedGateway, Writer, free_port, stored_rows
 from tests.support.gateway_settings import SHARDS, settings_for
+from tests.support.queryapp import app as queryapp
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = shutil.which("node") or "/usr/bin/node"
@@ -43,16 +47,19 @@ class Control:
         self.batches = itertools.count(1)
         self.writer = self._writer(10_000)
         self.small = self._writer(10)
+        self.queries = self._writer(10_000, queryapp)
 
-    def _writer(self, retention: int) -> Writer:
-        writer = Writer(self.client, chirp, SHARDS, retention=retention)
+    def _writer(self, retention: int, app: App = chirp) -> Writer:
+        writer = Writer(self.client, app, SHARDS, retention=retention)
         writer.batches = self.batches  # batch ids must grow across writers, as in one pipeline
         return writer
 
     def write(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``app: "queries"`` writes the views of the query application, else Chirp's."""
         changes = [tuple(c) for c in body["changes"]]
         frontier = {int(p): o for p, o in (body.get("frontier") or {}).items()}
-        self.writer.write(changes, frontier)  # type: ignore[arg-type]
+        writer = self.queries if body.get("app") == "queries" else self.writer
+        writer.write(changes, frontier)  # type: ignore[arg-type]
         return {}
 
     def wipe(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -114,12 +121,25 @@ def gateway(store_url: str) -> Iterator[ServedGateway]:
     served.stop()
 
 
+@pytest.fixture(scope="module")
+def query_gateway(store_url: str) -> Iterator[ServedGateway]:
+    served = ServedGateway(
+        settings_for(
+            store_url, LV_APP="tests.support.queryapp:app", LV_MAX_SUBSCRIPTIONS_PER_SOCKET="20"
+        )
+    ).start()
+    yield served
+    served.stop()
+
+
 def node_major() -> int:
     version = subprocess.run([NODE, "--version"], capture_output=True, text=True).stdout
     return int(version.strip().lstrip("v").split(".")[0] or 0)
 
 
-def test_the_javascript_client(gateway: ServedGateway, store: redis.Redis, store_url: str) -> None:
+def test_the_javascript_client(
+    gateway: ServedGateway, query_gateway: ServedGateway, store: redis.Redis, store_url: str
+) -> None:
     """``node --test client-js/test/``: every test passes, none is skipped."""
     if node_major() < 20:
         pytest.fail(f"the JavaScript client's tests need Node 20 or newer; {NODE} is older")
@@ -127,6 +147,7 @@ def test_the_javascript_client(gateway: ServedGateway, store: redis.Redis, store
     env = {
         **os.environ,
         "LV_GATEWAY_URL": gateway.url,
+        "LV_QUERY_GATEWAY_URL": query_gateway.url,
         "LV_CONTROL_URL": f"http://127.0.0.1:{control.server_address[1]}",
         "LV_JWT_SECRET": gateway.settings.jwt_secret,
         "LV_JWT_AUDIENCE": gateway.settings.jwt_audience,

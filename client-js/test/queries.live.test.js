@@ -1,0 +1,149 @@
+// Query-shaped subscriptions (docs/PROTOCOL.md, section 5.1) against the real gateway of the
+// query application (tests/support/queryapp.py), over WebSocket and SSE: a prefix's keys, a
+// window's ranked rows and its next page, each resumed after a cut connection with no gap, no
+// duplicate and no reset; the whole view, with only the keys the subject may read; and
+// read-your-writes on a prefix.
+
+import assert from 'node:assert/strict';
+import { after, afterEach, test } from 'node:test';
+
+import {
+  QUERY_GATEWAY, TcpProxy, closeClients, liveQueries, makeClient, next, record, token, uniqueKey, waitFor, writeQueries,
+} from '../test-support/helpers.js';
+
+const proxies = [];
+afterEach(closeClients);
+after(async () => {
+  for (const proxy of proxies) await proxy.close();
+});
+
+async function proxy() {
+  const p = await TcpProxy.start(QUERY_GATEWAY);
+  proxies.push(p);
+  return p;
+}
+
+const plain = (keys) => Object.fromEntries([...keys].map(([key, rows]) => [key, Object.fromEntries(rows)]));
+const order = (sub) => sub.ranked.map(({ row, score }) => `${row}:${score}`);
+const changes = (log) => log.filter((e) => e.event === 'change');
+const states = (log) => log.filter((e) => e.event === 'state').map((e) => e.newState);
+
+/** What a resume must be: one snapshot, no reset, each delta once. */
+function assertResumed(log) {
+  assert.equal(log.filter((e) => e.event === 'snapshot').length, 1, 'resumed, not restarted');
+  assert.deepEqual(states(log), ['live', 'reconnecting', 'live']);
+  const ids = changes(log).map((e) => e.eventId);
+  assert.equal(new Set(ids).size, ids.length, 'no delta twice');
+}
+
+for (const transport of ['ws', 'sse']) {
+  test(`${transport}: a prefix keeps its keys, and resumes after a cut connection`, liveQueries, async () => {
+    const board = uniqueKey('b');
+    const key = (task) => `${board}/${task}`;
+    await writeQueries([
+      ['tasks', key('t1'), 'task', { title: 'one' }],
+      ['tasks', key('t2'), 'task', { title: 'two' }],
+      ['tasks', `${board}x/t1`, 'task', { title: 'another board' }],
+    ]);
+    const net = await proxy();
+    const client = makeClient({ url: net.url, transport, token: token('alice') });
+    const sub = client.subscribe({ view: 'tasks', prefix: `${board}/` });
+    const log = record(sub);
+    await next(sub, 'snapshot');
+    assert.deepEqual(plain(sub.keys), { [key('t1')]: { task: { title: 'one' } }, [key('t2')]: { task: { title: 'two' } } });
+
+    await writeQueries([['tasks', key('t3'), 'task', { title: 'three' }]]);
+    await writeQueries([['tasks', key('t1'), 'task', null], ['tasks', `${board}x/t2`, 'task', { title: 'not here' }]]);
+    await waitFor(() => changes(log).length === 2, 'two deltas');
+    assert.deepEqual(changes(log).map((e) => [e.key, e.rows.size]), [[key('t3'), 1], [key('t1'), 0]]);
+    assert.deepEqual(Object.keys(plain(sub.keys)).sort(), [key('t2'), key('t3')], 'a key goes with its last row');
+
+    net.cut();
+    await waitFor(() => sub.state === 'reconnecting', 'the client to notice');
+    await writeQueries([['tasks', key('t4'), 'task', { title: 'four' }]]);
+    await writeQueries([['tasks', key('t2'), 'task', { title: 'two, done' }], ['tasks', key('t3'), 'task', null]]);
+    net.restore();
+    await waitFor(() => changes(log).length === 5, 'the missed deltas');
+    await writeQueries([['tasks', key('t5'), 'task', { title: 'five' }]]);
+    await waitFor(() => changes(log).length === 6, 'a live delta after the resume');
+    assert.deepEqual(plain(sub.keys), {
+      [key('t2')]: { task: { title: 'two, done' } },
+      [key('t4')]: { task: { title: 'four' } },
+      [key('t5')]: { task: { title: 'five' } },
+    });
+    assertResumed(log);
+  });
+
+  test(`${transport}: a window and its next page keep their ranked rows, and resume`, liveQueries, async () => {
+    const game = uniqueKey('g');
+    const player = (name, score) => ['scores', game, name, { name, score }];
+    await writeQueries([player('alice', 50), player('bob', 40), player('carol', 30), player('dave', 20), player('erin', 10)]);
+    const net = await proxy();
+    const client = makeClient({ url: net.url, transport, token: token('alice') });
+    const top = client.subscribe({ view: 'scores', key: game, limit: 2 });
+    const topLog = record(top);
+    await next(top, 'snapshot');
+    assert.deepEqual(order(top), ['alice:50', 'bob:40']);
+    assert.deepEqual(top.rows.get('alice'), { name: 'alice', score: 50 });
+    assert.deepEqual(top.nextPage(), { score: 40, row: 'bob' });
+
+    // The page after bob's row; a score the gateway sent as 40.0 goes back as 40.0.
+    const page = client.subscribe({ view: 'scores', key: game, limit: 2, after: top.nextPage() });
+    const pageLog = record(page);
+    await next(page, 'snapshot');
+    assert.deepEqual(order(page), ['carol:30', 'dave:20']);
+
+    await writeQueries([player('frank', 45)]); // enters the top, pushes bob out; the page keeps its rows
+    await writeQueries([player('gina', 35)]); // enters the page, pushes dave out; the top does not change
+    await waitFor(() => changes(pageLog).length === 1 && changes(topLog).length === 1, 'a delta on each');
+    assert.deepEqual(order(top), ['alice:50', 'frank:45']);
+    assert.deepEqual(order(page), ['gina:35', 'carol:30']);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(changes(topLog).length, 1, 'a change outside the window sends it nothing');
+
+    net.cut();
+    await waitFor(() => top.state === 'reconnecting' && page.state === 'reconnecting', 'the client to notice');
+    await writeQueries([player('dave', 100)]); // into the top
+    await writeQueries([player('carol', 0), player('erin', 12)]); // the page reorders
+    await writeQueries([['scores', game, 'gina', null]]); // gina leaves the key
+    net.restore();
+    await waitFor(() => order(top).join() === 'dave:100,alice:50' && order(page).join() === 'erin:12,carol:0', 'the missed changes');
+    assert.deepEqual(top.nextPage(), { score: 50, row: 'alice' });
+    assertResumed(topLog);
+    assertResumed(pageLog);
+  });
+}
+
+test('sse: the whole view gives only the keys the subject may read', liveQueries, async () => {
+  const person = uniqueKey('p');
+  const other = uniqueKey('p');
+  await writeQueries([
+    ['drafts', `${person}/d1`, 'draft', { text: 'mine' }],
+    ['drafts', `${other}/d1`, 'draft', { text: 'theirs' }],
+  ]);
+  const client = makeClient({ url: QUERY_GATEWAY, transport: 'sse', token: token(person) });
+  const sub = client.subscribe({ view: 'drafts' });
+  const log = record(sub);
+  await next(sub, 'snapshot');
+  assert.deepEqual(plain(sub.keys), { [`${person}/d1`]: { draft: { text: 'mine' } } });
+  await writeQueries([['drafts', `${other}/d2`, 'draft', { text: 'theirs' }]]);
+  await writeQueries([['drafts', `${person}/d2`, 'draft', { text: 'mine too' }]]);
+  await waitFor(() => sub.keys.has(`${person}/d2`), 'a delta of a key it may read');
+  assert.deepEqual(changes(log).map((e) => e.key), [`${person}/d2`]);
+});
+
+test('ws: reflects on a prefix resolves once the frontier covers the offset', liveQueries, async () => {
+  const board = uniqueKey('b');
+  const client = makeClient({ url: QUERY_GATEWAY, transport: 'ws', token: token(board) });
+  const sub = client.subscribe({ view: 'tasks', prefix: `${board}/` });
+  await sub.ready();
+  const offset = await client.publish({ type: 'task_set', payload: { board, task: 't1', title: 'one' } });
+  let reflected = false;
+  const reflects = sub.reflects(offset).then(() => { reflected = true; });
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.equal(reflected, false, 'no frontier covers it yet');
+  // The pipeline's batch: the task's row, then the frontier at the event.
+  await writeQueries([['tasks', `${board}/t1`, 'task', { title: 'one' }]], { [offset.partition]: offset.id });
+  await reflects;
+  assert.equal(sub.keys.get(`${board}/t1`).get('task').title, 'one', 'the delta came before the frontier');
+});
