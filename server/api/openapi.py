@@ -60,6 +60,21 @@ EVENT_ID = {
     "empty means none. Sent once: a repeated one is refused.",
 }
 
+KEY_EVENT_ID = {
+    **EVENT_ID,
+    "pattern": r"^$|^[A-Za-z0-9_-]{1,64}\.[0-9]{1,20}-[0-9]{1,20}(\.[A-Za-z0-9_-]*)?$",
+    "description": "An event id of this key, or of this window of it (with limit), as the "
+    "gateway sent it (docs/PROTOCOL.md, section 3); empty means none.",
+}
+PREFIX_EVENT_ID = {
+    "type": "string",
+    "maxLength": 1024,
+    "pattern": r"^$|^[A-Za-z0-9_-]{1,64}\.(0|[0-9]{1,20}-[0-9]{1,20})"
+    r"(~(0|[0-9]{1,20}-[0-9]{1,20}))*$",
+    "description": "An event id of this prefix subscription as the gateway sent it "
+    "(docs/PROTOCOL.md, section 3): a position per change-topic shard; empty means none.",
+}
+
 
 def _view_params(views: list[str] | None) -> list[dict[str, Any]]:
     view: dict[str, Any] = {"type": "string"}
@@ -265,12 +280,40 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
         },
         "/v1/views/{view}/{key}/live": {
             "get": {
-                "summary": "Server-Sent Events: a snapshot, then every delta (docs/PROTOCOL.md).",
+                "summary": "Server-Sent Events: a snapshot, then every delta (docs/PROTOCOL.md); "
+                "with limit, a window of the key's rows in score order (section 5.1).",
                 "security": BEARER,
                 "parameters": [
                     *_view_params(views),
-                    {"name": "Last-Event-ID", "in": "header", "schema": EVENT_ID},
-                    {"name": "last_event_id", "in": "query", "schema": EVENT_ID},
+                    {"name": "Last-Event-ID", "in": "header", "schema": KEY_EVENT_ID},
+                    {"name": "last_event_id", "in": "query", "schema": KEY_EVENT_ID},
+                    {"name": "limit", "in": "query",
+                     "schema": {"type": "integer", "minimum": 1},
+                     "description": "A window: the key's first rows in score order, at most "
+                     "the view's limit."},
+                    {"name": "after_score", "in": "query", "schema": {"type": "number"},
+                     "description": "With after_row and limit: a page after this row."},
+                    {"name": "after_row", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "An event stream of frames (docs/PROTOCOL.md).",
+                            "content": {"text/event-stream": {"schema": VIEW_STREAM}}},
+                    **_errors(400, 401, 403, 404, 503),
+                },
+            }
+        },
+        "/v1/live": {
+            "get": {
+                "summary": "Server-Sent Events: the keys of a listable view with a prefix, or "
+                "all of them (docs/PROTOCOL.md, section 5.1).",
+                "security": BEARER,
+                "parameters": [
+                    {"name": "view", "in": "query", "required": True,
+                     "schema": {"type": "string", **({"enum": views} if views else {})}},
+                    {"name": "prefix", "in": "query",
+                     "schema": {"type": "string", "maxLength": 256}},
+                    {"name": "Last-Event-ID", "in": "header", "schema": PREFIX_EVENT_ID},
+                    {"name": "last_event_id", "in": "query", "schema": PREFIX_EVENT_ID},
                 ],
                 "responses": {
                     "200": {"description": "An event stream of frames (docs/PROTOCOL.md).",

@@ -195,6 +195,10 @@ def documented(target: Target, sent: Sent, token: str, views: set[str]) -> bool:
     ``sent``, the token being ``token`` (and, unless ``target`` carries it, in its header)?"""
     if target.name == "If-None-Match":
         return True  # any tag: served whole (200) or not modified (304)
+    if target.path == "/v1/live":
+        return False  # the application swept (Chirp) declares no listable view
+    if target.name in WINDOW_PARAMETERS:
+        return False  # the key swept (profiles/alice) has no order, so no window
     if len(sent) != 1:
         return False  # which of several to take is anyone's guess
     raw = sent[0]
@@ -221,8 +225,24 @@ REFUSALS = {
     "Authorization": {"token_invalid", "token_missing"},
     "key": {"invalid_key", "not_found"},
     "view": {"unknown_view", "invalid_key", "not_found"},
+    "prefix": {"invalid_parameter"},
+    "limit": {"invalid_parameter", "not_ranked"},
+    "after_score": {"invalid_parameter"},
+    "after_row": {"invalid_parameter"},
 }
 """The codes a target's refused values may be answered with (docs/PROTOCOL.md, section 2)."""
+
+WINDOW_PARAMETERS = ("limit", "after_score", "after_row")
+
+
+def refusals(target: Target) -> set[str]:
+    """``REFUSALS`` of ``target``'s name; on ``/v1/live``, whose requests name a view that is not
+    listable (``documented``), also ``not_listable``, and its ``view`` parameter's own codes."""
+    if target.path != "/v1/live":
+        return REFUSALS[target.name]
+    if target.name == "view":
+        return {"unknown_view", "not_listable", "invalid_parameter"}
+    return REFUSALS[target.name] | {"not_listable"}
 
 
 def family(target: Target, token: str) -> list[Sent]:

@@ -280,6 +280,8 @@ def send(
     headers: list[tuple[str, params.Raw]] = []
     if target.name not in ("access_token", "Authorization"):
         headers.append(("Authorization", f"Bearer {token}"))
+    if target.path == "/v1/live" and target.name != "view":
+        query.append(("view", "profiles"))
     for raw in sent:
         if target.where == "path":
             segments[target.name] = str(raw)
@@ -328,8 +330,8 @@ def misanswered(target: params.Target, sent: params.Sent, answer: tuple[int, str
         code = error["code"]
     if accepted and code is not None:
         return f"refused what the documents accept ({status} {code})"
-    if not accepted and code not in params.REFUSALS[target.name]:
-        return f"answered {status} {code}, not one of {sorted(params.REFUSALS[target.name])}"
+    if not accepted and code not in params.refusals(target):
+        return f"answered {status} {code}, not one of {sorted(params.refusals(target))}"
     return None
 
 
