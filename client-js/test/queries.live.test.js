@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, test } from 'node:test';
 
 import {
-  QUERY_GATEWAY, TcpProxy, closeClients, liveQueries, makeClient, next, record, token, uniqueKey, waitFor, writeQueries,
+  QUERY_GATEWAY, TcpProxy, closeClients, control, liveQueries, makeClient, next, record, token, uniqueKey, waitFor, writeQueries,
 } from '../test-support/helpers.js';
 
 const proxies = [];
@@ -113,6 +113,29 @@ for (const transport of ['ws', 'sse']) {
     assertResumed(pageLog);
   });
 }
+
+test('a prefix (ws) and a window (sse) reset to a fresh snapshot when the store is replaced', liveQueries, async () => {
+  const board = uniqueKey('b');
+  const game = uniqueKey('g');
+  await writeQueries([['tasks', `${board}/t1`, 'task', { title: 'old' }], ['scores', game, 'alice', { score: 5 }]]);
+  const ws = makeClient({ url: QUERY_GATEWAY, transport: 'ws', token: token('alice') });
+  const sse = makeClient({ url: QUERY_GATEWAY, transport: 'sse', token: token('alice') });
+  const tasks = ws.subscribe({ view: 'tasks', prefix: `${board}/` });
+  const top = sse.subscribe({ view: 'scores', key: game, limit: 3 });
+  await Promise.all([tasks.ready(), top.ready()]);
+  const logs = [record(tasks), record(top)];
+  const fresh = [next(tasks, 'snapshot'), next(top, 'snapshot')];
+  await control('wipe');
+  for (const snapshot of await Promise.all(fresh)) {
+    assert.equal(snapshot.wasRecovering, true);
+    assert.equal(snapshot.reason, 'epoch_changed');
+  }
+  assert.deepEqual(plain(tasks.keys), {}, 'the snapshot replaced every key');
+  assert.deepEqual(top.ranked, []);
+  for (const log of logs) assert.deepEqual(states(log), ['reset', 'live']);
+  await writeQueries([['tasks', `${board}/t2`, 'task', { title: 'new' }], ['scores', game, 'bob', { score: 7 }]]);
+  await waitFor(() => tasks.keys.has(`${board}/t2`) && order(top).join() === 'bob:7', 'live deltas after the reset');
+});
 
 test('sse: the whole view gives only the keys the subject may read', liveQueries, async () => {
   const person = uniqueKey('p');
