@@ -12,7 +12,8 @@
  * Events: `snapshot` (rows replaced: `{rows, frontier, lagMs, eventId, wasRecovering,
  * reason}`; `wasRecovering` is true when a resume failed and this snapshot starts over),
  * `change` (one delta applied: `{ops, rows, eventId}`), `progress` (`{frontier, lagMs}`),
- * `state` and `error`. `rows` is a new Map after every change; treat it as read-only.
+ * `state` and `error`. `rows` is a new Map after every change; treat it as read-only. (A
+ * prefix's events carry `keys`, a window's `ranked` too: see prefix.js and window.js.)
  *
  * `lagMs` is how far the view was behind the log when its pipeline committed the batch that
  * left the latest frontier (0: caught up), or null when the gateway did not say.
