@@ -3,6 +3,9 @@
 People create tasks on a board, move them between columns, rename and assign them, and give
 each other kudos. Every page is a live view: a board's tasks (a prefix of the ``tasks`` view),
 its leaderboard (a window of its top rows) and the list of boards (the whole ``boards`` view).
+
+``declare_board`` declares all of it on an application, so that another one may start from the
+board and add views of its own (docs/TUTORIAL.md).
 """
 
 from __future__ import annotations
@@ -19,35 +22,37 @@ if TYPE_CHECKING:
 LEADERS = 10
 """People a board's leaderboard serves: a page shows a window of them, the top 5 say."""
 
+
+def declare_board(app: App) -> None:
+    """The board's event types, its three views and the pipelines that compute them."""
+    declare(app)
+    app.view("tasks", description="A task: its title, column and assignee. Key: <board>/<task>.",
+             listable=True)  # fmt: skip
+    app.view("leaderboard", description=f"A board's top {LEADERS} people by kudos received.",
+             limit=LEADERS)  # fmt: skip
+    app.view("boards", description="A board: tasks created, kudos given, last activity.",
+             listable=True)  # fmt: skip
+
+    @app.pipeline("tasks", views=["tasks"])
+    def tasks(events: DataFrame) -> DataFrame:
+        from demo.board.views import tasks as build
+
+        return build(events, app)
+
+    @app.pipeline("leaderboard", views=["leaderboard"])
+    def leaderboard(events: DataFrame) -> DataFrame:
+        from demo.board.views import leaderboard as build
+
+        return build(events, app)
+
+    # Its counts may lag by a second: its micro-batches leave the cores to the views people act
+    # on. A board is a key of its state, and boards are few: one state partition.
+    @app.pipeline("boards", views=["boards"], partitions=1, trigger_interval="1 second")
+    def boards(events: DataFrame) -> DataFrame:
+        from demo.board.views import boards as build
+
+        return build(events, app)
+
+
 app = App("board", samples=seed_events)
-declare(app)
-
-app.view("tasks", description="A task: its title, column and assignee. Key: <board>/<task>.",
-         listable=True)  # fmt: skip
-app.view("leaderboard", description=f"A board's top {LEADERS} people by kudos received.",
-         limit=LEADERS)  # fmt: skip
-app.view("boards", description="A board: tasks created, kudos given, last activity.",
-         listable=True)  # fmt: skip
-
-
-@app.pipeline("tasks", views=["tasks"])
-def tasks(events: DataFrame) -> DataFrame:
-    from demo.board.views import tasks as build
-
-    return build(events, app)
-
-
-@app.pipeline("leaderboard", views=["leaderboard"])
-def leaderboard(events: DataFrame) -> DataFrame:
-    from demo.board.views import leaderboard as build
-
-    return build(events, app)
-
-
-# Its counts may lag by a second: its micro-batches leave the cores to the views people act on.
-# A board is a key of its state, and boards are few: one state partition.
-@app.pipeline("boards", views=["boards"], partitions=1, trigger_interval="1 second")
-def boards(events: DataFrame) -> DataFrame:
-    from demo.board.views import boards as build
-
-    return build(events, app)
+declare_board(app)
