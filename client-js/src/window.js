@@ -46,6 +46,18 @@ function rank(rows, scores) {
   return Object.freeze(ranked.sort(compareRanked));
 }
 
+/** Where `entry` is, or would go, in `ranked` (which is in the window's order). */
+function place(ranked, entry) {
+  let lo = 0;
+  let hi = ranked.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (compareRanked(ranked[mid], entry) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 export class WindowSubscription extends Subscription {
   _empty() {
     this.key = this.query.key;
@@ -80,9 +92,16 @@ export class WindowSubscription extends Subscription {
   _applyDelta(data) {
     const rows = new Map(this.rows);
     const scores = new Map(this.scores);
+    // Each op moves one row: a binary search and a splice, not a sort of the whole window.
+    const ranked = [...this.ranked];
     for (const op of data.ops) {
+      if (op.op === 'upsert' && op.score === undefined) {
+        throw new ProtocolError(`a window's upsert must carry the score of its row ('${op.row}')`);
+      }
+      if (scores.has(op.row)) ranked.splice(place(ranked, { row: op.row, score: scores.get(op.row) }), 1);
       if (op.op === 'upsert') {
-        if (op.score === undefined) throw new ProtocolError(`a window's upsert must carry the score of its row ('${op.row}')`);
+        const entry = Object.freeze({ row: op.row, score: op.score, value: op.value });
+        ranked.splice(place(ranked, entry), 0, entry);
         rows.set(op.row, op.value);
         scores.set(op.row, op.score);
       } else {
@@ -92,7 +111,7 @@ export class WindowSubscription extends Subscription {
     }
     this.rows = rows;
     this.scores = scores;
-    this.ranked = rank(rows, scores);
+    this.ranked = Object.freeze(ranked);
     return { ops: data.ops, rows, ranked: this.ranked };
   }
 

@@ -210,6 +210,28 @@ test('a window keeps its rows by score descending, ties by row id descending', (
   ]);
 });
 
+test('a window stays in order through many random changes', () => {
+  let seed = 7;
+  const random = () => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed / 2 ** 31;
+  };
+  const ids = ['a', 'b', 'é', '\u{ff5e}', '\u{1f600}', 'ab', 'z', 'y', 'x', 'w'];
+  const sub = standalone(WindowSubscription, { view: 'scores', key: 'g', limit: 10 });
+  sub._frame(windowSnapshot({}, {}, { limit: 10 }));
+  for (let i = 0; i < 500; i++) {
+    const ops = Array.from({ length: 1 + Math.floor(random() * 3) }, () => {
+      const row = ids[Math.floor(random() * ids.length)];
+      return random() < 0.3 ? { op: 'delete', row } : { op: 'upsert', row, value: i, score: Math.floor(random() * 4) };
+    });
+    sub._frame(windowDelta(ops, `e.${i + 2}-0.x`));
+    const expected = [...sub.rows.keys()].map((row) => ({ row, score: sub.scores.get(row) }))
+      .sort((p, q) => q.score - p.score || Buffer.compare(Buffer.from(q.row), Buffer.from(p.row)));
+    assert.deepEqual(sub.ranked.map(({ row, score }) => ({ row, score })), expected, `after change ${i}`);
+    assert.ok(sub.ranked.every(({ row, value }) => sub.rows.get(row) === value));
+  }
+});
+
 test('a window resets to its new snapshot, and its next page starts after its last row', () => {
   const states = [];
   const sub = standalone(WindowSubscription, { view: 'scores', key: 'g', limit: 2 }, { state: (e) => states.push(e.newState) });
