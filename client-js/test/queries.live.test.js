@@ -137,6 +137,25 @@ test('a prefix (ws) and a window (sse) reset to a fresh snapshot when the store 
   await waitFor(() => tasks.keys.has(`${board}/t2`) && order(top).join() === 'bob:7', 'live deltas after the reset');
 });
 
+for (const transport of ['ws', 'sse']) {
+  test(`${transport}: a query the view cannot serve fails with the gateway's code and sentence`, liveQueries, async () => {
+    const client = makeClient({ url: QUERY_GATEWAY, transport, token: token('alice') });
+    const refused = [
+      [{ view: 'scores', prefix: 'g' }, 'not_listable', /not listable/],
+      [{ view: 'tasks', key: 'board', limit: 2 }, 'not_ranked', /no window/],
+      [{ view: 'scores', key: 'g', limit: 11 }, 'invalid_parameter', /from 1 to 10/],
+    ];
+    for (const [query, code, message] of refused) {
+      const sub = client.subscribe(query);
+      const error = await next(sub, 'error');
+      assert.equal(error.code, code, JSON.stringify(query));
+      assert.match(error.message, message);
+      assert.equal(sub.state, 'error');
+      await assert.rejects(sub.ready(), (e) => e.code === code);
+    }
+  });
+}
+
 test('sse: the whole view gives only the keys the subject may read', liveQueries, async () => {
   const person = uniqueKey('p');
   const other = uniqueKey('p');
