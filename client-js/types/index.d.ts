@@ -92,7 +92,7 @@ export interface StateChange<S extends string> {
   reason: Reason | LiveviewsError | null;
 }
 
-/** What a subscription follows, besides `subscribe(view, key)`: docs/PROTOCOL.md, section 5.1. */
+/** One key: the same as `subscribe(view, key)`. The query shapes are docs/PROTOCOL.md, section 5.1. */
 export interface KeyQuery {
   view: string;
   key: string;
