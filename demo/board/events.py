@@ -22,11 +22,9 @@ COLUMN = String(max_length=8, pattern="|".join(COLUMNS))
 
 
 def _not_to_yourself(p: dict[str, Any]) -> str | None:
-    return (
-        "kudos go to someone else: giver and receiver differ."
-        if p["giver"] == p["receiver"]
-        else None
-    )
+    if p["giver"] == p["receiver"]:
+        return "kudos go to someone else: giver and receiver must differ."
+    return None
 
 
 def declare(app: App) -> None:
@@ -65,7 +63,7 @@ def declare(app: App) -> None:
                 "note": String(max_length=140, optional=True),
             },
             check=_not_to_yourself,
-        ),  # fmt: skip
+        ),
         by_board,
         author=by_giver,
         description="Someone thanks a teammate on a board.",
