@@ -18,6 +18,7 @@ from demo.board.activity import Activity, seed_events
 from demo.board.app import LEADERS
 from demo.board.events import COLUMNS
 from streaming import EventLog, InvalidEvent
+from streaming.core.events import log_stream
 from streaming.job.views import EVENT_SCHEMA
 from tests.support.checks import replayed_views, stored_views
 from tests.support.pipeline import RunningPipeline
@@ -188,3 +189,14 @@ def test_bad_events_are_refused_with_a_code_and_a_sentence(raw, code, says):
         app.validate(raw)
     assert refused.value.code == code
     assert says in refused.value.message
+
+
+def test_the_writer_seeds_once_whatever_the_log_holds(store, settings):
+    from demo.board.__main__ import seed_once
+
+    log = EventLog(store, app, settings.log_partitions)
+    log.append({"type": "kudos_given", "payload": {"board": "x", "giver": "a", "receiver": "b"}})
+    assert seed_once(store, log)  # a log that is not empty is not yet a seeded one
+    assert not seed_once(store, log)
+    held = sum(store.xlen(log_stream(p)) for p in range(settings.log_partitions))
+    assert held == 1 + len(seed_events(T0))
