@@ -1,17 +1,16 @@
-"""Chirp's views, as Spark pipelines: pure functions from the event DataFrame to row changes.
+"""Chirp's views that need a state processor: pure functions from the event DataFrame to row
+changes.
 
 ``entities`` groups events by the entity they are about (a user, in buckets of users) and
 keeps, in Spark's state store, what each user's views need: profile, tweets, like counts and
-followers. From one user's events it derives the rows of ``profiles/{user}``,
-``likes/{tweet}``, ``tweets/{tweet}`` and, by fan-out to each follower, ``timeline/{follower}``.
-Plain streaming joins cannot retract rows, and a rename must change rows written long ago; a
-stateful processor keyed by the entity can, and it applies each user's events in log order.
+followers. From one user's events it derives the rows of ``likes/{tweet}``, ``tweets/{tweet}``
+and, by fan-out to each follower, ``timeline/{follower}``. Plain streaming joins cannot retract
+rows, and a rename must change rows written long ago; a stateful processor keyed by the entity
+can, and it applies each user's events in log order. A like counts each user once, which needs
+each user's last vote on the tweet: two stacked aggregations, which Spark refuses in update
+mode, so ``likes`` is written here too.
 
-``activity`` counts events per type in 1-minute tumbling windows of event time. Each log
-partition carries its own watermark (its newest event time so far, less ``LATENESS``); an
-event older than its partition's watermark is counted in its window's ``late`` figure instead
-of silently dropped. Because a partition is ordered, which events are late does not depend on
-how the log was cut into micro-batches, so a replay or an offline recomputation agrees.
+The views a query can say (``profiles``, ``activity``) are declared in ``demo.chirp.declared``.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from streaming.core.events import iso
 from streaming.job.isolation import isolated
@@ -38,17 +37,11 @@ TIMELINE_SIZE = 50
 BUCKETS = 256
 """Grouping keys of the entities pipeline: a user's state lives in bucket crc32(user) % BUCKETS.
 A pipeline's checkpoint keeps the count it was created with."""
-WINDOW_MS = 60_000
-LATENESS_MS = 30_000
 
 # The processors' state schemas as types, not DDL strings: a processor declares its state in
 # every task, and Spark parses each DDL string with a round trip to the JVM.
 ENTITY_STATE = StructType([StructField("state", BinaryType())])
 USER = StructType([StructField("user", StringType())])
-PARTITION = StructType([StructField("partition", IntegerType())])
-NEWEST = StructType([StructField("event_time_ms", LongType())])
-WINDOW_START = StructType([StructField("start", LongType())])
-WINDOW_COUNTS = StructType([StructField("counts", StringType())])
 
 
 def profile_value(user: str, profile: list[Any] | None) -> dict[str, Any]:
@@ -159,8 +152,6 @@ class Entity:
     def on_profile_set(self, p: dict[str, Any], time_ms: int) -> None:
         self.state["profile"] = [p["name"], p.get("avatar")]
         self.dirty = True
-        profile = profile_value(self.user, self.state["profile"])
-        self.changes.upsert("profiles", self.user, "profile", profile)
         for tweet in self.state["tweets"]:
             self.emit_tweet(tweet)
 
@@ -222,63 +213,6 @@ class Entity:
             self.changes.delete("timeline", follower, tweet)
 
 
-class ActivityProcessor(StatefulProcessor):
-    """Events per type per minute of event time, with late arrivals counted apart.
-
-    In log order within each partition, an event is late when its time is more than
-    ``LATENESS_MS`` before the newest time seen earlier in that partition. Row-based: a
-    micro-batch of a few events costs a few state accesses and no pandas frame.
-    """
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.newest = handle.getMapState("newest", PARTITION, NEWEST)
-        self.windows = handle.getMapState("windows", WINDOW_START, WINDOW_COUNTS)
-
-    def handleInputRows(
-        self, key: Any, rows: Iterator[Row], timerValues: TimerValues
-    ) -> Iterator[Row]:
-        events = sorted((r.partition, log_order(r.offset), r.event_time_ms, r.type) for r in rows)
-        newest: dict[int, int] = {}
-        counts: dict[tuple[int, bool, str], int] = defaultdict(int)
-        for part, _, time_ms, type_ in events:
-            if part not in newest:
-                stored = self.newest.getValue((part,))
-                newest[part] = stored[0] if stored else -1
-            seen = newest[part]
-            late = seen >= 0 and time_ms < seen - LATENESS_MS
-            if type_ is not None:
-                counts[(time_ms - time_ms % WINDOW_MS, late, type_)] += 1
-            newest[part] = max(seen, time_ms)
-        windows: dict[int, dict[str, dict[str, int]]] = {}
-        for (start, is_late, type_), n in counts.items():
-            if start not in windows:
-                stored = self.windows.getValue((start,))
-                windows[start] = orjson.loads(stored[0]) if stored else {"counts": {}, "late": {}}
-            bucket = windows[start]["late" if is_late else "counts"]
-            bucket[type_] = bucket.get(type_, 0) + n
-        for part, value in newest.items():
-            self.newest.updateValue((part,), (value,))
-        changes = Changes()
-        for start, w in windows.items():
-            self.windows.updateValue((start,), (orjson.dumps(w).decode(),))
-            changes.upsert("activity", "global", iso(start), window_value(start, w), start)
-        yield from changes.rows()
-
-    def close(self) -> None:
-        pass
-
-
-def window_value(start: int, w: dict[str, dict[str, int]]) -> dict[str, Any]:
-    return {
-        "window_start": iso(start),
-        "window_end": iso(start + WINDOW_MS),
-        "counts": w["counts"],
-        "late": w["late"],
-        "total": sum(w["counts"].values()),
-        "late_total": sum(w["late"].values()),
-    }
-
-
 def bucket_of(user: Column) -> Column:
     """A user's bucket. CRC-32 is a fixed function, so a user's bucket, and so where its state
     is, does not change from one Spark version to the next."""
@@ -298,14 +232,4 @@ def entity_input(events: DataFrame) -> GroupedData:
 def entities(events: DataFrame) -> DataFrame:
     return entity_input(events).transformWithState(
         isolated(EntityProcessor()), CHANGE_SCHEMA, "Update", "None"
-    )
-
-
-def activity(events: DataFrame) -> DataFrame:
-    # Only the columns the counts need cross to Python: not the payloads.
-    counted = events.select("partition", "offset", "type", "event_time_ms")
-    return (
-        counted.withColumn("scope", F.lit("global"))
-        .groupBy("scope")
-        .transformWithState(isolated(ActivityProcessor()), CHANGE_SCHEMA, "Update", "None")
     )

@@ -237,8 +237,10 @@ class LogWriter(threading.Thread):
         """After every this many batches, two bad entries written straight into the log."""
         self.undecodable: list[str] = []
         """Offsets of entries no pipeline can decode (a payload that is not an object)."""
-        self.unrenderable: list[str] = []
-        """Offsets of tweets dated in year 9999, whose activity window cannot be rendered."""
+        self.from_the_future: list[str] = []
+        """Offsets of tweets dated in year 9999 (past the gateway's check of event times): the
+        entities view shows them; the activity view leaves out an event dated after its
+        arrival, which would move Spark's watermark past every window."""
         self.halt = threading.Event()
         self.written = 0
         self.failures = 0
@@ -269,7 +271,7 @@ class LogWriter(threading.Thread):
         broken = self.client.xadd(stream, {**fields, "time": 1, "payload": b"[]"})  # type: ignore[dict-item]
         self.undecodable.append(f"{partition_for(user, PARTITIONS)}:{broken.decode()}")  # type: ignore[union-attr]
         far = self.client.xadd(stream, {**fields, "time": MAX_EVENT_TIME_MS - n})  # type: ignore[dict-item]
-        self.unrenderable.append(f"{partition_for(user, PARTITIONS)}:{far.decode()}")  # type: ignore[union-attr]
+        self.from_the_future.append(f"{partition_for(user, PARTITIONS)}:{far.decode()}")  # type: ignore[union-attr]
 
     def stop(self) -> int:
         self.halt.set()

@@ -2,18 +2,26 @@
 
 Independent of the Spark code on purpose: it shares only the log format (``streaming.core.events``)
 and the written definition of each view, so a bug in the pipeline cannot hide in both.
+
+Which late events ``activity`` drops depends on where its micro-batches were cut (Spark's
+watermark moves between them), so for that view the recomputation also reads the cuts: the
+log offsets each batch of the ``activity`` pipeline ended at, as its sink recorded them on the
+pipeline's history stream. It applies Spark's rule to them itself.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import redis
 
-from streaming.core.events import MAX_EVENT_TIME_MS, decode_entry, entry_id_tuple, log_stream
+from streaming.core.changes import ACTIVE_KEY, history_stream
+from streaming.core.events import LoggedEvent, decode_entry, entry_id_tuple, log_stream
 
 Views = dict[tuple[str, str], dict[str, Any]]  # (view, key) -> rows
 
@@ -44,21 +52,10 @@ def recompute(client: redis.Redis, partitions: int, skip: Collection[str] = ()) 
     likers: dict[str, set[str]] = defaultdict(set)
     liked_ever: set[str] = set()
     followers: dict[str, set[str]] = defaultdict(set)
-    windows: dict[int, dict[str, dict[str, int]]] = {}
     for events in log:
-        newest = -1
         for e in events:
             p = e.payload
             t = e.time_ms
-            start = t - t % 60_000
-            # A window that would end after year 9999 cannot be rendered: the activity view
-            # sets such an event aside as a dead letter, as if it were not in the log.
-            if start + 60_000 <= MAX_EVENT_TIME_MS:
-                late = newest >= 0 and t < newest - 30_000
-                w = windows.setdefault(start, {"counts": {}, "late": {}})
-                bucket = w["late" if late else "counts"]
-                bucket[e.type] = bucket.get(e.type, 0) + 1
-                newest = max(newest, t)
             if e.type == "profile_set":
                 profiles[p["user"]] = (p["name"], p.get("avatar"))
             elif e.type == "tweet_posted":
@@ -101,18 +98,67 @@ def recompute(client: redis.Redis, partitions: int, skip: Collection[str] = ()) 
         top = sorted(cands, reverse=True)[:50]
         if top:
             views[("timeline", follower)] = {tweet: enriched(tweet) for _, tweet in top}
+    windows = activity_counts(log, activity_batches(client))
     newest_windows = sorted(windows, reverse=True)[:60]
     if newest_windows:
         views[("activity", "global")] = {
             _iso(s): {
                 "window_start": _iso(s), "window_end": _iso(s + 60_000),
-                "counts": windows[s]["counts"], "late": windows[s]["late"],
-                "total": sum(windows[s]["counts"].values()),
-                "late_total": sum(windows[s]["late"].values()),
+                "counts": windows[s], "total": sum(windows[s].values()),
             }
             for s in newest_windows
         }  # fmt: skip
     return views
+
+
+def activity_batches(client: redis.Redis) -> list[dict[int, tuple[int, int]]]:
+    """Where each micro-batch of the ``activity`` pipeline's serving version ended, per log
+    partition, in order: the frontier each batch left, from the pipeline's history stream."""
+    namespace: bytes | None = client.hget(ACTIVE_KEY, "activity")  # type: ignore[assignment]
+    name = "activity" + (namespace or b"").decode()
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(history_stream(name))  # type: ignore[assignment]
+    return [
+        {int(p): entry_id_tuple(i) for p, i in orjson.loads(fields[b"frontier"]).items()}
+        for _, fields in entries
+    ]
+
+
+def activity_counts(
+    log: list[list[LoggedEvent]], batches: list[dict[int, tuple[int, int]]]
+) -> dict[int, dict[str, int]]:
+    """Events per window start per type, as Spark's watermark keeps them.
+
+    An event dated more than 10 s after it reached the log (the ms of its entry id) is left out.
+    Each batch runs with a watermark: the newest event time of the batches before it, less
+    30 s (0 at first). A batch drops an event whose window ended at or before the watermark
+    of the batch before it (Spark closes a window for late events one batch after it evicts
+    it; a batch with no new events, which Spark runs to evict, counts). Events after the last
+    batch are not reflected yet."""
+    by_batch: list[list[LoggedEvent]] = [[] for _ in batches]
+    for partition, events in enumerate(log):
+        ends = [b.get(partition, (0, -1)) for b in batches]  # a frontier only moves on
+        for e in events:
+            b = bisect_left(ends, entry_id_tuple(e.id))
+            if b < len(batches):
+                by_batch[b].append(e)
+    windows: dict[int, dict[str, int]] = {}
+    watermark = before = 0  # this batch's, and the one the batch before it ran with
+    for events in by_batch:
+        newest = None
+        for e in events:
+            t = e.time_ms
+            if t > e.ingest_ms + 10_000:
+                continue
+            newest = t if newest is None else max(newest, t)
+            start = t - t % 60_000
+            if start + 60_000 <= before:
+                continue
+            counts = windows.setdefault(start, {})
+            counts[e.type] = counts.get(e.type, 0) + 1
+        before = watermark
+        if newest is not None:
+            watermark = max(watermark, newest - 30_000)
+    return windows
 
 
 def order_key(entry_id: str) -> tuple[int, int]:

@@ -69,17 +69,17 @@ async def test_snapshot_then_deltas_then_progress(
 async def test_a_view_follows_the_frontier_of_the_pipeline_that_writes_it(
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
-    """Chirp's activity pipeline runs its micro-batches seconds apart; the views of the
-    entities pipeline reflect the log as far as entities has read it, not as far as the
-    slower pipeline has."""
-    entities, activity = writer.sinks["entities"], writer.sinks["activity"]
+    """Chirp's activity pipeline runs its micro-batches seconds apart; the profiles view
+    reflects the log as far as the profiles pipeline has read it, not as far as the slower
+    pipeline has."""
+    profiles_sink, activity = writer.sinks["profiles"], writer.sinks["activity"]
 
     async with aiohttp.ClientSession(headers=gateway.headers()) as s:
         profiles = await open_sse(s, gateway.url + LIVE)
         counts = await open_sse(s, gateway.url + "/v1/views/activity/global/live")
         assert (await profiles.next()).data["frontier"] == {}
         assert (await counts.next()).data["frontier"] == {}
-        entities.write([], next(writer.batches), {0: "5-0"})
+        profiles_sink.write([], next(writer.batches), {0: "5-0"})
         assert (await profiles.next()).data == {"frontier": {"0": "5-0"}, "lag_ms": 0}
         assert read_frontier(store, VIEWS_FRONTIER) == {}  # activity has read nothing yet
         snapshot = await (await s.get(gateway.url + "/v1/views/profiles/alice")).json()
@@ -87,7 +87,7 @@ async def test_a_view_follows_the_frontier_of_the_pipeline_that_writes_it(
         activity.write([], next(writer.batches), {0: "3-0"})
         # The activity view's subscriber gets its own pipeline's frontier, and only that.
         assert (await counts.next()).data == {"frontier": {"0": "3-0"}, "lag_ms": 0}
-        entities.write([], next(writer.batches), {0: "6-0"})
+        profiles_sink.write([], next(writer.batches), {0: "6-0"})
         assert (await profiles.next()).data == {"frontier": {"0": "6-0"}, "lag_ms": 0}
         await profiles.close()
         await counts.close()

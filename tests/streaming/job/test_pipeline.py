@@ -13,6 +13,7 @@ from streaming.core.changes import read_deltas, read_frontier, read_snapshot, sh
 from streaming.core.events import entry_id_tuple
 from streaming.core.log import EventLog
 from tests.support.checks import assert_views_consistent
+from tests.support.reference import read_log
 
 NOW = 1_767_225_600_000
 
@@ -63,8 +64,12 @@ def test_many_small_batches_match_recomputation(store, settings, pipeline):
         pipeline.wait_until_caught_up(store)
     deltas = assert_views_consistent(store, settings.log_partitions, settings.change_shards)
     assert deltas > 100
-    late = read_snapshot(store, "activity", "global", settings.change_shards).rows
-    assert sum(w["late_total"] for w in late.values()) > 0
+    # Some events arrived more than 30 s behind an earlier one of their partition: whether
+    # Spark's watermark dropped them depends on where the micro-batches were cut, which the
+    # recomputation reads.
+    log = read_log(store, settings.log_partitions)
+    assert any(e.time_ms < max(x.time_ms for x in part[:i]) - 30_000
+               for part in log for i, e in enumerate(part) if i)  # fmt: skip
 
 
 def test_checkpoint_files_are_written_through_the_file_system_api(store, settings, spark, pipeline):
@@ -92,7 +97,7 @@ def test_checkpoint_files_are_written_through_the_file_system_api(store, setting
 
 def test_each_pipeline_query_runs_its_own_count_of_state_partitions(store, settings, pipeline):
     """Chirp's activity state has one key, so its query runs one stateful task per batch; the
-    entities query runs LV_SHUFFLE_PARTITIONS. Spark records the count in each batch's offset
+    entities and profiles queries run LV_SHUFFLE_PARTITIONS. Spark records the count in each batch's offset
     log entry, and a query keeps the one its checkpoint was created with."""
     import orjson
 
@@ -100,9 +105,10 @@ def test_each_pipeline_query_runs_its_own_count_of_state_partitions(store, setti
 
     EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
     pipeline.wait_until_caught_up(store)
-    expected = {"entities": str(settings.shuffle_partitions), "activity": "1"}
+    shuffle = str(settings.shuffle_partitions)
+    expected = {"entities": shuffle, "profiles": shuffle, "activity": "1"}
     assert {name: p.partitions for name, p in app.pipelines.items()} == {
-        "entities": None, "activity": 1,
+        "entities": None, "profiles": None, "activity": 1,
     }  # fmt: skip
     for name, count in expected.items():
         offsets = checkpoint_of(settings, name) / "offsets"
@@ -112,12 +118,14 @@ def test_each_pipeline_query_runs_its_own_count_of_state_partitions(store, setti
 
 
 def test_each_pipeline_query_runs_on_its_own_trigger_interval(pipeline):
-    """Chirp's activity pipeline declares micro-batches 2 s apart; entities, without one,
-    runs on LV_TRIGGER_INTERVAL (back to back by default)."""
+    """Chirp's activity pipeline declares micro-batches 2 s apart; entities and profiles,
+    without one, run on LV_TRIGGER_INTERVAL (back to back by default)."""
     triggers = {
         q.name: q._jsq.streamingQuery().trigger().intervalMs() for q in pipeline.queries
     }  # fmt: skip
-    assert triggers == {"liveviews.entities": 0, "liveviews.activity": 2000}
+    assert triggers == {
+        "liveviews.entities": 0, "liveviews.profiles": 0, "liveviews.activity": 2000,
+    }  # fmt: skip
 
 
 def test_a_trigger_interval_is_a_number_and_a_unit() -> None:
@@ -195,12 +203,12 @@ def test_each_micro_batch_is_recorded_in_the_progress_stream(spark, store, setti
     pipeline.wait_until_caught_up(store)
     deadline = time.monotonic() + 30
     seen: dict[str, dict] = {}
-    while time.monotonic() < deadline and len(seen) < 2:
+    while time.monotonic() < deadline and len(seen) < 3:
         for _, fields in store.xrange(PIPELINE_PROGRESS_STREAM):
             if int(fields[b"events"]) > 0:
                 seen[fields[b"query"].decode()] = fields
         time.sleep(0.1)
-    assert sorted(seen) == ["liveviews.activity", "liveviews.entities"]
+    assert sorted(seen) == ["liveviews.activity", "liveviews.entities", "liveviews.profiles"]
     for fields in seen.values():
         durations = orjson.loads(fields[b"duration_ms"])
         assert durations["triggerExecution"] >= durations["addBatch"] > 0
