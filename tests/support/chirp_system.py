@@ -3,7 +3,8 @@
 The store is the test run's; the Spark pipeline is the real streaming query
 (``RunningPipeline``), with a fresh checkpoint; the gateway is a real uvicorn serving the API,
 demo/web and client-js. ``seed()`` writes Chirp's seed users and posts, two users of the
-tests' own, and some activity over the last minutes (a few of it late), through the real log.
+tests' own, and some activity over the last minutes (a few of it back-dated), through the real
+log.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def event(type_: str, time_ms: int, **payload: Any) -> dict[str, Any]:
 
 
 def background(now_ms: int) -> list[dict[str, Any]]:
-    """Ten minutes of plausible activity among the seed users, ending now, and some late."""
+    """Ten minutes of plausible activity among the seed users, ending now, and some
+    back-dated."""
     people = ["alice", "bob", "carol", "dave", "erin"]
     seed_tweets = [f"{u}:seed{i}" for i, (u, _) in enumerate(SEED_TWEETS)]
     texts = [
@@ -53,7 +55,8 @@ def background(now_ms: int) -> list[dict[str, Any]]:
             out.append(event("follow", t, user=user, followee=people[(i + 2) % 5]))
         else:
             out.append(event("like", t, user=user, tweet=seed_tweets[(i + 1) % 4]))
-    # Arriving now with an event time four minutes ago: counted late in their own minute.
+    # Arriving now with an event time four minutes ago, after newer events of their partition:
+    # their minute is still open for Spark's watermark, which earlier micro-batches moved.
     for i, user in enumerate(["carol", "dave", "erin"]):
         out.append(event("like", now_ms - 4 * 60_000 + i, user=user, tweet="bob:seed0"))
     return out
@@ -81,7 +84,7 @@ class ChirpSystem:
     def seed(self) -> None:
         now = int(time.time() * 1000)
         log = EventLog(self.client, chirp, PARTITIONS)
-        # In event time order, so that only the deliberately late events count as late.
+        # In event time order, but for the deliberately back-dated likes.
         log.append_batch(seed_events(now - 11 * 60_000))
         log.append_batch(background(now))
         log.append_batch([event("profile_set", now, user=u, name=n) for u, n in USERS.items()])

@@ -1,5 +1,5 @@
 // The activity chart: events per minute of event time (the activity/global view), stacked by
-// type, with late arrivals (counted apart by the pipeline) hatched on top.
+// type. An event that arrived after its minute had closed is not in the view (docs/VIEWS.md).
 
 import { h } from './dom.js';
 
@@ -28,18 +28,16 @@ export function renderActivity(container, legend, summary, windows, now = Date.n
   const starts = Array.from({ length: MINUTES }, (_, i) => newest - (MINUTES - 1 - i) * 60_000);
   const bars = starts.map((start) => {
     const w = byStart.get(start);
-    return { start, counts: w?.counts ?? {}, late: w?.late_total ?? 0, total: w?.total ?? 0, lateByType: w?.late ?? {} };
+    return { start, counts: w?.counts ?? {}, total: w?.total ?? 0 };
   });
-  const peak = Math.max(4, ...bars.map((b) => b.total + b.late));
+  const peak = Math.max(4, ...bars.map((b) => b.total));
   const plotW = W - PAD.left - PAD.right;
   const plotH = H - PAD.top - PAD.bottom;
   const slot = plotW / MINUTES;
   const barW = Math.max(6, slot * 0.66);
   const y = (n) => PAD.top + plotH - (n / peak) * plotH;
 
-  const chart = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Events per minute' },
-    svg('defs', {}, svg('pattern', { id: 'late', width: 4, height: 4, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
-      svg('rect', { width: 4, height: 4, fill: '#fff' }), svg('rect', { width: 2, height: 4, fill: 'var(--t-late)' }))));
+  const chart = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Events per minute' });
   for (const tick of [0, Math.round(peak / 2), peak]) {
     chart.append(svg('line', { class: 'grid', x1: PAD.left, x2: W - PAD.right, y1: y(tick), y2: y(tick) }));
     chart.append(svg('text', { class: 'axis', x: PAD.left - 5, y: y(tick) + 3, 'text-anchor': 'end' }, String(tick)));
@@ -47,7 +45,7 @@ export function renderActivity(container, legend, summary, windows, now = Date.n
   bars.forEach((bar, i) => {
     const x = PAD.left + i * slot + (slot - barW) / 2;
     const group = svg('g', {
-      'data-testid': 'activity-bar', 'data-window': new Date(bar.start).toISOString(), 'data-total': bar.total, 'data-late': bar.late,
+      'data-testid': 'activity-bar', 'data-window': new Date(bar.start).toISOString(), 'data-total': bar.total,
     });
     let level = 0;
     for (const type of TYPES) {
@@ -56,13 +54,6 @@ export function renderActivity(container, legend, summary, windows, now = Date.n
       group.append(svg('rect', { x, width: barW, y: y(level + n), height: y(level) - y(level + n), fill: color(type), rx: 2 },
         svg('title', {}, `${n} ${LABELS[type]} at ${hhmm(bar.start)}`)));
       level += n;
-    }
-    if (bar.late) {
-      const detail = Object.entries(bar.lateByType).map(([t, n]) => `${n} ${LABELS[t] ?? t}`).join(', ');
-      group.append(svg('rect', {
-        x, width: barW, y: y(level + bar.late), height: y(level) - y(level + bar.late), fill: 'url(#late)', stroke: 'var(--t-late)', 'stroke-width': 0.8,
-      }, svg('title', {}, `${bar.late} late (${detail}): event time ${hhmm(bar.start)}, arrived after the watermark`)));
-      level += bar.late;
     }
     if (level > 0) group.append(svg('text', { class: 'total', x: x + barW / 2, y: y(level) - 3, 'text-anchor': 'middle' }, String(level)));
     if ((MINUTES - 1 - i) % 3 === 0) {
@@ -73,10 +64,8 @@ export function renderActivity(container, legend, summary, windows, now = Date.n
   container.replaceChildren(chart);
 
   if (!legend.childElementCount) {
-    legend.append(...TYPES.map((t) => h('span', {}, h('i', { style: `background:${color(t)}` }), LABELS[t])),
-      h('span', {}, h('i', { class: 'late' }), 'late'));
+    legend.append(...TYPES.map((t) => h('span', {}, h('i', { style: `background:${color(t)}` }), LABELS[t])));
   }
   const total = bars.reduce((n, b) => n + b.total, 0);
-  const late = bars.reduce((n, b) => n + b.late, 0);
-  summary.textContent = `${total} events in ${MINUTES} min${late ? ` · ${late} late` : ''}`;
+  summary.textContent = `${total} events in ${MINUTES} min`;
 }
