@@ -179,6 +179,7 @@ def test_b_gives_kudos_and_as_window_reorders(tabs: tuple[Tab, Tab]) -> None:
         b.id("kudos-note").fill(f"for the release, {i + 1}")
         b.id("kudos-submit").click()
         b.done("Kudos to ada")
+        b.id("action-status").evaluate("line => { line.textContent = ''; }")
         expect(a.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
             "data-person", order[0]
         )
@@ -198,9 +199,53 @@ def test_b_gives_kudos_and_as_window_reorders(tabs: tuple[Tab, Tab]) -> None:
     a.page.screenshot(path=str(ARTIFACTS / "board-demo.png"))
 
 
+SNAPSHOTS_FROM_NOW = """() => {
+    window.snapshotsSince = [];
+    for (const sub of [window.board.tasks, window.board.leaders]) {
+        sub.on('snapshot', (event) => window.snapshotsSince.push(event.wasRecovering));
+    }
+}"""
+
+
+def test_offline_a_gets_what_b_did_once_when_back(tabs: tuple[Tab, Tab]) -> None:
+    a, b = tabs
+    a.page.evaluate(SNAPSHOTS_FROM_NOW)
+    a.context.set_offline(True)
+    expect(a.id("connection-state")).to_have_attribute("data-state", "disconnected")
+    away = [f"Written while ada was away {uuid.uuid4().hex[:6]}", "And another"]
+    for title in away:
+        b.id("new-task-title").fill(title)
+        b.id("new-task-submit").click()
+        b.done(f"Added “{title}”")
+    for _ in range(2):
+        b.id("kudos-to").fill("linus")
+        b.id("kudos-submit").click()
+        b.done("Kudos to linus")
+        b.id("action-status").evaluate("line => { line.textContent = ''; }")
+    # In the views, and not on A's page: A's connection is down.
+    expect(b.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
+        "data-person", "linus"
+    )
+    assert a.leaders()[0] == "ada"
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(1)
+
+    a.context.set_offline(False)
+    expect(a.id("connection-state")).to_have_attribute("data-state", "connected")
+    for title in away:
+        expect(a.task("todo", title)).to_have_count(1)
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(3)
+    expect(a.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
+        "data-person", "linus"
+    )
+    assert a.leaders() == ["linus", "ada", "grace", "alan", "edsger"]
+    # Resumed from where each subscription was (the deltas it missed), not started over.
+    assert a.page.evaluate("() => window.snapshotsSince") == []
+
+
 def test_b_deletes_the_task_and_it_leaves_as_page(tabs: tuple[Tab, Tab]) -> None:
     a, b = tabs
     b.task("doing", TITLE).get_by_test_id("delete-task").click()
     b.done(f"Deleted “{TITLE}, signed”")
-    expect(a.id("columns").get_by_test_id("task")).to_have_count(0)
+    expect(a.id("columns").get_by_test_id("task").filter(has_text=TITLE)).to_have_count(0)
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(2)
     print(TIMINGS)

@@ -44,6 +44,7 @@ export class Board {
     this.boards = this.client.subscribe({ view: 'boards' }, {
       snapshot: () => this.showBoards(),
       change: () => this.showBoards(),
+      error: (error) => this.refused(error),
     });
     testid('new-task-form').addEventListener('submit', (event) => {
       event.preventDefault();
@@ -80,10 +81,12 @@ export class Board {
     this.tasks = this.client.subscribe({ view: 'tasks', prefix: `${board}/` }, {
       snapshot: () => this.showTasks(),
       change: () => this.showTasks(),
+      error: (error) => this.refused(error),
     });
     this.leaders = this.client.subscribe({ view: 'leaderboard', key: board, limit: LEADERS_SHOWN }, {
       snapshot: () => this.showLeaders(),
       change: () => this.showLeaders(),
+      error: (error) => this.refused(error),
     });
     this.showTasks();
     this.showLeaders();
@@ -92,6 +95,11 @@ export class Board {
 
   close() {
     this.client.close();
+  }
+
+  /** A subscription the gateway ended: say why, with its code, rather than show stale rows. */
+  refused(error) {
+    status(testid('action-status'), `A view stopped: ${error.message} (${error.code})`, 'error');
   }
 
   showConnection() {
