@@ -249,3 +249,32 @@ def test_b_deletes_the_task_and_it_leaves_as_page(tabs: tuple[Tab, Tab]) -> None
     expect(a.id("columns").get_by_test_id("task").filter(has_text=TITLE)).to_have_count(0)
     expect(a.id("columns").get_by_test_id("task")).to_have_count(2)
     print(TIMINGS)
+
+
+def test_a_newcomer_signs_in_on_the_first_board_and_switches_boards(
+    browser: Any, system: BoardSystem
+) -> None:
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{system.url}/board.html")
+        page.get_by_test_id("signin-handle").fill("cleo")
+        page.get_by_test_id("signin-handle").press("Enter")
+        tab = Tab("cleo", context, page)
+        expect(tab.id("me-name")).to_have_text("cleo")
+        expect(tab.id("board-name")).to_have_text("launch")
+        expect(tab.id("columns").get_by_test_id("task")).to_have_count(4)  # the seed's, one deleted
+        expect(tab.task("doing", "Fix the login redirect")).to_have_count(1)
+        expect(tab.task("todo", "Draft the launch blog post")).to_have_count(1)
+        expect(tab.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
+            "data-person", "grace"
+        )
+        tab.id("board-list").locator(f'[data-board="{BOARD}"]').click()
+        expect(tab.id("board-name")).to_have_text(BOARD)
+        expect(tab.id("columns").get_by_test_id("task")).to_have_count(2)
+        expect(tab.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
+            "data-person", "linus"
+        )
+        assert f"board={BOARD}" in page.url
+    finally:
+        context.close()
