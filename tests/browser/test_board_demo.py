@@ -251,17 +251,20 @@ def test_b_deletes_the_task_and_it_leaves_as_page(tabs: tuple[Tab, Tab]) -> None
     print(TIMINGS)
 
 
-def test_a_newcomer_signs_in_on_the_first_board_and_switches_boards(
+def test_a_newcomer_over_sse_signs_in_on_the_first_board_and_switches_boards(
     browser: Any, system: BoardSystem
 ) -> None:
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     try:
         page = context.new_page()
-        page.goto(f"{system.url}/board.html")
+        # Each subscription a stream of its own: GET /v1/live for the prefix and the whole view,
+        # GET /v1/views/leaderboard/<board>/live?limit=5 for the window.
+        page.goto(f"{system.url}/board.html?transport=sse")
         page.get_by_test_id("signin-handle").fill("cleo")
         page.get_by_test_id("signin-handle").press("Enter")
         tab = Tab("cleo", context, page)
         expect(tab.id("me-name")).to_have_text("cleo")
+        expect(tab.id("connection-state")).to_have_attribute("data-transport", "sse")
         expect(tab.id("board-name")).to_have_text("launch")
         expect(tab.id("columns").get_by_test_id("task")).to_have_count(4)  # the seed's, one deleted
         expect(tab.task("doing", "Fix the login redirect")).to_have_count(1)
@@ -276,5 +279,8 @@ def test_a_newcomer_signs_in_on_the_first_board_and_switches_boards(
             "data-person", "linus"
         )
         assert f"board={BOARD}" in page.url
+        tab.task("todo", "And another").get_by_test_id("assign-me").click()  # published over HTTP
+        tab.done("cleo took “And another”")
+        expect(tab.task("todo", "And another").get_by_test_id("task-assignee")).to_have_text("cleo")
     finally:
         context.close()

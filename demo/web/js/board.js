@@ -32,7 +32,11 @@ const byCreation = (a, b) => a.created_at - b.created_at || (a.task < b.task ? -
 export class Board {
   constructor(user) {
     this.user = user;
-    this.client = createClient({ url: location.origin, getToken: tokenSource(user), transport: 'auto' });
+    // `?transport=sse` (or `ws`) picks one; by default a WebSocket, or SSE where none opens.
+    const transport = new URLSearchParams(location.search).get('transport');
+    this.client = createClient({
+      url: location.origin, getToken: tokenSource(user), transport: ['ws', 'sse'].includes(transport) ? transport : 'auto',
+    });
     this.board = null;
     this.tasks = null;
     this.leaders = null;
