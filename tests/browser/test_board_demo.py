@@ -9,6 +9,7 @@ are one story, in file order, each starting from the state the previous one left
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,12 +25,13 @@ from demo.board import app as board_app
 from demo.board.activity import event, seed_events
 from streaming import EventLog
 from streaming.core.settings import Settings
-from tests.support.browser import ARTIFACTS, OPEN_PAGES
+from tests.support.browser import ARTIFACTS, OPEN_PAGES, ROOT
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for
 from tests.support.pipeline import RunningPipeline
 
 expect.set_options(timeout=30_000)
+UPDATE = os.environ.get("LV_UPDATE_DEMO_ARTIFACTS") == "1"
 BOARD = "sprint"
 # Kudos on the test's board: ada, with one, is sixth, outside the window of five.
 KUDOS = [("grace", 3), ("linus", 2), ("alan", 2), ("edsger", 1), ("barbara", 1), ("ada", 1)]
@@ -195,8 +197,6 @@ def test_b_gives_kudos_and_as_window_reorders(tabs: tuple[Tab, Tab]) -> None:
     top = a.id("leaderboard").get_by_test_id("leader").first
     expect(top.get_by_test_id("leader-kudos")).to_have_text("4")
     expect(top).to_contain_text("for the release, 3")
-    ARTIFACTS.mkdir(exist_ok=True)
-    a.page.screenshot(path=str(ARTIFACTS / "board-demo.png"))
 
 
 SNAPSHOTS_FROM_NOW = """() => {
@@ -251,10 +251,19 @@ def test_b_deletes_the_task_and_it_leaves_as_page(tabs: tuple[Tab, Tab]) -> None
     print(TIMINGS)
 
 
+def screenshot(page: Page) -> None:
+    """The page as docs/TUTORIAL.md shows it: written there with ``LV_UPDATE_DEMO_ARTIFACTS=1``,
+    else to test-artifacts/ only, so that a test run changes no tracked file."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    targets = [ARTIFACTS / "board.png"] + ([ROOT / "docs" / "board.png"] if UPDATE else [])
+    for target in targets:
+        page.screenshot(path=str(target))
+
+
 def test_a_newcomer_over_sse_signs_in_on_the_first_board_and_switches_boards(
     browser: Any, system: BoardSystem
 ) -> None:
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context = browser.new_context(viewport={"width": 1280, "height": 640})
     try:
         page = context.new_page()
         # Each subscription a stream of its own: GET /v1/live for the prefix and the whole view,
@@ -272,6 +281,7 @@ def test_a_newcomer_over_sse_signs_in_on_the_first_board_and_switches_boards(
         expect(tab.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
             "data-person", "grace"
         )
+        screenshot(page)
         tab.id("board-list").locator(f'[data-board="{BOARD}"]').click()
         expect(tab.id("board-name")).to_have_text(BOARD)
         expect(tab.id("columns").get_by_test_id("task")).to_have_count(2)
