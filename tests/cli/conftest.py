@@ -78,11 +78,13 @@ class Pipelines:
         self,
         changes: list[tuple[str, str, str, Any]],
         read_to: dict[int, str],
-        pipeline: str = "entities",
+        pipeline: str | None = None,
         namespace: str = "",
     ) -> int:
-        """One micro-batch: ``changes`` are (view, key, row, value or None to delete); a
-        value's ``score`` orders the rows of a view with a limit."""
+        """One micro-batch of ``pipeline`` (by default, the one that writes the first change's
+        view): ``changes`` are (view, key, row, value or None to delete); a value's ``score``
+        orders the rows of a view with a limit."""
+        pipeline = pipeline or (chirp.owner_of(changes[0][0]) if changes else "entities")
         name = pipeline + namespace
         batch = self.batches.get(name, -1) + 1
         self.batches[name] = batch

@@ -48,7 +48,7 @@ def test_status_as_json_against_the_store(
     assert done.returncode == 0, done.stderr
     doc = orjson.loads(done.stdout)
     assert doc["log"]["events"] == 1
-    assert {p["pipeline"] for p in doc["pipelines"]} == {"entities", "activity"}
+    assert {p["pipeline"] for p in doc["pipelines"]} == {"entities", "profiles", "activity"}
     usage = _run(["status", "--minutes", "soon"], shell_env)
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
 

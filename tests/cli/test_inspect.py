@@ -13,9 +13,9 @@ from tests.cli.conftest import SHARDS, Pipelines, Run, profile
 
 
 def _history(store: redis.Redis, pipelines: Pipelines, user: str = "alice") -> list[Any]:
-    """Five batches of ``entities``, each reading one more profile event of ``user``; another
+    """Five batches of ``profiles``, each reading one more profile event of ``user``; another
     user's deltas in between. The offsets, and ``user``'s rows after each batch."""
-    versions.register(store, "entities", "v1")
+    versions.register(store, "profiles", "v1")
     out = []
     for i in range(5):
         (offset,) = pipelines.append(profile(user, f"name {i}"))
@@ -37,7 +37,7 @@ def test_rows_position_and_last_deltas_newest_first(
     _history(store, pipelines)
     doc = run.json("inspect", "profiles", "alice", "--deltas", "2")
     assert doc["rows"] == {"profile": {"name": "name 4"}}
-    assert (doc["pipeline"], doc["version"]) == ("entities", "v1")
+    assert (doc["pipeline"], doc["version"]) == ("profiles", "v1")
     shard = shard_for("profiles", "alice", SHARDS)
     newest: Any = store.xrevrange(changes_stream(shard), count=1)
     head = newest[0][0].decode()
@@ -67,7 +67,7 @@ def test_rows_as_of_each_offset_are_the_rows_after_the_batch_that_first_reflecte
 def test_an_offset_between_batches_reads_the_later_batch(
     run: Run, store: redis.Redis, pipelines: Pipelines
 ) -> None:
-    versions.register(store, "entities", "v1")
+    versions.register(store, "profiles", "v1")
     first, second = pipelines.append(profile("alice", "one"), profile("alice", "two"))
     pipelines.batch([("profiles", "alice", "profile", {"name": "one"})], {0: "0-1"} |
                     {first.partition: first.id})  # fmt: skip
@@ -99,7 +99,7 @@ def test_history_trimmed_before_the_first_batch_that_covered_the_offset_is_gone(
     run: Run, store: redis.Redis, pipelines: Pipelines
 ) -> None:
     offsets = [o for o, _ in _history(store, pipelines)]
-    store.xtrim(history_stream("entities"), maxlen=2, approximate=False)
+    store.xtrim(history_stream("profiles"), maxlen=2, approximate=False)
     for offset in offsets[:4]:
         doc = run.json("inspect", "profiles", "alice", "--as-of", offset, code=1)
         assert doc["code"] == "history_gone", doc
@@ -123,11 +123,11 @@ def test_a_rebuilt_version_has_no_deltas_before_its_switch_so_its_past_is_gone(
     run: Run, store: redis.Redis, pipelines: Pipelines
 ) -> None:
     _history(store, pipelines)
-    versions.begin(store, "entities", "v2", "v2")
+    versions.begin(store, "profiles", "v2", "v2")
     (offset,) = pipelines.append(profile("alice", "rebuilt"))
     pipelines.batch([("profiles", "alice", "profile", {"name": "rebuilt"})],
                     {offset.partition: offset.id}, namespace="@v2")  # fmt: skip
-    versions.switch(store, "entities", SHARDS)
+    versions.switch(store, "profiles", SHARDS)
     (later,) = pipelines.append(profile("alice", "after"))
     pipelines.batch([("profiles", "alice", "profile", {"name": "after"})],
                     {later.partition: later.id}, namespace="@v2")  # fmt: skip
@@ -160,7 +160,7 @@ def test_offsets_with_ids_ahead_of_the_store_clock_are_still_found(
 ) -> None:
     """Frontiers written with explicit ids (another clock, a test) make the time shortcut miss:
     the whole history is read instead."""
-    versions.register(store, "entities", "v1")
+    versions.register(store, "profiles", "v1")
     ahead = 9_000_000_000_000
     for i in range(3):
         pipelines.batch([("profiles", "bob", "profile", {"name": f"b{i}"})],

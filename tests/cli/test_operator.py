@@ -79,7 +79,7 @@ async def test_history_gone_unreflected_unknown_and_malformed(
     gateway: ServedGateway, operator: dict[str, str], store: redis.Redis, pipelines: Pipelines
 ) -> None:
     offsets = [o for o, _ in _history(store, pipelines)]
-    store.xtrim(history_stream("entities"), maxlen=1, approximate=False)
+    store.xtrim(history_stream("profiles"), maxlen=1, approximate=False)
     (unread,) = pipelines.append({"type": "profile_set", "payload": {"user": "alice", "name": "z"}})
     for path, expected in [
         (f"/v1/operator/views/profiles/alice?as_of={offsets[0]}", (410, "history_gone")),

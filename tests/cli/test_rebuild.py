@@ -153,4 +153,6 @@ def test_an_unknown_pipeline_is_named_with_the_known_ones(run: Run, serving: Non
     for command in ("rebuild", "switch", "abort"):
         result = run(command, "nope")
         assert result.exit_code == 1
-        assert "there is no pipeline 'nope'; pipelines: activity, entities." in result.stderr
+        assert (
+            "there is no pipeline 'nope'; pipelines: activity, entities, profiles." in result.stderr
+        )

@@ -59,7 +59,7 @@ def test_each_version_its_lag_batch_durations_and_dead_letters(
     doc = run.json("status")
     assert doc["log"]["events"] == 12 and doc["log"]["partitions"] == PARTITIONS
     by_name = {p["pipeline"]: p for p in doc["pipelines"]}
-    assert set(by_name) == {"entities", "activity"}
+    assert set(by_name) == {"entities", "profiles", "activity"}
     active, building, retired = by_name["entities"]["versions"]
     assert [v["role"] for v in (active, building, retired)] == ["active", "next", "retired"]
     assert [v["version"] for v in (active, building, retired)] == ["v2", "v3", "v1"]
@@ -101,7 +101,7 @@ def test_an_empty_store_and_the_window_of_batch_durations(
     run: Run, store: redis.Redis, pipelines: Pipelines
 ) -> None:
     doc = run.json("status")
-    assert [p["versions"][0]["version"] for p in doc["pipelines"]] == [None, None]
+    assert [p["versions"][0]["version"] for p in doc["pipelines"]] == [None, None, None]
     assert doc["log"]["events"] == 0
     _store(store, pipelines)
     wide = run.json("status", "--minutes", "20")

@@ -39,7 +39,7 @@ async def test_the_snapshot_says_how_far_its_pipeline_was_behind_the_log(
         caught_up = await (await s.get(gateway.url + URL)).json()
         assert caught_up["lag_ms"] == 0
 
-        store.hdel(FRONTIER_LAG_KEY, "entities")  # a pipeline that records no lag
+        store.hdel(FRONTIER_LAG_KEY, "profiles")  # a pipeline that records no lag
         unknown = await (await s.get(gateway.url + URL)).json()
         assert "lag_ms" not in unknown
         assert unknown["rows"] == {"profile": {"name": "A"}}
