@@ -100,10 +100,25 @@ class Tab:
     def task(self, column: str, title: str) -> Any:
         return self.id(f"column-{column}").get_by_test_id("task").filter(has_text=title)
 
-    def leaders(self) -> list[str]:
+    def leaders(self, window: str = "leaderboard") -> list[str]:
         return list(self.page.eval_on_selector_all(
-            '[data-testid="leaderboard"] [data-testid="leader"]', "els => els.map(e => e.dataset.person)"
+            f'[data-testid="{window}"] [data-testid="leader"]', "els => els.map(e => e.dataset.person)"
         ))  # fmt: skip
+
+    def wait_for_leaders(self, order: list[str], window: str = "leaderboard") -> None:
+        self.page.wait_for_function(
+            "([window, order]) => JSON.stringify([...document.querySelectorAll("
+            '`[data-testid="${window}"] [data-testid="leader"]`)].map(e => e.dataset.person))'
+            " === JSON.stringify(order)",
+            arg=[window, order],
+        )
+
+    def give_kudos(self, to: str, note: str = "") -> None:
+        self.id("kudos-to").fill(to)
+        self.id("kudos-note").fill(note)
+        self.id("kudos-submit").click()
+        self.done(f"Kudos to {to}")
+        self.id("action-status").evaluate("line => { line.textContent = ''; }")
 
     def done(self, says: str) -> None:
         """The last action is in its view: the page waited for it (read-your-writes)."""
@@ -177,26 +192,25 @@ def test_b_gives_kudos_and_as_window_reorders(tabs: tuple[Tab, Tab]) -> None:
     ]
     for i, order in enumerate(orders):
         started = time.monotonic()
-        b.id("kudos-to").fill("ada")
-        b.id("kudos-note").fill(f"for the release, {i + 1}")
-        b.id("kudos-submit").click()
-        b.done("Kudos to ada")
-        b.id("action-status").evaluate("line => { line.textContent = ''; }")
-        expect(a.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
-            "data-person", order[0]
-        )
-        a.page.wait_for_function(
-            "order => JSON.stringify([...document.querySelectorAll("
-            '\'[data-testid="leaderboard"] [data-testid="leader"]\')].map(e => e.dataset.person))'
-            " === JSON.stringify(order)",
-            arg=order,
-        )
+        b.give_kudos("ada", f"for the release, {i + 1}")
+        a.wait_for_leaders(order)
         TIMINGS[f"kudos {i + 1}, B's click to A's window (ms)"] = (
             time.monotonic() - started
         ) * 1000
     top = a.id("leaderboard").get_by_test_id("leader").first
     expect(top.get_by_test_id("leader-kudos")).to_have_text("4")
     expect(top).to_contain_text("for the release, 3")
+
+
+def test_a_pages_on_and_the_next_window_follows_the_first(tabs: tuple[Tab, Tab]) -> None:
+    a, b = tabs
+    a.id("leaders-more").click()
+    a.wait_for_leaders(["barbara"], "leaderboard-next")
+    expect(a.id("leaderboard-next").get_by_test_id("leader")).to_contain_text("6")
+    for _ in range(2):  # barbara, 3: level with grace, after her; edsger drops to the next page
+        b.give_kudos("barbara")
+    a.wait_for_leaders(["ada", "grace", "barbara", "linus", "alan"])
+    a.wait_for_leaders(["edsger"], "leaderboard-next")
 
 
 SNAPSHOTS_FROM_NOW = """() => {
@@ -218,10 +232,7 @@ def test_offline_a_gets_what_b_did_once_when_back(tabs: tuple[Tab, Tab]) -> None
         b.id("new-task-submit").click()
         b.done(f"Added “{title}”")
     for _ in range(2):
-        b.id("kudos-to").fill("linus")
-        b.id("kudos-submit").click()
-        b.done("Kudos to linus")
-        b.id("action-status").evaluate("line => { line.textContent = ''; }")
+        b.give_kudos("linus")
     # In the views, and not on A's page: A's connection is down.
     expect(b.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
         "data-person", "linus"
@@ -237,7 +248,8 @@ def test_offline_a_gets_what_b_did_once_when_back(tabs: tuple[Tab, Tab]) -> None
     expect(a.id("leaderboard").get_by_test_id("leader").first).to_have_attribute(
         "data-person", "linus"
     )
-    assert a.leaders() == ["linus", "ada", "grace", "alan", "edsger"]
+    assert a.leaders() == ["linus", "ada", "grace", "barbara", "alan"]
+    assert a.leaders("leaderboard-next") == ["edsger"]
     # Resumed from where each subscription was (the deltas it missed), not started over.
     assert a.page.evaluate("() => window.snapshotsSince") == []
 

@@ -40,6 +40,9 @@ export class Board {
     this.board = null;
     this.tasks = null;
     this.leaders = null;
+    /** The page after the top window, `{view, key, limit, after}`, while it is shown. */
+    this.next = null;
+    this.nextShown = false;
   }
 
   start(board) {
@@ -63,6 +66,10 @@ export class Board {
         if (ok) note.value = '';
       });
     });
+    testid('leaders-more').addEventListener('click', () => {
+      this.nextShown = !this.nextShown;
+      this.showLeaders();
+    });
     testid('open-board-form').addEventListener('submit', (event) => {
       event.preventDefault();
       const name = event.target.elements.board.value.trim().toLowerCase();
@@ -76,6 +83,8 @@ export class Board {
   open(board) {
     this.tasks?.unsubscribe();
     this.leaders?.unsubscribe();
+    this.followNext(null);
+    this.nextShown = false;
     this.board = board;
     const url = new URL(location.href);
     url.searchParams.set('board', board);
@@ -149,6 +158,37 @@ export class Board {
     const items = ranked.map(({ row, score, value }, i) => ({ person: row, score, value, place: i + 1 }));
     renderKeyed(testid('leaderboard'), items, (l) => this.leaderItem(l));
     testid('leaderboard-empty').hidden = ranked.length > 0 || this.leaders?.state !== 'live';
+    // The next page starts after the top window's last row: when that row changes, so does it.
+    const cursor = this.leaders?.nextPage() ?? null;
+    this.followNext(this.nextShown ? cursor : null);
+    const more = testid('leaders-more');
+    more.hidden = cursor === null && !this.nextShown;
+    more.textContent = this.nextShown ? 'Top 5 only' : `Next ${LEADERS_SHOWN}`;
+    more.setAttribute('aria-expanded', String(this.nextShown));
+    this.showNext();
+  }
+
+  /** Subscribe to the window after `cursor` (`{score, row}`), or to none when it is null. */
+  followNext(cursor) {
+    const wanted = cursor && { view: 'leaderboard', key: this.board, limit: LEADERS_SHOWN, after: cursor };
+    if (JSON.stringify(wanted) === JSON.stringify(this.next?.query ?? null)) return;
+    this.next?.sub.unsubscribe();
+    this.next = wanted && {
+      query: wanted,
+      sub: this.client.subscribe(wanted, {
+        snapshot: () => this.showNext(),
+        change: () => this.showNext(),
+        error: (error) => this.refused(error),
+      }),
+    };
+  }
+
+  showNext() {
+    const list = testid('leaderboard-next');
+    const ranked = this.next?.sub.ranked ?? [];
+    const items = ranked.map(({ row, score, value }, i) => ({ person: row, score, value, place: LEADERS_SHOWN + i + 1 }));
+    renderKeyed(list, items, (l) => this.leaderItem(l));
+    list.hidden = !this.nextShown;
   }
 
   leaderItem({ person, score, value, place }) {
