@@ -275,7 +275,7 @@ def screenshot(page: Page) -> None:
 def test_a_newcomer_over_sse_signs_in_on_the_first_board_and_switches_boards(
     browser: Any, system: BoardSystem
 ) -> None:
-    context = browser.new_context(viewport={"width": 1280, "height": 640})
+    context = browser.new_context(viewport={"width": 1280, "height": 700})
     try:
         page = context.new_page()
         # Each subscription a stream of its own: GET /v1/live for the prefix and the whole view,
