@@ -35,8 +35,10 @@ def routes(dev_tokens: bool, log_feed: bool = True) -> list[BaseRoute]:
     """The API's routes; static files (``server.api.static``) come after them."""
     out: list[BaseRoute] = [
         Route("/v1/events", rest.post_events, methods=["POST"]),
-        Route("/v1/views/{view}/{key}", rest.get_view, methods=["GET"]),
-        Route("/v1/views/{view}/{key}/live", streams.live, methods=["GET"]),
+        # A key may hold a '/' (written %2F), which the routes, matching the decoded path, see
+        # as any other: the stream's route comes first, and each reads the raw path.
+        Route("/v1/views/{view}/{key:keypath}/live", streams.live, methods=["GET"]),
+        Route("/v1/views/{view}/{key:keypath}", rest.get_view, methods=["GET"]),
         Route("/v1/live", streams.query_live, methods=["GET"]),
         WebSocketRoute("/v1/ws", sessions.socket),
         Route("/healthz", rest.healthz, methods=["GET"]),
@@ -139,7 +141,7 @@ def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
     starlette = GatewayApp(
         routes=[
             *routes(settings.dev_tokens, settings.log_feed),
-            Route("/v1/operator/views/{view}/{key}", operator.view_as_of, methods=["GET"]),
+            Route("/v1/operator/views/{view}/{key:keypath}", operator.view_as_of, methods=["GET"]),
             *static_routes(settings.static_dir, settings.client_js_dir),
         ],
         middleware=middleware,

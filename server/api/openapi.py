@@ -80,8 +80,9 @@ def _view_params(views: list[str] | None) -> list[dict[str, Any]]:
     view: dict[str, Any] = {"type": "string"}
     if views:
         view["enum"] = views
-    # A key is 1 to 256 characters; one with '/' cannot be named in a path.
-    key = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^/]+$"}
+    # A key is 1 to 256 characters, one segment of the path: a '/' in it is written %2F.
+    key = {"type": "string", "minLength": 1, "maxLength": 256,
+           "description": "The key, percent-encoded: a '/' in it is written %2F."}  # fmt: skip
     return [
         {"name": "view", "in": "path", "required": True, "schema": view},
         {"name": "key", "in": "path", "required": True, "schema": key},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_to_bytes
 
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import HTTPConnection
 
 from server.errors import BadRequest, NotFound
@@ -57,21 +58,63 @@ def single_header(conn: HTTPConnection, name: str, code: str) -> str | None:
     return values[0].strip(" \t") if values else None
 
 
-def view_and_key(conn: HTTPConnection) -> tuple[str, str]:
-    """The path's view and key, refused (``invalid_key``) if their %-escapes are not UTF-8.
+def view_and_key(conn: HTTPConnection, tail: str | None = None) -> tuple[str, str]:
+    """The path's view and key, each one segment as the client percent-encoded it, so a key may
+    hold a '/' written ``%2F`` (a listable view's keys often do: ``board/task``). Refused with
+    ``invalid_key`` if their %-escapes are not UTF-8, and ``not_found`` if the key is not one
+    segment (a '/' not encoded).
 
-    The server decodes such escapes to U+FFFD, so ``%FF`` would name the key "\\ufffd", which
-    is not the key the client sent.
+    The routes match the decoded path, where a key's ``%2F`` is a '/' like any other: what the
+    client meant is only in the raw path. ``tail``: the path's last segment after the key
+    (``live``).
     """
-    view, key = conn.path_params["view"], conn.path_params["key"]
-    raw = conn.scope.get("raw_path")
-    if isinstance(raw, bytes) and "\ufffd" in view + key:
-        try:
-            unquote_to_bytes(raw).decode("utf-8")
-        except UnicodeDecodeError:
-            raise NotFound(
-                "a view and its key are UTF-8 once their %-escapes are decoded; this path's "
-                "are not.",
-                code="invalid_key",
-            ) from None
+    segments = path_segments(conn)
+    if segments is None:
+        return conn.path_params["view"], conn.path_params["key"]
+    if tail is not None and segments[-1:] == [tail]:
+        segments = segments[:-1]
+    if len(segments) != 2:
+        raise NotFound(
+            "a key is one segment of the path: percent-encode a '/' in it as %2F.",
+            code="not_found",
+        )
+    try:
+        view, key = (unquote_to_bytes(s).decode("utf-8") for s in segments)
+    except UnicodeDecodeError:
+        raise NotFound(
+            "a view and its key are UTF-8 once their %-escapes are decoded; this path's are not.",
+            code="invalid_key",
+        ) from None
     return view, key
+
+
+VIEW_PATHS = (b"/v1/views/", b"/v1/operator/views/")
+
+
+class KeyPath(Convertor[str]):
+    """The routes' ``{key:keypath}``: the rest of the decoded path, line breaks included (a key
+    may hold any character); ``view_and_key`` reads the key from the raw path."""
+
+    regex = "(?s:.+)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("keypath", KeyPath())
+
+
+def path_segments(conn: HTTPConnection) -> list[str] | None:
+    """The raw segments of a view's path after ``/v1/views/`` (or the operator's): ``[view,
+    key]`` or ``[view, key, "live"]`` when the key is one segment; None without a raw path."""
+    raw = conn.scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return None
+    path = raw.split(b"?", 1)[0]
+    for prefix in VIEW_PATHS:
+        if path.startswith(prefix):
+            return path[len(prefix) :].decode("latin-1").split("/")
+    return None

@@ -18,9 +18,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from server.admission import Slot, client_address
-from server.api.params import single, single_header, view_and_key, whole_number
+from server.api.params import path_segments, single, single_header, view_and_key, whole_number
 from server.api.queries import after_rank, prefix_subscription, window_subscription
 from server.api.responses import hand_over
+from server.api.rest import get_view
 from server.auth import READ, Principal, authenticate
 from server.errors import BadRequest
 from server.fanout.subscription import Subscription
@@ -106,9 +107,13 @@ class LiveResponse(EventSourceResponse):
 
 async def live(request: Request) -> Response:
     """``GET /v1/views/{view}/{key}/live``: a key, or with ``limit`` a window of it."""
+    segments = path_segments(request)
+    if segments is not None and len(segments) == 2:
+        # A key that ends in "/live", written %2F: the decoded path looked like a stream's.
+        return await get_view(request)
     gw: Gateway = request.app.state.gateway
     principal = authenticate(request, gw.auth, READ)
-    view, key = view_and_key(request)
+    view, key = view_and_key(request, tail="live")
     gw.readable_view(principal, view, key)
     sub: Subscription
     limit = single(request, "limit")

@@ -78,12 +78,14 @@ def event_id_ok(raw: str) -> bool:
 
 def key_ok(segment: str) -> str | None:
     """The key a percent-encoded path segment names, if it can name one: UTF-8 once decoded,
-    1 to 256 characters, and no '/' (which would make it another path)."""
+    1 to 256 characters (a '/' in it written %2F: the segment is still one)."""
+    if "/" in segment:
+        return None
     try:
         key = unquote_to_bytes(segment).decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return key if 1 <= len(key) <= 256 and "/" not in key else None
+    return key if 1 <= len(key) <= 256 else None
 
 
 def as_query(raw: Raw) -> str:

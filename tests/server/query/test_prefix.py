@@ -156,3 +156,29 @@ async def test_a_replaced_store_resets_a_prefix_subscription(
         state.take(await sse.next(skip=("progress",)))
         assert state.keys == {"b1/t9": {"task": task("after")}}
         await sse.close()
+
+
+async def test_a_key_with_a_slash_is_one_segment_written_percent_2f(
+    query_gateway: ServedGateway, store: redis.Redis, query_writer: Writer
+) -> None:
+    gw = query_gateway
+    query_writer.write([("tasks", "b1/t1", "task", task("one")),
+                        ("tasks", "b1/live", "task", task("a key that ends in /live"))])  # fmt: skip
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"{gw.url}/v1/views/tasks/b1%2Ft1", headers=gw.headers()) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["rows"] == {"task": task("one")}
+        async with s.get(f"{gw.url}/v1/views/tasks/b1%2Flive", headers=gw.headers()) as resp:
+            assert resp.status == 200, "a key that ends in /live is read, not streamed"
+            assert (await resp.json())["rows"] == {"task": task("a key that ends in /live")}
+        sse = await open_sse(s, f"{gw.url}/v1/views/tasks/b1%2Ft1/live", gw.headers())
+        snap = await sse.next()
+        assert (snap.data["key"], snap.data["rows"]) == ("b1/t1", {"task": task("one")})
+        query_writer.write([("tasks", "b1/t1", "task", task("uno"))])
+        delta = await sse.next(skip=("progress",))
+        assert delta.data["key"] == "b1/t1"
+        await sse.close()
+        for path in ("/v1/views/tasks/b1/t1", "/v1/views/tasks/b1/t1/live"):
+            async with s.get(gw.url + path, headers=gw.headers()) as resp:
+                assert resp.status == 404
+                assert (await resp.json())["code"] == "not_found"
