@@ -25,6 +25,7 @@ from demo.chirp.generate import Activity
 from streaming import App
 from streaming.core.events import iso
 from streaming.core.log import EventLog
+from streaming.job.views import EVENT_SCHEMA
 from tests.demo import processors
 from tests.support.checks import stored_views
 from tests.support.pipeline import RunningPipeline
@@ -182,6 +183,15 @@ def test_an_event_dated_ahead_of_its_arrival_is_not_counted(store, settings, spa
     )  # fmt: skip
     new = views[("activity", "global")]
     assert list(new) == [iso(now)] and new[iso(now)]["total"] == 2
+
+
+def test_the_declared_views_run_no_python_per_event(spark):
+    events = spark.createDataFrame(
+        [(0, "1-0", "profile_set", "u", '{"user": "u", "name": "U"}', 1, 1)], EVENT_SCHEMA
+    )
+    for build in (declared.profiles, declared.activity):
+        plan = build(events, app)._jdf.queryExecution().executedPlan().toString()
+        assert "Python" not in plan and "ArrowEval" not in plan, plan
 
 
 def test_likes_stay_in_the_processor_since_spark_refuses_stacked_aggregations(spark):
