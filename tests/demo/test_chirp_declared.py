@@ -29,6 +29,7 @@ from streaming.job.views import EVENT_SCHEMA
 from tests.demo import processors
 from tests.support.checks import stored_views
 from tests.support.pipeline import RunningPipeline
+from tests.support.reference import activity_batches, activity_counts, read_log
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MINUTE = 60_000
@@ -169,6 +170,11 @@ def test_late_events_are_counted_apart_by_the_processor_and_dropped_by_spark_onc
     assert old[at(2)]["late"] == {"tweet_posted": 1} and old[at(2)]["total"] == 1
     assert new[at(2)]["counts"] == {"tweet_posted": 2} and new[at(2)]["total"] == 2
     assert old[at(3)] == {**new[at(3)], "late": {}, "late_total": 0}
+    # The offline recomputation's rule, applied to where the micro-batches ended, agrees.
+    counted = activity_counts(read_log(store, settings.log_partitions), activity_batches(store))
+    assert {iso(start): c for start, c in counted.items()} == {
+        k: w["counts"] for k, w in new.items()
+    }
 
 
 def test_an_event_dated_ahead_of_its_arrival_is_not_counted(store, settings, spark):
