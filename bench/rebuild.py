@@ -1,7 +1,7 @@
 """A rebuild beside the live pipeline: 1M events rebuilt while readers are served at 100/s.
 
     .venv/bin/python -m bench.rebuild [--quick] [--backlog 1000000] [--rate 100]
-        [--before 30] [--pipelines entities,activity] [--env LV_MAX_EVENTS_PER_BATCH=10000]
+        [--before 30] [--pipelines profiles,entities,activity] [--env LV_MAX_EVENTS_PER_BATCH=10000]
         [--live-env LV_MAX_EVENTS_PER_BATCH=2000] [--name rebuild]
 
 The whole system runs as ``make run`` runs it (store, pipeline process, gateway). A fresh store
@@ -58,9 +58,10 @@ from streaming.core.settings import Settings
 from streaming.job.progress import PIPELINE_PROGRESS_STREAM
 from streaming.job.session import QUERY_NAME
 
-PIPELINES = ["entities", "activity"]
-"""Rebuilt one after the other: ``entities`` serves the views whose latency is measured (and
-its two versions share one scheduler pool), ``activity`` is another pipeline (another pool)."""
+PIPELINES = ["profiles", "entities", "activity"]
+"""Rebuilt one after the other: ``profiles`` serves the view whose latency is measured (its
+readers are those of the version being replaced), ``entities`` (likes, tweets, timelines) is the
+largest state beside it on the same cores, ``activity`` another query every 2 s."""
 CHUNK_S = 5.0
 """The writer posts in runs of this many seconds, so that it can stop between two of them."""
 SETTLE_S = 10.0
