@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 import aiohttp
 import redis
@@ -53,11 +55,17 @@ async def test_health_readiness_metrics_and_openapi(
                      "lv_slow_consumer_total", "lv_change_feed_lag_seconds"]:  # fmt: skip
             assert f"\n{name} " in "\n" + text, name
         doc = await (await s.get(gateway.url + "/openapi.json")).json()
-        http_routes = {r.path for r in routes(gateway.settings.dev_tokens) if isinstance(r, Route)}
+
+        # A route's parameter convertor ({key:keypath}) is not part of the documented path.
+        def documented(route: Any) -> str:
+            return re.sub(r":\w+}", "}", getattr(route, "path", ""))
+
+        http_routes = {documented(r)
+                       for r in routes(gateway.settings.dev_tokens) if isinstance(r, Route)}  # fmt: skip
         assert set(doc["paths"]) == http_routes
         for path, ops in doc["paths"].items():
             for method in ops:
-                route = next(r for r in routes(True) if getattr(r, "path", "") == path)
+                route = next(r for r in routes(True) if documented(r) == path)
                 assert method.upper() in (route.methods or ()), (path, method)
 
 
