@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 import orjson
 
-from server.fanout.items import EpochChanged, FeedDelta
+from server.fanout.items import FeedDelta, Item
 from server.fanout.subscription import MAX_HISTORY_PAGE, Source, Subscription, replaced
-from server.feed.queries import Rank, Reads, WindowRead, WindowRow, read_prefix, read_window
+from server.feed.queries import Around, Rank, Reads, WindowRead, WindowRow, read_prefix, read_window
 from server.feed.store import HistoryGone, read_history, read_shard_history
 from server.wire import frames
 from server.wire.eventid import PrefixId, WindowId, position_tuple
@@ -79,10 +79,8 @@ class PrefixSubscription(Subscription):
             s.client, self.reads, s.layout, self.view, self.key, s.frontier_of(self.view)
         )
         around = snap.around
-        self.epoch = around.epoch
+        _follow(self, around)
         self.positions = [position_tuple(p) for p in snap.positions]
-        self.progress_position = position_tuple(around.progress)
-        self.frontier = frames.progress(around.frontier).data.decode()
         keys = {k: rows for k, rows in snap.keys.items() if self.readable(k)}
         event_id = self._event_id()
         self.last_event_id = event_id
@@ -107,7 +105,6 @@ class PrefixSubscription(Subscription):
         except HistoryGone as gone:
             self.history = None
             return await self._reset(gone.code, f"cannot resume: {gone.message}")
-        self.positions[shard] = position_tuple(page.read_to)
         out = []
         for delta in page.deltas:
             self.positions[shard] = position_tuple(delta.id)
@@ -136,33 +133,12 @@ class PrefixSubscription(Subscription):
             return None
         return frames.delta(delta.view, delta.key, delta.ops, self._event_id())
 
-    async def next_frames(self) -> list[frames.Frame]:
-        sub = self._taking()
-        if self.history is not None:
-            return await self._history_page()
-        items, progress = sub.take()
-        out: list[frames.Frame] = []
-        for item in items:
-            if isinstance(item, EpochChanged):
-                if item.epoch != self.epoch:
-                    out.extend(await self._reset(*replaced(self.epoch, item.epoch)))
-            else:
-                frame = self._take(item)
-                if frame is not None:
-                    out.append(frame)
-        if progress is not None and self.accept_progress(progress):
-            out.append(progress.frame)
-        for f in out:
-            if f.id is not None:
-                self.last_event_id = f.id
-        return out
-
 
 class WindowSubscription(Subscription):
     """The ``limit`` rows of (``view``, ``key``) of highest score, or those after the row
     ``after``: a page of the key in its view's order."""
 
-    __slots__ = ("reads", "view_limit", "limit", "after", "window", "window_resume")
+    __slots__ = ("reads", "view_limit", "limit", "after", "window", "window_resume", "moved")
 
     direct = False
 
@@ -187,6 +163,8 @@ class WindowSubscription(Subscription):
         """The rows the client holds, as it was sent them, in order."""
         self.window_resume = resume
         self.last_event_id = str(resume) if resume else None
+        self.moved = False
+        """Did a delta of the key come among the items being taken (``_frames_of``)?"""
 
     def _attach(self) -> None:
         self.subscriber = self.source.hub.attach(
@@ -218,10 +196,8 @@ class WindowSubscription(Subscription):
     async def _snapshot(self) -> frames.Frame:
         read = await self._read()
         around = read.around
-        self.epoch = around.epoch
+        _follow(self, around)
         self.position = position_tuple(read.position)
-        self.progress_position = position_tuple(around.progress)
-        self.frontier = frames.progress(around.frontier).data.decode()
         self.window = {r.row: r for r in read.rows}
         event_id = self._event_id()
         self.last_event_id = event_id
@@ -250,9 +226,7 @@ class WindowSubscription(Subscription):
                     count=MAX_HISTORY_PAGE, pipeline=split_physical(s.frontier_of(self.view))[0],
                 )  # fmt: skip
             except HistoryGone as gone:
-                self.source.metrics.resets += 1
-                return [frames.reset(gone.code, f"cannot resume: {gone.message}"),
-                        await self._snapshot()]  # fmt: skip
+                return await self._reset(gone.code, f"cannot resume: {gone.message}")
             if read.around.epoch != resume.epoch:
                 # The version changed between the two reads: what the client holds is gone.
                 return await self._reset(*replaced(resume.epoch, read.around.epoch))
@@ -263,10 +237,8 @@ class WindowSubscription(Subscription):
             if page.complete or position_tuple(page.read_to) >= limit:
                 break
             after = page.read_to
-        self.epoch = read.around.epoch
+        _follow(self, read.around)
         self.position = position_tuple(read.position)
-        self.progress_position = position_tuple(read.around.progress)
-        self.frontier = frames.progress(read.around.frontier).data.decode()
 
         def held(rank: Rank) -> bool:
             return boundary is None or rank >= boundary  # ranked no later than the boundary
@@ -275,12 +247,12 @@ class WindowSubscription(Subscription):
         for row in read.rows:
             if row.row in changed or not held((row.score, row.row)):
                 ops.append(_upsert(row))
+        # The rows after the window now, down to its last row then, left it (they are never in
+        # it); so did every row that changed and is not in it now.
+        beyond = [row_id for _, row_id in read.beyond]
+        ops += [{"op": "delete", "row": row_id} for row_id in beyond]
         now = {row.row for row in read.rows}
-        for _, row_id in read.beyond:
-            if row_id not in now:
-                ops.append({"op": "delete", "row": row_id})
-        beyond = {row_id for _, row_id in read.beyond}
-        for row_id in sorted(changed - now - beyond):
+        for row_id in sorted(changed - now - set(beyond)):
             ops.append({"op": "delete", "row": row_id})
         self.window = {r.row: r for r in read.rows}
         if not ops:
@@ -310,28 +282,27 @@ class WindowSubscription(Subscription):
             return None
         return frames.window_delta(self.view, self.key, ops, self._event_id())
 
-    async def next_frames(self) -> list[frames.Frame]:
-        sub = self._taking()
-        items, progress = sub.take()
-        out: list[frames.Frame] = []
-        moved = False
-        for item in items:
-            if isinstance(item, EpochChanged):
-                if item.epoch != self.epoch:
-                    out.extend(await self._reset(*replaced(self.epoch, item.epoch)))
-                    moved = False
-            elif item.epoch == self.epoch and item.position > self.position:
-                moved = True
-        if moved:
+    def _take(self, item: FeedDelta) -> frames.Frame | None:
+        """A delta of the key: the window is read again once the items at hand are seen."""
+        if item.epoch == self.epoch and item.position > self.position:
+            self.moved = True
+        return None
+
+    async def _frames_of(self, items: list[Item]) -> list[frames.Frame]:
+        self.moved = False
+        out = await super()._frames_of(items)
+        if self.moved:
             frame = await self._changes()
             if frame is not None:
                 out.append(frame)
-        if progress is not None and self.accept_progress(progress):
-            out.append(progress.frame)
-        for f in out:
-            if f.id is not None:
-                self.last_event_id = f.id
         return out
+
+
+def _follow(sub: Subscription, around: Around) -> None:
+    """``sub`` is at the epoch and frontier a read of the store saw."""
+    sub.epoch = around.epoch
+    sub.progress_position = position_tuple(around.progress)
+    sub.frontier = frames.progress(around.frontier).data.decode()
 
 
 def _upsert(row: WindowRow) -> dict[str, object]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from server.errors import SlowConsumer, Unavailable
 from server.fanout.cursor import Cursor
 from server.fanout.hub import Hub, Wanted, add_wait
-from server.fanout.items import EpochChanged, FeedDelta
+from server.fanout.items import EpochChanged, FeedDelta, Item
 from server.fanout.subscriber import Subscriber, SubscriberState
 from server.feed.changes import ChangeFeed
 from server.feed.store import Client, HistoryGone, Layout, read_history, read_snapshot
@@ -187,20 +187,34 @@ class Subscription(Cursor):
         if self.history is not None:
             return await self._history_page()
         items, progress = sub.take()
-        out: list[frames.Frame] = []
-        for item in items:
-            if isinstance(item, EpochChanged):
-                if item.epoch != self.epoch:
-                    out.extend(await self._reset(*replaced(self.epoch, item.epoch)))
-            elif self.is_next(item):
-                self.sent(item)
-                out.append(item.frame)
+        out = await self._frames_of(items)
         if progress is not None and self.accept_progress(progress):
             out.append(progress.frame)
         for f in out:
             if f.id is not None:
                 self.last_event_id = f.id
         return out
+
+    async def _frames_of(self, items: list[Item]) -> list[frames.Frame]:
+        """The frames of items the hub buffered: a reset and a snapshot when the store or the
+        view's version changed, else each delta's frame (``_take``)."""
+        out: list[frames.Frame] = []
+        for item in items:
+            if isinstance(item, EpochChanged):
+                if item.epoch != self.epoch:
+                    out.extend(await self._reset(*replaced(self.epoch, item.epoch)))
+            else:
+                frame = self._take(item)
+                if frame is not None:
+                    out.append(frame)
+        return out
+
+    def _take(self, item: FeedDelta) -> frames.Frame | None:
+        """A live delta's frame, if it is the next to send."""
+        if not self.is_next(item):
+            return None
+        self.sent(item)
+        return item.frame
 
     def close(self) -> None:
         if self.subscriber is not None:
