@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from server.fanout.items import EpochChanged, FeedDelta, FeedRun, Progress
 from server.fanout.subscriber import Subscriber, SubscriberState
@@ -60,6 +60,8 @@ class Cohort(Protocol):
         """The same for a frontier on its own."""
         ...
 
+
+K = TypeVar("K")
 
 Wanted = dict[str, tuple[int, int]]
 """Log positions a client waits for its view to reflect: partition -> entry id as a tuple."""
@@ -224,23 +226,10 @@ class Hub:
         lane = self._lane(sub.frontier_name)
         lane.subscribers.discard(sub)
         lane.waits.pop(sub, None)
-        watchers = self.prefixes.get(sub.view)
-        if watchers is not None and sub in watchers:
-            watchers.discard(sub)
-            if not watchers:
-                del self.prefixes[sub.view]
-            self.metrics.subscriptions = len(self.all)
-            return
-        waiting = self.settling.get((sub.view, sub.key))
-        if waiting is not None:
-            waiting.discard(sub)
-            if not waiting:
-                del self.settling[(sub.view, sub.key)]
-        peers = self.by_key.get((sub.view, sub.key))
-        if peers is not None:
-            peers.discard(sub)
-            if not peers:
-                del self.by_key[(sub.view, sub.key)]
+        # A subscriber is in one of these (a prefix's, or its key's), never in both.
+        _discard(self.prefixes, sub.view, sub)
+        _discard(self.settling, (sub.view, sub.key), sub)
+        _discard(self.by_key, (sub.view, sub.key), sub)
         self.metrics.subscriptions = len(self.all)
 
     def publish(self, epoch: str, deltas: list[Delta], progress: Iterable[Progress] = ()) -> None:
@@ -424,6 +413,15 @@ class Hub:
         if sub.state is SubscriberState.OVERFLOWED and sub in self.all:
             self.metrics.slow_consumers += 1
         self._forget(sub)
+
+
+def _discard(groups: dict[K, set[Subscriber]], key: K, sub: Subscriber) -> None:
+    """``sub`` out of its group ``key``, and the group out of ``groups`` once empty."""
+    group = groups.get(key)
+    if group is not None:
+        group.discard(sub)
+        if not group:
+            del groups[key]
 
 
 def add_wait(waits: list[Wanted], wanted: Wanted) -> None:
