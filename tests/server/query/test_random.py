@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -41,7 +42,9 @@ def write_randomly(store: redis.Redis, seed: int, done: threading.Event) -> None
         for batch in range(1, BATCHES + 1):
             rows = []
             for key in rnd.sample(TASKS, rnd.randint(1, 3)):
-                value = None if rnd.random() < 0.2 else {"title": f"{key} #{batch}"}
+                value: dict[str, Any] | None = (
+                    None if rnd.random() < 0.2 else {"title": f"{key} #{batch}"}
+                )
                 rows.append(_row("tasks", key, "task", value, 0.0))
             for player in rnd.sample(PLAYERS, rnd.randint(1, 3)):
                 n = rnd.randint(0, 40)
@@ -61,18 +64,18 @@ def _row(view: str, key: str, row: str, value: Any, score: float) -> dict[str, A
     return {"view": view, "key": key, "row": row, "value": encoded, "score": score}
 
 
-async def sse_prefix(
-    gw: ServedGateway, s: aiohttp.ClientSession, store: redis.Redis, prefix: str,
-    rnd: random.Random, done: threading.Event,
-) -> PrefixState:  # fmt: skip
-    state = PrefixState()
+State = TypeVar("State", PrefixState, WindowState)
 
-    def agrees() -> bool:
-        return state.keys == stored_keys(store, "tasks", prefix)
 
+async def resuming_sse(
+    gw: ServedGateway, s: aiohttp.ClientSession, url: str, params: dict[str, str],
+    state: State, agrees: Callable[[], bool], rnd: random.Random, done: threading.Event,
+) -> State:  # fmt: skip
+    """Read a stream into ``state`` a few frames at a time, away a moment after each, resuming
+    from its last event id, until the writer is done and ``agrees()``."""
     while True:
         headers = gw.headers() | ({"Last-Event-ID": state.last_id} if state.last_id else {})
-        sse = await open_sse(s, f"{gw.url}/v1/live", headers, {"view": "tasks", "prefix": prefix})
+        sse = await open_sse(s, url, headers, params)
         budget = rnd.randint(1, 12)
         while budget > 0 and not (done.is_set() and agrees()):
             try:
@@ -84,6 +87,19 @@ async def sse_prefix(
         if done.is_set() and agrees():
             return state
         await asyncio.sleep(rnd.random() * 0.2)  # away while deltas come
+
+
+async def sse_prefix(
+    gw: ServedGateway, s: aiohttp.ClientSession, store: redis.Redis, prefix: str,
+    rnd: random.Random, done: threading.Event,
+) -> PrefixState:  # fmt: skip
+    state = PrefixState()
+
+    def agrees() -> bool:
+        return state.keys == stored_keys(store, "tasks", prefix)
+
+    return await resuming_sse(gw, s, f"{gw.url}/v1/live", {"view": "tasks", "prefix": prefix},
+                              state, agrees, rnd, done)  # fmt: skip
 
 
 async def ws_view(
@@ -136,20 +152,8 @@ async def sse_window(
             state.rows[r] == v and state.scores[r] == sc for r, sc, v in truth
         )
 
-    while True:
-        headers = gw.headers() | ({"Last-Event-ID": state.last_id} if state.last_id else {})
-        sse = await open_sse(s, f"{gw.url}/v1/views/scores/g1/live", headers, params)
-        budget = rnd.randint(1, 8)
-        while budget > 0 and not (done.is_set() and agrees()):
-            try:
-                state.take(await sse.next(timeout=0.3, skip=("progress",)))
-            except TimeoutError:
-                continue
-            budget -= 1
-        await sse.close()
-        if done.is_set() and agrees():
-            return state
-        await asyncio.sleep(rnd.random() * 0.2)
+    return await resuming_sse(gw, s, f"{gw.url}/v1/views/scores/g1/live", params, state,
+                              agrees, rnd, done)  # fmt: skip
 
 
 async def test_query_subscriptions_resume_with_no_gap_and_no_duplicate(
@@ -167,7 +171,7 @@ async def test_query_subscriptions_resume_with_no_gap_and_no_duplicate(
         tasks = [asyncio.create_task(asyncio.wait_for(c, 120)) for c in subscribers]
         await asyncio.sleep(0.2)
         await asyncio.to_thread(write_randomly, store, 11, done)
-        states = await asyncio.gather(*tasks)
+        states: list[Any] = list(await asyncio.gather(*tasks))
     prefix_b1, prefix_all, ws_all, top3, page = states
     assert isinstance(prefix_b1, PrefixState) and isinstance(ws_all, PrefixState)
     assert prefix_b1.keys == stored_keys(store, "tasks", "b1/")
