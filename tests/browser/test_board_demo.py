@@ -18,17 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from playwright.sync_api import BrowserContext, Page, expect
 
 from demo.board import app as board_app
 from demo.board.activity import event, seed_events
 from streaming import EventLog
-from streaming.core.settings import Settings
 from tests.support.browser import ARTIFACTS, OPEN_PAGES, ROOT
-from tests.support.gateway import ServedGateway
-from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for
-from tests.support.pipeline import RunningPipeline
+from tests.support.chirp_system import System
+from tests.support.gateway_settings import PARTITIONS
 
 expect.set_options(timeout=30_000)
 UPDATE = os.environ.get("LV_UPDATE_DEMO_ARTIFACTS") == "1"
@@ -38,26 +35,12 @@ KUDOS = [("grace", 3), ("linus", 2), ("alan", 2), ("edsger", 1), ("barbara", 1),
 TIMINGS: dict[str, float] = {}
 
 
-class BoardSystem:
-    """The board's pipelines and a gateway over ``store_url``; ``stop()`` ends both."""
+class BoardSystem(System):
+    """The board's pipelines and a gateway serving it, with the test's board seeded."""
 
     def __init__(self, store_url: str, spark: Any, data_dir: Path) -> None:
-        self.client = redis.Redis.from_url(store_url)
-        self.client.flushdb()
-        self.settings = Settings.from_env({
-            "REDIS_URL": store_url,
-            "LV_DATA_DIR": str(data_dir / "data"),
-            "LV_CHECKPOINT_DIR": str(data_dir / "checkpoints"),
-            "LV_LOG_PARTITIONS": str(PARTITIONS),
-            "LV_CHANGE_SHARDS": str(SHARDS),
-            "LV_SHUFFLE_PARTITIONS": "2",
-        })  # fmt: skip
-        self.pipeline = RunningPipeline(spark, self.settings, board_app)
-        self.gateway = ServedGateway(settings_for(
-            store_url, LV_APP="demo.board:app", LV_HEARTBEAT_SECONDS="5",
-            LV_MAX_SUBSCRIPTIONS_PER_SOCKET="20",
-        )).start()  # fmt: skip
-        self.url = self.gateway.url
+        super().__init__(store_url, spark, data_dir, board_app, LV_APP="demo.board:app",
+                         LV_MAX_SUBSCRIPTIONS_PER_SOCKET="20")  # fmt: skip
 
     def seed(self) -> None:
         now = int(time.time() * 1000)
@@ -69,11 +52,6 @@ class BoardSystem:
             for person, n in KUDOS for i in range(n)
         ])  # fmt: skip
         self.pipeline.wait_until_caught_up(self.client, timeout=120)
-
-    def stop(self) -> None:
-        self.gateway.stop()
-        self.pipeline.stop()
-        self.client.close()
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import redis
 
 from demo.chirp import app as chirp
 from demo.chirp.generate import SEED_TWEETS, seed_events
+from streaming.core.app import App
 from streaming.core.log import EventLog
 from streaming.core.settings import Settings
 from tests.support.gateway import ServedGateway
@@ -62,10 +63,12 @@ def background(now_ms: int) -> list[dict[str, Any]]:
     return out
 
 
-class ChirpSystem:
-    """Pipeline and gateway over ``store_url``; ``stop()`` ends both."""
+class System:
+    """An application's pipelines and a gateway serving it over ``store_url``; ``stop()`` ends
+    both."""
 
-    def __init__(self, store_url: str, spark: Any, data_dir: Path, **gateway_env: str) -> None:
+    def __init__(self, store_url: str, spark: Any, data_dir: Path, app: App | None = None,
+                 **gateway_env: str) -> None:  # fmt: skip
         self.client = redis.Redis.from_url(store_url)
         self.client.flushdb()
         self.settings = Settings.from_env({
@@ -76,10 +79,19 @@ class ChirpSystem:
             "LV_CHANGE_SHARDS": str(SHARDS),
             "LV_SHUFFLE_PARTITIONS": "2",
         })  # fmt: skip
-        self.pipeline = RunningPipeline(spark, self.settings)
+        self.pipeline = RunningPipeline(spark, self.settings, app)
         env = {"LV_MAX_SUBSCRIPTIONS_PER_SOCKET": "200", "LV_HEARTBEAT_SECONDS": "5", **gateway_env}
         self.gateway = ServedGateway(settings_for(store_url, **env)).start()
         self.url = self.gateway.url
+
+    def stop(self) -> None:
+        self.gateway.stop()
+        self.pipeline.stop()
+        self.client.close()
+
+
+class ChirpSystem(System):
+    """Chirp's pipelines and a gateway, with Chirp's seed."""
 
     def seed(self) -> None:
         now = int(time.time() * 1000)
@@ -90,8 +102,3 @@ class ChirpSystem:
         log.append_batch([event("profile_set", now, user=u, name=n) for u, n in USERS.items()])
         log.append_batch([event("follow", now, user="ada", followee=f) for f in ("bob", "carol")])
         self.pipeline.wait_until_caught_up(self.client, timeout=120)
-
-    def stop(self) -> None:
-        self.gateway.stop()
-        self.pipeline.stop()
-        self.client.close()
