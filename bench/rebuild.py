@@ -11,7 +11,7 @@ that is the serving version. Then Chirp users rename themselves through the gate
 ``profiles`` and one of ``activity/global`` (the views those renames change) record what they
 are shown. After a first window, an operator asks for a rebuild of each pipeline in turn
 (``streaming.core.versions.ask``): the new version is built from offset 0 beside the serving
-one, which keeps serving and keeping up; readers switch when ``lv:active`` changes, and the
+one, which keeps serving and keeping up; readers switch when ``lv:{m}:active`` changes, and the
 replaced version's state is deleted after ``LV_REBUILD_GRACE_SECONDS``.
 
 A rename's latency is from just before its POST to the frame that shows it (a delta, or the
@@ -532,7 +532,7 @@ def rows(figures: dict[str, Any]) -> list[Row]:
     for r in figures["rebuilds"]:
         out.append(Row(
             f"rebuild of {r['pipeline']} ({r['events_in_log_at_switch']:,} events in the log at"
-            " the switch): request to the switch of lv:active",
+            " the switch): request to the switch of lv:{m}:active",
             f"{r['request_to_switch_s']} s: {r['events_per_s_from_request']:,} events/s"
             f" ({r['events_per_s_from_first_batch']:,} from its first batch, which began"
             f" {r['request_to_switch_s'] - (r['first_batch_to_switch_s'] or 0):.1f} s after"

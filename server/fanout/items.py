@@ -59,7 +59,7 @@ class EpochChanged:
 
 @dataclass(frozen=True)
 class Progress:
-    """The frontier ``frontier_name`` after the ``lv:progress`` entry ``entry``, as one shared
+    """The frontier ``frontier_name`` after the ``lv:{m}:progress`` entry ``entry``, as one shared
     frame. A pipeline's frontier is named after it; ``VIEWS_FRONTIER`` is every view's."""
 
     epoch: str

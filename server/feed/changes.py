@@ -1,6 +1,6 @@
 """The change feed: this process's one reader of the change topic.
 
-One task reads every shard stream and ``lv:progress`` and hands what it reads to the hub, so a
+One task reads every shard stream and ``lv:{m}:progress`` and hands what it reads to the hub, so a
 gateway costs the store one reader however many clients it serves. Each read is a MULTI
 transaction of the store's epoch and a non-blocking XREAD: the epoch, the deltas and the
 progress it returns are one consistent cut of the store, in which a progress entry never
@@ -9,7 +9,7 @@ next entry; its result is only a wake-up, the next transactional read takes the 
 
 When the epoch changes (the store was wiped or replaced), the positions of the old store mean
 nothing: the feed reads every stream from its start again and tells the hub, whose subscribers
-of an older epoch reset. Each read also takes ``lv:active``, the version of each pipeline that
+of an older epoch reset. Each read also takes ``lv:{m}:active``, the version of each pipeline that
 serves readers: when one changes, the hub resets the subscribers of that pipeline's views
 (``view_replaced``), in the same cut as the first deltas of the new version. The feed holds no
 state another gateway process needs.

@@ -103,7 +103,7 @@ return {head and head[1] or '0-0', window, beyond}
 @dataclass(frozen=True)
 class Around:
     """What a read says about the rows: the store's epoch with the version, the frontier, and
-    the ``lv:progress`` entry it came from."""
+    the ``lv:{m}:progress`` entry it came from."""
 
     epoch: str
     frontier: dict[str, str]

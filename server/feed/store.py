@@ -96,7 +96,7 @@ class Snapshot:
     """The rows of a (view, key) at a shard position, with the store's epoch and frontier.
 
     ``epoch`` is the store's with the version the rows are of (``versions.composite_epoch``).
-    ``progress`` is the ``lv:progress`` entry the frontier came from, so a later progress frame
+    ``progress`` is the ``lv:{m}:progress`` entry the frontier came from, so a later progress frame
     is sent only if it is newer.
     """
 

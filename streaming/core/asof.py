@@ -2,7 +2,7 @@
 a view's past.
 
 A pipeline version records each committed micro-batch, with the frontier it left, on
-``lv:history:<pipeline><namespace>`` (``streaming.core.changes.history_stream``). The rows of a
+``lv:{m}:history:<pipeline><namespace>`` (``streaming.core.changes.history_stream``). The rows of a
 (view, key) as of an offset are those after the first batch whose frontier covers the offset:
 every delta of the key that the serving version wrote in that batch or before, replayed from
 the start of the key's change-topic shard.

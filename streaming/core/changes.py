@@ -17,12 +17,12 @@ Each version of a pipeline writes under a namespace (``streaming.core.versions``
 the first version a store ever ran, ``"@<version>"`` for every later one. A view's rows live
 under ``<view><namespace>`` (``rows:likes@v2/alice``), a delta's ``view`` field is that name, and
 the pipeline's frontier, batches and progress entries are named ``<pipeline><namespace>``.
-``lv:active`` maps each pipeline to the namespace readers are served from; a version being
+``lv:{m}:active`` maps each pipeline to the namespace readers are served from; a version being
 built writes its rows without deltas until readers are switched to it.
 
-Per pipeline, ``lv:frontier`` holds the log offsets its views reflect; its field ``liveviews``
+Per pipeline, ``lv:{m}:frontier`` holds the log offsets its views reflect; its field ``liveviews``
 holds, per log partition, the oldest of them, which every view reflects. Every advance of a
-pipeline's field, and of ``liveviews``, is also appended to the ``lv:progress`` stream (fields
+pipeline's field, and of ``liveviews``, is also appended to the ``lv:{m}:progress`` stream (fields
 pipeline, batch, frontier); a view's subscribers follow the field of the pipeline writing it.
 A delta's ``ops`` is a JSON array of ``{"op": "upsert", "row": id, "value": v}`` and
 ``{"op": "delete", "row": id}``.
@@ -39,16 +39,17 @@ from typing import Any
 import orjson
 import redis
 
-FRONTIER_KEY = "lv:frontier"
-FRONTIER_BATCHES_KEY = "lv:frontier:batches"
-FRONTIER_LAG_KEY = "lv:frontier:lag"
+FRONTIER_KEY = "lv:{m}:frontier"
+FRONTIER_BATCHES_KEY = "lv:{m}:frontier:batches"
+FRONTIER_LAG_KEY = "lv:{m}:frontier:lag"
 """Hash pipeline version -> ms its frontier was behind the log's head at its last batch."""
 HISTORY_RETENTION = 100_000
-PROGRESS_STREAM = "lv:progress"
-ACTIVE_KEY = "lv:active"
+PROGRESS_STREAM = "lv:{m}:progress"
+ACTIVE_KEY = "lv:{m}:active"
 """Hash pipeline -> the namespace of the version that serves readers (absent: ``""``)."""
 VIEWS_FRONTIER = "liveviews"
-"""The field of ``lv:frontier`` that every view reflects: per partition, the oldest pipeline's."""
+"""The field of ``lv:{m}:frontier`` that every view reflects: per partition, the oldest
+pipeline's."""
 NO_POSITION = "0-0"
 
 
@@ -94,7 +95,7 @@ def rows_key(shard: int, view: str, key: str) -> str:
 def history_stream(pipeline: str) -> str:
     """One entry per batch of a pipeline version: its ``batch`` and the ``frontier`` it left,
     the last ``HISTORY_RETENTION`` of them: which batch reflected a log offset."""
-    return f"lv:history:{pipeline}"
+    return f"lv:{{m}}:history:{pipeline}"
 
 
 def live_key(shard: int) -> str:

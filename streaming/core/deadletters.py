@@ -4,8 +4,8 @@ An entry is set aside when the pipeline cannot decode it (a field missing, a pay
 does not match its type's schema, an unknown type: written straight into the log by another
 producer or an older version) or when a view's code raises on it. Each pipeline keeps its own:
 
-``lv:deadletters:<pipeline>``  hash, field ``<partition>:<entry id>`` -> the record (JSON)
-``lv:deadletters``             stream of ``pipeline``/``offset`` pairs, in the order recorded
+``lv:{d}:deadletters:<pipeline>``  hash, field ``<partition>:<entry id>`` -> the record (JSON)
+``lv:{d}:deadletters``             stream of ``pipeline``/``offset`` pairs, in the order recorded
 
 The hash is also the pipeline's quarantine: its source leaves out every entry listed there, so
 a micro-batch replayed after a crash makes the same decision as the first run, and the views
@@ -30,8 +30,8 @@ from streaming.core.events import log_stream
 if TYPE_CHECKING:  # the views import this module in Spark's workers, which need no client
     import redis
 
-PREFIX = "lv:deadletters:"
-ORDER_STREAM = "lv:deadletters"
+PREFIX = "lv:{d}:deadletters:"
+ORDER_STREAM = "lv:{d}:deadletters"
 MAX_TRACEBACK = 8192
 """Characters of a traceback kept: its end, where the failing line is."""
 MAX_FIELD = 65536

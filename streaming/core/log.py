@@ -13,8 +13,9 @@ from streaming.core.app import App
 from streaming.core.changes import VIEWS_FRONTIER, read_frontier
 from streaming.core.errors import ConfigurationError, StoreMismatch
 from streaming.core.events import Event, Offset, log_stream, now_ms, partition_for
+from streaming.core.upgrade import upgrade
 
-META_KEY = "lv:meta"
+META_KEY = "lv:{m}:meta"
 AGE_RE = re.compile(r"([0-9]+)([smhd])")
 AGE_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -59,8 +60,10 @@ def check_layout(client: redis.Redis, partitions: int, shards: int) -> None:
     """Record the log and change-topic layout on first use; refuse a different one later.
 
     Changing the partition count would move entities between partitions and break their order,
-    so a store keeps the layout it was created with.
+    so a store keeps the layout it was created with. A store of an earlier release has its keys
+    renamed first (``streaming.core.upgrade``).
     """
+    upgrade(client)
     client.hsetnx(META_KEY, "log_partitions", partitions)
     client.hsetnx(META_KEY, "change_shards", shards)
     stored: Any = client.hmget(META_KEY, ["log_partitions", "change_shards"])

@@ -3,11 +3,11 @@ beside it, and what an operator asked for. The one module that reads and writes 
 
 A version is built beside the serving one from offset 0 of the log, in a namespace of its own
 (``streaming.core.changes``), and replaces it in one transaction once it has caught up: the
-``lv:active`` field readers resolve, and each shard's ``live`` field, which decides whose deltas
-the sink publishes, change together, and an entry on ``lv:progress`` wakes every gateway.
+``lv:{m}:active`` field readers resolve, and each shard's ``live`` field, which decides whose deltas
+the sink publishes, change together, and an entry on ``lv:{m}:progress`` wakes every gateway.
 
-``lv:versions``        hash pipeline -> JSON: ``active``, ``next``, ``retired``, ``request``
-``lv:versions:code``   hash ``<pipeline>@<version>`` -> the version's declaration (cloudpickle,
+``lv:{m}:versions``        hash pipeline -> JSON: ``active``, ``next``, ``retired``, ``request``
+``lv:{m}:versions:code``   hash ``<pipeline>@<version>`` -> the version's declaration (cloudpickle,
                        by value), so the serving version keeps running after its code changed
 
 This module does not import Spark: the gateway and the command line read it too.
@@ -33,8 +33,8 @@ from streaming.core.changes import (
 from streaming.core.errors import ConfigurationError
 from streaming.core.events import entry_id_tuple
 
-REGISTRY_KEY = "lv:versions"
-CODE_KEY = "lv:versions:code"
+REGISTRY_KEY = "lv:{m}:versions"
+CODE_KEY = "lv:{m}:versions:code"
 REQUESTS = ("rebuild", "switch", "abort")
 
 
@@ -247,7 +247,7 @@ def abort(client: redis.Redis, pipeline: str) -> Version | None:
 
 def switch(client: redis.Redis, pipeline: str, shards: int) -> Versions:
     """Make the version being built serve readers, in one transaction: the registry,
-    ``lv:active``, every shard's ``live`` field, and a progress entry with the new version's
+    ``lv:{m}:active``, every shard's ``live`` field, and a progress entry with the new version's
     frontier that wakes each gateway's change feed."""
     out: list[Versions] = []
 

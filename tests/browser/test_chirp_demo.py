@@ -320,7 +320,7 @@ def test_a_rebuilt_timeline_replaces_the_old_one_without_a_reload_or_an_empty_mo
     }""")
     resets = chirp.gateway.gateway.metrics.resets
     chirp.pipeline.rebuild(chirp.client, "entities")
-    active = chirp.client.hget("lv:active", "entities")
+    active = chirp.client.hget("lv:{m}:active", "entities")
     assert active is not None and active.startswith(b"@")
     # Every open subscription of the pipeline's views was reset onto the new version.
     deadline = time.monotonic() + 30

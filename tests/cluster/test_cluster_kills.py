@@ -135,7 +135,7 @@ def kill_a_worker(
     writer.batch = BURST_BATCH
     time.sleep(delay)
     wait_until_busy(victim.process.pid, timeout=10)
-    before = store.xlen("lv:progress")
+    before = store.xlen("lv:{m}:progress")
     cluster.kill_worker(victim)
     writer.batch = BATCH
     cut = tasks_cut_short(victim)
@@ -185,7 +185,7 @@ def test_a_worker_and_the_driver_killed_mid_stream(
             assert pipeline.kill_jvm(), "the pipeline process outlived its killed driver"
             started = time.monotonic()
             pipeline.start()
-            wait_for_progress(store, store.xlen("lv:progress"), pipeline, timeout=180)
+            wait_for_progress(store, store.xlen("lv:{m}:progress"), pipeline, timeout=180)
             driver_restart.append(time.monotonic() - started)
         events = writer.stop()
         catch_up = wait_caught_up(store, pipeline)

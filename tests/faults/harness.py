@@ -295,12 +295,12 @@ def wait_caught_up(
 
 
 def wait_for_progress(client: redis.Redis, after: int, pipeline: Pipeline, timeout: float = 120):
-    """Until ``lv:progress`` has grown past ``after`` entries: this run has written a batch."""
+    """Until ``lv:{m}:progress`` has grown past ``after`` entries: this run has written a batch."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not pipeline.alive():
             raise AssertionError(f"the pipeline exited:\n{pipeline.tail()}")
-        if client.xlen("lv:progress") > after:
+        if client.xlen("lv:{m}:progress") > after:
             return
         time.sleep(0.05)
     raise AssertionError(f"the pipeline wrote no batch in {timeout} s\n{pipeline.tail()}")

@@ -51,7 +51,7 @@ def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
         pipeline.start()
         for _ in range(KNOBS.kills):
             started = time.monotonic()
-            wait_for_progress(store, store.xlen("lv:progress"), pipeline)
+            wait_for_progress(store, store.xlen("lv:{m}:progress"), pipeline)
             restart_s.append(time.monotonic() - started)
             time.sleep(rng.uniform(0, MAX_DELAY_S))
             hangs += not pipeline.kill_jvm()
@@ -60,7 +60,7 @@ def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
             pipeline.start()
         while time.monotonic() - t0 < KNOBS.seconds:
             time.sleep(0.5)
-        wait_for_progress(store, store.xlen("lv:progress"), pipeline)
+        wait_for_progress(store, store.xlen("lv:{m}:progress"), pipeline)
         events = writer.stop()
         catch_up = wait_caught_up(store, pipeline)
     finally:

@@ -189,7 +189,7 @@ def test_a_changed_view_is_rebuilt_beside_the_old_one_through_kills(store, store
         module.write_text(APP.format(shown=NEW))  # the view's code changes: a new version
         pipeline.start()
         _wait("the rebuild starts", lambda: (r := versions.read(store, "notes")) is not None
-              and r.next is not None and store.exists(f"lv:history:notes{r.next.namespace}"),
+              and r.next is not None and store.exists(f"lv:{{m}}:history:notes{r.next.namespace}"),
               pipeline)  # fmt: skip
         reg = versions.read(store, "notes")
         assert reg is not None and reg.next is not None and reg.active is not None

@@ -150,7 +150,7 @@ def test_store_sigkill_and_sigterm_restarts(tmp_path):
             assert not missing, f"acknowledged events lost after {sig.name}: {missing[:5]}"
             checked_after_restart.append(acked_before)
             deltas_seen = len(watcher.state.ids)
-            progress = client.xlen("lv:progress")
+            progress = client.xlen("lv:{m}:progress")
             wait_for_progress(client, progress, pipeline, timeout=90)
             deadline = time.monotonic() + 60
             while len(watcher.state.ids) <= deltas_seen and time.monotonic() < deadline:

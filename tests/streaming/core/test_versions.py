@@ -83,13 +83,13 @@ def test_the_registry_builds_switches_and_aborts_in_the_store(store):
     assert reg.next is not None and reg.next.qualified("notes") == "notes@bbb"
     assert versions.read_code(store, "notes", reg.next) == b"{}"
     store.hset(FRONTIER_KEY, "notes@bbb", '{"0": "5-0"}')
-    before = store.xlen("lv:progress")
+    before = store.xlen("lv:{m}:progress")
     reg = versions.switch(store, "notes", 4)
     assert reg.active is not None and reg.active.version == "bbb" and reg.next is None
     assert [r.version for r in reg.retired] == ["aaa"] and reg.retired[0].ended
     assert store.hget(ACTIVE_KEY, "notes") == b"@bbb"
     assert {store.hget(live_key(s), "notes") for s in range(4)} == {b"@bbb"}
-    entries = [e for _, e in store.xrange("lv:progress")][before:]
+    entries = [e for _, e in store.xrange("lv:{m}:progress")][before:]
     assert [(e[b"pipeline"], e[b"frontier"]) for e in entries] == [
         (b"notes@bbb", b'{"0": "5-0"}'),  # wakes each gateway with the new version's frontier
         (b"liveviews", b'{"0":"5-0"}'),  # every view's frontier moves with the switch

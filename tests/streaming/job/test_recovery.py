@@ -156,7 +156,7 @@ class RunningPipelineProbe(RunningPipeline):
     def wait_for_progress(self, client, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if client.xlen("lv:progress") >= 2:
+            if client.xlen("lv:{m}:progress") >= 2:
                 return
             time.sleep(0.1)
         raise AssertionError("the pipeline made no progress")

@@ -152,7 +152,7 @@ def test_frontier_advances_per_partition_and_never_back(store, sink):
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "12-0"}
     # Progress records each advance of the pipeline's frontier and of the views' frontier: in
     # a one-pipeline application, two entries per advance; batch 1 moved nothing.
-    entries = store.xrange("lv:progress")
+    entries = store.xrange("lv:{m}:progress")
     assert [(e[1][b"pipeline"], e[1][b"batch"]) for e in entries] == [
         (b"q", b"0"), (VIEWS_FRONTIER.encode(), b"0"), (b"q", b"2"), (VIEWS_FRONTIER.encode(), b"2"),
     ]  # fmt: skip
@@ -168,7 +168,7 @@ def test_views_frontier_is_the_oldest_pipelines(store):
     fast.write([], 0, {0: "10-0", 1: "4-0"})
     assert read_frontier(store, VIEWS_FRONTIER) == {}  # "slow" has read nothing yet
     # The views of "fast" need not wait for "slow": its own frontier is in the progress stream.
-    assert [e[1][b"pipeline"] for e in store.xrange("lv:progress")] == [b"fast"]
+    assert [e[1][b"pipeline"] for e in store.xrange("lv:{m}:progress")] == [b"fast"]
     slow.write([], 0, {0: "7-0"})
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "7-0"}
     slow.write([], 1, {0: "12-0", 1: "5-0"})
@@ -177,7 +177,7 @@ def test_views_frontier_is_the_oldest_pipelines(store):
     assert read_frontier(store, VIEWS_FRONTIER) == {0: "10-0", 1: "5-0"}
     assert read_frontier(store, "fast") == {0: "10-0", 1: "6-0"}
     fast.write([], 1, {0: "1-0"})  # a replayed batch: ignored
-    entries = store.xrange("lv:progress")
+    entries = store.xrange("lv:{m}:progress")
     combined = VIEWS_FRONTIER.encode()
     assert [e[1][b"pipeline"] for e in entries] == [
         b"fast", b"slow", combined, b"slow", combined, b"fast", combined,

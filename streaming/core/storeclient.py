@@ -1,0 +1,111 @@
+"""Clients of the store: one Redis or Valkey server, or a Redis Cluster / Valkey cluster.
+
+``REDIS_URL`` names either a single server or any node of a cluster; ``connect`` asks the
+server which (``INFO cluster``) and returns a ``redis.Redis`` or a ``redis.RedisCluster``.
+Code that needs to know (a transaction across slots is refused by a cluster) asks
+``is_cluster``. The key layout (``streaming.core.changes``) keeps every key a script or a
+transaction touches together in one hash slot, so the same scripts run on both.
+
+With ``LV_STORE_ACK_REPLICAS=N``, a writer sends ``WAIT N`` after its writes, on the same
+connection of the server that took them (``node_client``, ``queue_acknowledge``): an event is
+acknowledged, or a micro-batch committed, only once N replicas have it, so a primary that
+fails over to its replica loses nothing acknowledged (docs/SCALING.md, "Store cluster").
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from streaming.core.errors import ConfigurationError
+
+Client = redis.Redis | RedisCluster
+ACK_TIMEOUT_MS = 5000
+"""How long a write waits for its replicas before the writer is told it may not be durable."""
+
+
+class NotReplicated(redis.RedisError):
+    """Fewer replicas than ``LV_STORE_ACK_REPLICAS`` confirmed a write in time."""
+
+
+@functools.cache
+def cluster_enabled(url: str) -> bool:
+    """Does the server at ``url`` run in cluster mode? Asked once per URL and process."""
+    probe = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        info: Any = probe.info("cluster")
+        return bool(int(info.get("cluster_enabled", 0)))
+    finally:
+        probe.close()
+
+
+def connect(url: str, **options: Any) -> Client:
+    """A client of the store at ``url``: a cluster client when the server is a cluster node.
+
+    ``options`` are redis-py's connection options (``socket_timeout``, ``retry``, ...).
+    """
+    if not cluster_enabled(url):
+        return redis.Redis.from_url(url, **options)
+    if _database(url):
+        raise ConfigurationError(
+            f"a store cluster has only database 0; remove '/{_database(url)}' from REDIS_URL."
+        )
+    options.pop("health_check_interval", None)
+    return RedisCluster.from_url(url, **options)
+
+
+def is_cluster(client: Any) -> bool:
+    """Is ``client`` (sync or asyncio, or one of their pipelines) a cluster client?"""
+    from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    from redis.cluster import ClusterPipeline
+
+    return isinstance(client, RedisCluster | ClusterPipeline | AsyncRedisCluster
+                      | AsyncClusterPipeline)  # fmt: skip
+
+
+def node_client(client: Client, key: str) -> redis.Redis:
+    """A client of the one server that holds ``key`` (``client`` itself on a single server).
+
+    A write and the ``WAIT`` after it must go on one connection (``WAIT`` counts that
+    connection's writes), which a cluster client does not promise: a pipeline of this client
+    does. After a failover, refresh the slots with ``refresh(client)`` and ask again.
+    """
+    if not isinstance(client, RedisCluster):
+        return client
+    node = client.get_node_from_key(key)
+    assert node is not None and node.redis_connection is not None
+    return node.redis_connection
+
+
+def refresh(client: Client) -> None:
+    """Learn the cluster's slots again (after a MOVED reply or a node that stopped answering)."""
+    if isinstance(client, RedisCluster):
+        client.nodes_manager.initialize()
+
+
+def queue_acknowledge(pipe: Any, replicas: int, timeout_ms: int = ACK_TIMEOUT_MS) -> bool:
+    """Queue ``WAIT`` on a pipeline of one server after its writes; False if not asked for."""
+    if replicas <= 0:
+        return False
+    pipe.execute_command("WAIT", replicas, timeout_ms)
+    return True
+
+
+def check_acknowledged(got: Any, replicas: int, where: str = "the store") -> None:
+    """Raise ``NotReplicated`` if ``WAIT`` answered fewer than ``replicas``."""
+    if int(got) < replicas:
+        raise NotReplicated(
+            f"{got} of {replicas} replicas of {where} confirmed a write within "
+            f"{ACK_TIMEOUT_MS} ms (LV_STORE_ACK_REPLICAS)"
+        )
+
+
+def _database(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    path = urlsplit(url).path.strip("/")
+    return "" if path in ("", "0") else path

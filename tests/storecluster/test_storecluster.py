@@ -1,0 +1,33 @@
+"""The local store cluster itself: formed, reachable through any node, one slot per hash tag."""
+
+from __future__ import annotations
+
+from redis.cluster import RedisCluster
+
+from streaming.core.changes import ACTIVE_KEY, FRONTIER_KEY, PROGRESS_STREAM, changes_stream
+from streaming.core.storeclient import is_cluster, node_client, queue_acknowledge
+from streaming.core.storecluster import StoreCluster
+
+
+def test_three_primaries_with_a_replica_each(
+    store_cluster: StoreCluster, cluster_store: RedisCluster
+) -> None:
+    assert is_cluster(cluster_store)
+    roles = [store_cluster.role(n) for n in range(store_cluster.nodes)]
+    assert roles.count("master") == 3 and roles.count("slave") == 3
+
+
+def test_keys_a_script_touches_share_a_slot(cluster_store: RedisCluster) -> None:
+    slot = cluster_store.keyslot
+    assert slot(FRONTIER_KEY) == slot(ACTIVE_KEY) == slot(PROGRESS_STREAM)
+    assert slot(changes_stream(3)) == slot("lv:{c3}:rows:likes/t1")
+    assert slot("lv:log:2") == slot("{lv:log:2}:appended:abc")
+
+
+def test_a_write_is_acknowledged_by_a_replica(cluster_store: RedisCluster) -> None:
+    node = node_client(cluster_store, "lv:log:0")
+    with node.pipeline(transaction=False) as pipe:
+        pipe.xadd("lv:log:0", {"a": "1"})
+        assert queue_acknowledge(pipe, 1)
+        _, replicas = pipe.execute()
+    assert replicas == 1
