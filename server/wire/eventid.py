@@ -2,8 +2,8 @@
 
 ``position`` is an entry id (``<ms>-<seq>``) of the change-topic shard stream that holds the
 subscribed (view, key): every delta of that key after it is newer than what the client has.
-``epoch`` names the store's lifetime (the ``epoch`` field of the ``lv:{m}:meta`` hash, created once);
-a wiped or replaced store gets a new epoch, so an id from before can never be taken for a
+``epoch`` names the store's lifetime (the ``epoch`` field of the ``lv:{m}:meta`` hash, created
+once); a wiped or replaced store gets a new epoch, so an id from before can never be taken for a
 position in the new one.
 """
 
