@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +42,20 @@ DEFAULT_PORT = 7000
 DEFAULT_PRIMARIES = 3
 
 log = logging.getLogger("liveviews.store")
+
+
+def free_port_range(count: int) -> int:
+    """The first of ``count`` consecutive ports on 127.0.0.1 that nothing listens on now."""
+    for _ in range(200):
+        base = random.randrange(20_000, 40_000)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise ConfigurationError(f"no {count} consecutive free ports between 20000 and 40000.")
 
 
 class StoreCluster:

@@ -3,29 +3,13 @@ each (``streaming.core.storecluster``), started once per run, flushed for every 
 
 from __future__ import annotations
 
-import random
-import socket
 from collections.abc import Iterator
 
 import pytest
 from redis.cluster import RedisCluster
 
 from streaming.core.storeclient import connect
-from streaming.core.storecluster import StoreCluster
-
-
-def free_port_range(count: int) -> int:
-    """The first of ``count`` consecutive ports on 127.0.0.1 that nothing listens on."""
-    for _ in range(200):
-        base = random.randrange(20_000, 40_000)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError(f"no {count} free consecutive ports")
+from streaming.core.storecluster import StoreCluster, free_port_range
 
 
 @pytest.fixture(scope="session")
