@@ -13,12 +13,10 @@ import sys
 import threading
 import time
 
-import redis
-
 from demo.board import app
 from demo.board.activity import SEED_BOARD, Activity, seed_events
 from streaming import EventLog, LiveviewsError
-from streaming.core import console
+from streaming.core import console, storeclient
 from streaming.core.embedded import ensure_store
 from streaming.core.log import check_layout
 from streaming.core.password import redacted
@@ -32,7 +30,7 @@ data directory run first with Chirp), so an empty log cannot say whether the boa
 and seeding twice would count the seed's kudos twice."""
 
 
-def seed_once(client: redis.Redis, events: EventLog) -> bool:
+def seed_once(client: storeclient.Client, events: EventLog) -> bool:
     if not client.set(SEEDED, "1", nx=True):
         return False
     try:
@@ -49,7 +47,7 @@ def run(settings: Settings, rate: float) -> None:
         signal.signal(sig, lambda *_: stop.set())
     with ensure_store(settings) as store_url:
         log.info("starting: the board's events into the log at %s", redacted(store_url))
-        client = redis.Redis.from_url(store_url)
+        client = storeclient.connect(store_url)
         check_layout(client, settings.log_partitions, settings.change_shards)
         events = EventLog(client, app, settings.log_partitions, settings.log_retention)
         if seed_once(client, events):

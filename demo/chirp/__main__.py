@@ -13,11 +13,9 @@ import sys
 import threading
 import time
 
-import redis
-
 from demo.chirp import app
 from demo.chirp.generate import SEED_USERS, Activity, seed_events
-from streaming.core import console
+from streaming.core import console, storeclient
 from streaming.core.embedded import ensure_store
 from streaming.core.errors import LiveviewsError
 from streaming.core.events import log_stream
@@ -28,7 +26,7 @@ from streaming.core.settings import Settings
 log = logging.getLogger("chirp")
 
 
-def seed_if_empty(client: redis.Redis, settings: Settings) -> bool:
+def seed_if_empty(client: storeclient.Client, settings: Settings) -> bool:
     if any(client.exists(log_stream(p)) for p in range(settings.log_partitions)):
         return False
     now_ms = int(time.time() * 1000)
@@ -43,7 +41,7 @@ def run(settings: Settings, rate: float) -> None:
         signal.signal(sig, lambda *_: stop.set())
     with ensure_store(settings) as store_url:
         log.info("starting: Chirp's events into the log at %s", redacted(store_url))
-        client = redis.Redis.from_url(store_url)
+        client = storeclient.connect(store_url)
         check_layout(client, settings.log_partitions, settings.change_shards)
         if seed_if_empty(client, settings):
             log.info("seeded Chirp with %d users", len(SEED_USERS))

@@ -52,6 +52,7 @@ from streaming.cdc.position import Position, append_at, read_position
 from streaming.cdc.rows import Follow
 from streaming.cdc.settings import CdcSettings
 from streaming.cdc.snapshot import read_snapshot
+from streaming.core import storeclient
 from streaming.core.app import App
 from streaming.core.errors import ConfigurationError
 from streaming.core.events import Event, Transaction, now_ms
@@ -239,8 +240,15 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
             f"application {app.name!r} declares no tables: declare one with app.table(...), "
             "or do not run the CDC process."
         )
-    client = redis.Redis.from_url(settings.store.store_url)
     wait = settings.store.wait_for_store
+    client = when_up(lambda: storeclient.connect(settings.store.store_url), wait, stop)
+    if not isinstance(client, redis.Redis):
+        client.close()
+        raise ConfigurationError(
+            "change data capture needs a single store server, not a store cluster: a "
+            "transaction's events and the replication slot's position are appended in one "
+            "MULTI, which a cluster refuses across slots. Point REDIS_URL at a single server."
+        )
     when_up(lambda: check_layout(client, settings.store.log_partitions,
                                  settings.store.change_shards), wait, stop)  # fmt: skip
     db = when_up(lambda: psycopg2.connect(settings.url, connect_timeout=5), wait, stop)

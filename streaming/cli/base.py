@@ -16,6 +16,7 @@ import click
 import orjson
 import redis
 
+from streaming.core import storeclient
 from streaming.core.app import App, load_app
 from streaming.core.errors import ConfigurationError, LiveviewsError
 from streaming.core.password import password_path, redacted
@@ -65,7 +66,7 @@ class Env:
 
     json: bool = False
     _settings: Settings | None = None
-    _client: redis.Redis | None = None
+    _client: storeclient.Client | None = None
     _app: App | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
@@ -76,7 +77,7 @@ class Env:
         return self._settings
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> storeclient.Client:
         if self._client is None:
             settings = self.settings
             if settings.embedded and not password_path(settings.data_dir).exists():
@@ -87,7 +88,7 @@ class Env:
                     code="store_unavailable",
                 )
             # The socket timeout outlasts the longest blocking read a command makes (tail's 1 s).
-            self._client = redis.Redis.from_url(
+            self._client = storeclient.connect(
                 self.settings.store_url, socket_connect_timeout=5, socket_timeout=15
             )
             self._closers.append(self._client.close)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import redis
 
 from streaming.cli import render
 from streaming.cli.base import Env, Failure, emit, json_option, pass_env
@@ -20,6 +19,7 @@ from streaming.core.changes import (
 )
 from streaming.core.errors import LiveviewsError
 from streaming.core.events import Offset
+from streaming.core.storeclient import Client
 
 PAGE = 500
 MAX_SCANNED = 100_000
@@ -28,7 +28,7 @@ ago costs a bounded read, not the whole shard."""
 
 
 def last_deltas(
-    client: redis.Redis, shard: int, name: str, key: str, count: int, newest: str | None
+    client: Client, shard: int, name: str, key: str, count: int, newest: str | None
 ) -> tuple[list[Delta], bool]:
     """The last ``count`` deltas of (``name``, ``key``) in ``shard``, newest first, read
     backwards from the key's latest delta ``newest``; and whether the bound stopped the read."""

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import redis
 from rich.progress import (
     BarColumn,
     Progress,
@@ -30,6 +29,7 @@ from streaming.cli.status import PROGRESS_STREAM, QUERY_PREFIX
 from streaming.core import versions
 from streaming.core.errors import ConfigurationError
 from streaming.core.events import log_stream
+from streaming.core.storeclient import Client
 from streaming.core.versions import Version, Versions
 
 POLL_SECONDS = 0.25
@@ -45,12 +45,12 @@ def _ask(env: Env, pipeline: str, kind: str) -> Versions:
         raise Failure(exc.message, code="refused") from None
 
 
-def _registry(client: redis.Redis, pipeline: str) -> Versions:
+def _registry(client: Client, pipeline: str) -> Versions:
     return versions.read(client, pipeline) or versions.Versions(pipeline)
 
 
 def wait_until(
-    client: redis.Redis,
+    client: Client,
     pipeline: str,
     done: Callable[[Versions], str | None],
     timeout: float | None,
@@ -103,7 +103,7 @@ class Processed:
     after: str
     events: int = 0
 
-    def read(self, client: redis.Redis) -> int:
+    def read(self, client: Client) -> int:
         while True:
             entries: Any = client.xrange(PROGRESS_STREAM, self.after, "+", count=1000)
             for entry_id, fields in entries:
@@ -114,7 +114,7 @@ class Processed:
                 return self.events
 
 
-def log_size(client: redis.Redis, partitions: int) -> int:
+def log_size(client: Client, partitions: int) -> int:
     with client.pipeline(transaction=False) as pipe:
         for p in range(partitions):
             pipe.xlen(log_stream(p))

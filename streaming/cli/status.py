@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 import orjson
-import redis
 
 from streaming.cli import render
 from streaming.cli.base import Env, emit, json_option, pass_env
@@ -17,6 +16,7 @@ from streaming.core import deadletters, lag, versions
 from streaming.core.changes import read_frontier
 from streaming.core.events import entry_id_tuple, log_stream
 from streaming.core.gateways import read_gateways
+from streaming.core.storeclient import Client
 from streaming.core.versions import Version, Versions
 
 # Written by streaming.job.progress and named by streaming.job.session (QUERY_NAME), which import
@@ -33,7 +33,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def batch_durations(client: redis.Redis, since_ms: int) -> dict[str, list[float]]:
+def batch_durations(client: Client, since_ms: int) -> dict[str, list[float]]:
     """Each pipeline version's micro-batch durations (ms) since ``since_ms``."""
     out: dict[str, list[float]] = {}
     start = f"{since_ms}-0"
@@ -63,7 +63,7 @@ def _roles(reg: Versions) -> list[tuple[str, Version | None]]:
 
 
 def _version(
-    client: redis.Redis,
+    client: Client,
     partitions: int,
     pipeline: str,
     role: str,

@@ -6,16 +6,16 @@ from typing import Any
 
 import click
 import orjson
-import redis
 
 from streaming.cli.base import Env, emit, json_option, pass_env
 from streaming.core.events import decode_entry, entry_id_tuple, iso, log_stream
+from streaming.core.storeclient import Client
 
 BLOCK_MS = 1000
 COUNT = 500
 
 
-def heads(client: redis.Redis, partitions: int, from_start: bool) -> dict[str, str]:
+def heads(client: Client, partitions: int, from_start: bool) -> dict[str, str]:
     """Where each partition's reading starts: its first entry, or after its newest one now.
 
     The newest ids are resolved once, not left to ``$``, which means "newest" anew at every

@@ -42,6 +42,7 @@ from streaming.core.changes import (
 )
 from streaming.core.errors import LiveviewsError
 from streaming.core.events import Offset, entry_id_tuple
+from streaming.core.storeclient import Client
 
 PAGE = 1000
 """Entries read per round trip from a history or change-topic stream."""
@@ -79,7 +80,7 @@ class Serving:
         return self.pipeline + self.namespace
 
 
-def serving(client: redis.Redis, pipeline: str) -> Serving:
+def serving(client: Client, pipeline: str) -> Serving:
     reg = versions.read(client, pipeline)
     if reg is None or reg.active is None:
         namespace = versions.active_namespaces(client).get(pipeline, "")
@@ -125,7 +126,7 @@ def _trimmed(info: dict[str, Any]) -> bool:
     return added is not None and int(added) > int(info["length"])
 
 
-def _info(client: redis.Redis, stream: str) -> dict[str, Any] | None:
+def _info(client: Client, stream: str) -> dict[str, Any] | None:
     try:
         info: Any = client.xinfo_stream(stream)
     except redis.ResponseError:  # no such key
@@ -133,7 +134,7 @@ def _info(client: redis.Redis, stream: str) -> dict[str, Any] | None:
     return dict(info)
 
 
-def _pages(client: redis.Redis, stream: str, start: str = "-") -> Iterator[Any]:
+def _pages(client: Client, stream: str, start: str = "-") -> Iterator[Any]:
     """A stream's entries from ``start`` (inclusive) on, read ``PAGE`` at a time."""
     while True:
         entries: Any = client.xrange(stream, start, "+", count=PAGE)
@@ -143,7 +144,7 @@ def _pages(client: redis.Redis, stream: str, start: str = "-") -> Iterator[Any]:
         start = f"({entries[-1][0].decode()}"
 
 
-def covering_batch(client: redis.Redis, qualified: str, offset: Offset) -> Batch:
+def covering_batch(client: Client, qualified: str, offset: Offset) -> Batch:
     """The first batch of the pipeline version ``qualified`` whose frontier covers ``offset``."""
     stream = history_stream(qualified)
     info = _info(client, stream)
@@ -201,7 +202,7 @@ class Replay:
 
 
 def replay_deltas(
-    client: redis.Redis, shards: int, view: str, key: str, server: Serving, upto: int
+    client: Client, shards: int, view: str, key: str, server: Serving, upto: int
 ) -> list[Delta]:
     """Every delta of (``view``, ``key``) the version wrote in batch ``upto`` or before, oldest
     first, or ``HistoryGone`` when the shard no longer holds all of them."""
@@ -232,9 +233,7 @@ def replay_deltas(
     return found.deltas
 
 
-def _scan(
-    client: redis.Redis, stream: str, name: str, key: str, server: Serving, upto: int
-) -> Replay:
+def _scan(client: Client, stream: str, name: str, key: str, server: Serving, upto: int) -> Replay:
     out = Replay()
     pipeline = server.qualified.encode()
     wanted = (name.encode(), key.encode())
@@ -251,7 +250,7 @@ def _scan(
     return out
 
 
-def _first_batch(client: redis.Redis, server: Serving) -> int | None:
+def _first_batch(client: Client, server: Serving) -> int | None:
     """The version's first batch, as its history recorded it (None: not recorded, or trimmed
     since)."""
     info = _info(client, history_stream(server.qualified))
@@ -308,9 +307,7 @@ def parse_offset(token: str, partitions: int) -> Offset:
     return offset
 
 
-def rows_as_of(
-    client: redis.Redis, app: App, shards: int, view: str, key: str, offset: Offset
-) -> AsOf:
+def rows_as_of(client: Client, app: App, shards: int, view: str, key: str, offset: Offset) -> AsOf:
     """The rows of (``view``, ``key``) in the serving version as of ``offset``."""
     server = serving(client, owner(app, view))
     batch = covering_batch(client, server.qualified, offset)

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import redis
+
+from streaming.core.storeclient import Client
 
 FRONTIER_KEY = "lv:{m}:frontier"
 FRONTIER_BATCHES_KEY = "lv:{m}:frontier:batches"
@@ -167,7 +168,7 @@ class Snapshot:
 
 
 def read_snapshot(
-    client: redis.Redis, view: str, key: str, shards: int, namespace: str = ""
+    client: Client, view: str, key: str, shards: int, namespace: str = ""
 ) -> Snapshot:
     """The rows of the version of ``view`` stored under ``namespace``."""
     shard = shard_for(view, key, shards)
@@ -186,14 +187,12 @@ def read_snapshot(
     )
 
 
-def read_frontier(client: redis.Redis, pipeline: str) -> dict[int, str]:
+def read_frontier(client: Client, pipeline: str) -> dict[int, str]:
     raw = client.hget(FRONTIER_KEY, pipeline)
     return {int(p): i for p, i in orjson.loads(raw).items()} if raw else {}
 
 
-def read_deltas(
-    client: redis.Redis, shard: int, after: str = "-", count: int = 10_000
-) -> list[Delta]:
+def read_deltas(client: Client, shard: int, after: str = "-", count: int = 10_000) -> list[Delta]:
     """Deltas of one shard after an entry id (exclusive), oldest first."""
     start = "-" if after in ("-", NO_POSITION) else f"({after}"
     entries: Any = client.xrange(changes_stream(shard), start, "+", count)

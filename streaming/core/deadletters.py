@@ -28,7 +28,7 @@ import orjson
 from streaming.core.events import log_stream
 
 if TYPE_CHECKING:  # the views import this module in Spark's workers, which need no client
-    import redis
+    from streaming.core.storeclient import Client
 
 PREFIX = "lv:{d}:deadletters:"
 ORDER_STREAM = "lv:{d}:deadletters"
@@ -135,14 +135,14 @@ def record(client: Any, letters: Sequence[DeadLetter]) -> None:
         client.eval(_RECORD, 3, key_of(pipeline), ORDER_STREAM, pipeline, *args)
 
 
-def quarantined(client: redis.Redis, pipeline: str) -> frozenset[str]:
+def quarantined(client: Client, pipeline: str) -> frozenset[str]:
     """The offsets the pipeline has set aside; one small call when there are none."""
     if not client.hlen(key_of(pipeline)):
         return frozenset()
     return frozenset(k.decode() for k in client.hkeys(key_of(pipeline)))  # type: ignore[union-attr]
 
 
-def counts(client: redis.Redis, pipelines: Iterable[str]) -> dict[str, int]:
+def counts(client: Client, pipelines: Iterable[str]) -> dict[str, int]:
     names = list(pipelines)
     with client.pipeline(transaction=False) as pipe:
         for p in names:
@@ -150,7 +150,7 @@ def counts(client: redis.Redis, pipelines: Iterable[str]) -> dict[str, int]:
         return dict(zip(names, (int(n) for n in pipe.execute()), strict=True))
 
 
-def listed(client: redis.Redis, pipeline: str | None = None, count: int = 100) -> list[DeadLetter]:
+def listed(client: Client, pipeline: str | None = None, count: int = 100) -> list[DeadLetter]:
     """The newest ``count`` dead letters (of one pipeline, or of all), oldest first."""
     out: list[DeadLetter] = []
     cursor = "+"
@@ -171,7 +171,7 @@ def listed(client: redis.Redis, pipeline: str | None = None, count: int = 100) -
     return out
 
 
-def show(client: redis.Redis, pipeline: str, offset: str) -> DeadLetter | None:
+def show(client: Client, pipeline: str, offset: str) -> DeadLetter | None:
     raw: Any = client.hget(key_of(pipeline), offset)
     return None if raw is None else DeadLetter.from_json(raw)
 
@@ -187,7 +187,7 @@ def read_entries(client: Any, offsets: Sequence[str]) -> list[dict[bytes, bytes]
     return [f[0][1] if f else None for f in found]
 
 
-def replay(client: redis.Redis, pipeline: str, offset: str) -> str:
+def replay(client: Client, pipeline: str, offset: str) -> str:
     """Append the dead letter's event to the log again; its new offset.
 
     The event goes to the partition it came from, with the same fields, so a fixed view sees
@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import redis
 
+    from streaming.core import storeclient
     from streaming.core.settings import Settings
 
     parser = argparse.ArgumentParser(
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd.add_argument("pipeline")
         cmd.add_argument("offset", help="<partition>:<entry id>, as 'list' shows it")
     args = parser.parse_args(argv)
-    client = redis.Redis.from_url(Settings.from_env().store_url)
+    client = storeclient.connect(Settings.from_env().store_url)
     try:
         if args.command == "list":
             for d in listed(client, args.pipeline, args.count):

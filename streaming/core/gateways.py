@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import redis
+
+from streaming.core.storeclient import Client
 
 GATEWAYS_KEY = "lv:gateways"
 REPORT_SECONDS = 5.0
@@ -51,7 +52,7 @@ def decode(name: str, raw: bytes) -> GatewayReport:
     )
 
 
-def read_gateways(client: redis.Redis, now: float | None = None) -> list[GatewayReport]:
+def read_gateways(client: Client, now: float | None = None) -> list[GatewayReport]:
     """The gateways that reported within ``STALE_SECONDS``, by name."""
     now = time.time() if now is None else now
     raw: Any = client.hgetall(GATEWAYS_KEY)

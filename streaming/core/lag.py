@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from streaming.core.events import entry_id_tuple, log_stream
 from streaming.core.log import heads_of, log_heads, queue_heads
+from streaming.core.storeclient import Client
 
 __all__ = ["EVENT_CAP", "Lag", "Plan", "lag_ms", "log_heads", "measure", "measure_all"]
 
@@ -104,7 +103,7 @@ class Plan:
 
 
 def measure_all(
-    client: redis.Redis, partitions: int, frontiers: dict[str, dict[int, str]]
+    client: Client, partitions: int, frontiers: dict[str, dict[int, str]]
 ) -> dict[str, Lag]:
     """The lag of each of ``frontiers`` now, in two round trips for all of them."""
     if not frontiers:
@@ -117,5 +116,5 @@ def measure_all(
         return plan.lags(pipe.execute())
 
 
-def measure(client: redis.Redis, partitions: int, frontier: dict[int, str]) -> Lag:
+def measure(client: Client, partitions: int, frontier: dict[int, str]) -> Lag:
     return measure_all(client, partitions, {"": frontier})[""]

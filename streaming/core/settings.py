@@ -113,6 +113,10 @@ class Settings:
     """A version being built reads at most this many events per micro-batch, so that its tasks
     are short and the serving versions' batches find a free task slot
     (docs/performance/rebuild.md)."""
+    store_ack_replicas: int = 0
+    """Replicas that must have each acknowledged write (an event's 202, a committed
+    micro-batch) before it is acknowledged: ``WAIT N`` after it (``LV_STORE_ACK_REPLICAS``);
+    0 acknowledges once the primary has it."""
 
     @property
     def store_url(self) -> str:
@@ -163,6 +167,7 @@ class Settings:
             rebuild_switch_distance=env_int(env, "LV_REBUILD_SWITCH_DISTANCE", 100, minimum=0),
             rebuild_grace_seconds=env_int(env, "LV_REBUILD_GRACE_SECONDS", 60, minimum=0),
             rebuild_max_events_per_batch=env_int(env, "LV_REBUILD_MAX_EVENTS_PER_BATCH", 10_000),
+            store_ack_replicas=env_int(env, "LV_STORE_ACK_REPLICAS", 0, minimum=0),
         )
 
 

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
-import redis
 
 from streaming.core.app import VERSION_RE
 from streaming.core.changes import (
@@ -32,6 +31,7 @@ from streaming.core.changes import (
 )
 from streaming.core.errors import ConfigurationError
 from streaming.core.events import entry_id_tuple
+from streaming.core.storeclient import Client
 
 REGISTRY_KEY = "lv:{m}:versions"
 CODE_KEY = "lv:{m}:versions:code"
@@ -110,35 +110,35 @@ def code_field(pipeline: str, version: Version) -> str:
     return f"{pipeline}#{version.version}"
 
 
-def read_code(client: redis.Redis, pipeline: str, version: Version) -> bytes | None:
+def read_code(client: Client, pipeline: str, version: Version) -> bytes | None:
     raw: Any = client.hget(CODE_KEY, code_field(pipeline, version))
     return bytes(raw) if raw is not None else None
 
 
-def save_code(client: redis.Redis, pipeline: str, version: Version, code: bytes) -> None:
+def save_code(client: Client, pipeline: str, version: Version, code: bytes) -> None:
     client.hset(CODE_KEY, code_field(pipeline, version), code)
 
 
 # -- the registry ------------------------------------------------------------------------------
 
 
-def read(client: redis.Redis, pipeline: str) -> Versions | None:
+def read(client: Client, pipeline: str) -> Versions | None:
     raw: Any = client.hget(REGISTRY_KEY, pipeline)
     return Versions.decode(pipeline, raw) if raw else None
 
 
-def read_all(client: redis.Redis) -> dict[str, Versions]:
+def read_all(client: Client) -> dict[str, Versions]:
     raw: Any = client.hgetall(REGISTRY_KEY)
     return {p.decode(): Versions.decode(p.decode(), v) for p, v in sorted(raw.items())}
 
 
-def active_namespaces(client: redis.Redis) -> dict[str, str]:
+def active_namespaces(client: Client) -> dict[str, str]:
     """Pipeline -> the namespace readers are served from (absent: ``""``)."""
     raw: Any = client.hgetall(ACTIVE_KEY)
     return {p.decode(): n.decode() for p, n in raw.items()}
 
 
-def _update(client: redis.Redis, pipeline: str, change: Any) -> Versions:
+def _update(client: Client, pipeline: str, change: Any) -> Versions:
     """Read, change and write one pipeline's entry under WATCH: the pipeline process and the
     command line may both write it."""
     out: list[Versions] = []
@@ -155,9 +155,7 @@ def _update(client: redis.Redis, pipeline: str, change: Any) -> Versions:
     return out[0]
 
 
-def register(
-    client: redis.Redis, pipeline: str, code: str, packed: bytes | None = None
-) -> Versions:
+def register(client: Client, pipeline: str, code: str, packed: bytes | None = None) -> Versions:
     """The pipeline's entry, creating it with version ``code`` serving if there is none. The
     first version a store runs keeps the bare names (and the checkpoint) a store had before
     versions existed, so an existing installation carries on without a rebuild."""
@@ -176,7 +174,7 @@ def register(
 
 
 def begin(
-    client: redis.Redis, pipeline: str, version: str, code: str, packed: bytes | None = None
+    client: Client, pipeline: str, version: str, code: str, packed: bytes | None = None
 ) -> Versions:
     """Start building ``version`` (running ``code``) beside the serving one."""
     if VERSION_RE.fullmatch(version) is None:
@@ -196,7 +194,7 @@ def begin(
     return reg
 
 
-def ask(client: redis.Redis, pipeline: str, kind: str) -> Versions:
+def ask(client: Client, pipeline: str, kind: str) -> Versions:
     """Record an operator's request for the pipeline process (``liveviews rebuild`` ...)."""
     if kind not in REQUESTS:
         raise ValueError(kind)
@@ -214,7 +212,7 @@ def ask(client: redis.Redis, pipeline: str, kind: str) -> Versions:
     return _update(client, pipeline, change)
 
 
-def take_request(client: redis.Redis, pipeline: str) -> str | None:
+def take_request(client: Client, pipeline: str) -> str | None:
     """The pending request, removed from the registry."""
     taken: list[str | None] = [None]
 
@@ -229,7 +227,7 @@ def take_request(client: redis.Redis, pipeline: str) -> str | None:
     return taken[0]
 
 
-def abort(client: redis.Redis, pipeline: str) -> Version | None:
+def abort(client: Client, pipeline: str) -> Version | None:
     """Drop the version being built from the registry; its state is for the caller to delete."""
     dropped: list[Version | None] = [None]
 
@@ -245,7 +243,7 @@ def abort(client: redis.Redis, pipeline: str) -> Version | None:
     return dropped[0]
 
 
-def switch(client: redis.Redis, pipeline: str, shards: int) -> Versions:
+def switch(client: Client, pipeline: str, shards: int) -> Versions:
     """Make the version being built serve readers, in one transaction: the registry,
     ``lv:{m}:active``, every shard's ``live`` field, and a progress entry with the new version's
     frontier that wakes each gateway's change feed."""
@@ -307,7 +305,7 @@ def _oldest(frontiers: list[dict[str, str]], before: dict[str, str]) -> dict[str
     return out
 
 
-def forget(client: redis.Redis, pipeline: str, version: Version) -> None:
+def forget(client: Client, pipeline: str, version: Version) -> None:
     """Remove a retired version from the registry once its state is deleted."""
 
     def change(v: Versions) -> Versions:

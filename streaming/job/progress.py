@@ -19,6 +19,8 @@ import redis
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 
+from streaming.core.storeclient import Client
+
 PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
 PIPELINE_PROGRESS_RETENTION = 10_000
 
@@ -27,7 +29,7 @@ class ProgressRecorder:
     """A ``StreamingQueryListener`` on the JVM's side of py4j: which query, which batch, how
     many events, and where its time went (``durationMs``)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
 
     def record(self, progress: dict[str, Any]) -> None:
@@ -62,7 +64,7 @@ class ProgressRecorder:
 _recorders: weakref.WeakKeyDictionary[SparkSession, ProgressRecorder] = weakref.WeakKeyDictionary()
 
 
-def record_progress(spark: SparkSession, client: redis.Redis) -> ProgressRecorder:
+def record_progress(spark: SparkSession, client: Client) -> ProgressRecorder:
     """Registers the session's recorder once, writing through ``client`` (the latest given)."""
     recorder = _recorders.get(spark)
     if recorder is not None:

@@ -21,10 +21,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import redis
 from pyspark.sql.streaming import StreamingQuery
 
 from streaming.core import deadletters
+from streaming.core.storeclient import Client
 from streaming.job.offsetlog import UNREAD, parse
 from streaming.job.source import READ_CHUNK
 
@@ -73,7 +73,7 @@ def failed_batch(query: Any) -> tuple[int, dict[int, str], dict[int, str]] | Non
 
 
 def set_aside(
-    client: redis.Redis,
+    client: Client,
     pipeline: str,
     batch_id: int,
     start: dict[int, str],
@@ -116,7 +116,7 @@ def _first_line(failure: str) -> str:
 class Recovery:
     """Decides, for each failed query, whether to set its batch aside and start it again."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
         self.recovered: dict[str, int] = {}
         """The batch last set aside, per pipeline."""

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -40,6 +39,7 @@ from streaming.core.errors import ConfigurationError
 from streaming.core.events import entry_id_tuple, log_stream
 from streaming.core.log import check_layout, log_heads
 from streaming.core.settings import Settings
+from streaming.core.storeclient import Client
 from streaming.core.versions import Version, Versions
 from streaming.job.progress import record_progress
 from streaming.job.queries import checkpoint_of, sink_client, start_pipeline
@@ -67,9 +67,7 @@ class Running:
 class Versioning:
     """The pipeline versions one driver runs (``queries``, by qualified name)."""
 
-    def __init__(
-        self, spark: SparkSession, app: App, settings: Settings, client: redis.Redis
-    ) -> None:
+    def __init__(self, spark: SparkSession, app: App, settings: Settings, client: Client) -> None:
         self.spark = spark
         self.app = app
         self.settings = settings
@@ -346,9 +344,7 @@ def start_versions(spark: SparkSession, app: App, settings: Settings) -> Version
     return versioning
 
 
-def delete_state(
-    client: redis.Redis, settings: Settings, p: str, old: Version, views: set[str]
-) -> None:
+def delete_state(client: Client, settings: Settings, p: str, old: Version, views: set[str]) -> None:
     """Everything a pipeline version wrote: its views' rows, their positions, its batches, its
     frontier and history, and its checkpoint. Its dead letters stay, as a record."""
     qualified = old.qualified(p)

@@ -123,8 +123,7 @@ def build(target: Path, app_spec: str, timeout: float = BUILD_TIMEOUT_S) -> None
     """Write the archive to ``target`` (see the module's doc), warmed up by the application
     ``app_spec`` names (``LV_APP``'s form) on its ``samples``. Raises on failure; ``target`` is
     then left as it was."""
-    import redis
-
+    from streaming.core import storeclient
     from streaming.core.app import load_app
     from streaming.core.embedded import EmbeddedStore, free_port
     from streaming.core.log import EventLog, views_caught_up
@@ -145,7 +144,7 @@ def build(target: Path, app_spec: str, timeout: float = BUILD_TIMEOUT_S) -> None
         pipeline: subprocess.Popen[bytes] | None = None
         try:
             settings = Settings.from_env({"REDIS_URL": url})
-            client = redis.Redis.from_url(url)
+            client = storeclient.connect(url)
             events = EventLog(client, app, settings.log_partitions)
             events.append_batch(samples(int(time.time() * 1000)))
             dumped = work / "classes.jsa"
