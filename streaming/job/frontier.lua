@@ -1,14 +1,18 @@
 -- Advance a pipeline's frontier: the log offsets (per partition) its views reflect.
 -- KEYS[1] frontier hash, KEYS[2] frontier batches hash, KEYS[3] progress stream,
 -- KEYS[4] active namespaces hash, KEYS[5] this pipeline version's history stream,
--- KEYS[6] frontier lag hash, then the log stream of each partition in the pairs below, in order.
+-- KEYS[6] frontier lag hash: all of them control keys (lv:{m}:*), in one slot of a cluster.
 -- ARGV: pipeline (with its namespace), batch id, the views' frontier name, row changes in the
--- batch, the number n of pipelines, their n base names, then pairs of (partition, entry id)
--- read by this batch.
+-- batch, the number n of pipelines, their n base names, then triples of (partition, entry id
+-- read by this batch, the partition's newest entry id as the sink read it just before, or '').
 -- Each pipeline is its own query with its own frontier; the views' frontier is, per partition,
 -- the oldest of them: every view reflects at least that much of the log. Each advance of the
 -- pipeline's frontier, and of the views' frontier, is appended to the progress stream: a
--- subscriber of a view follows the frontier of the pipeline that writes it.
+-- subscriber of a view follows the frontier of the pipeline that writes it. So is a batch
+-- that changed rows without advancing it (timers, a watermark's evictions): a gateway on a
+-- store cluster waits on the progress stream alone, not on every shard, to notice deltas.
+-- The log's heads come in ARGV, not as keys: on a cluster the log's partitions live in other
+-- slots than the control keys, and no script spans slots.
 -- Returns the pipeline's frontier as JSON, or false when the batch was applied before.
 local frontiers, batches, progress = KEYS[1], KEYS[2], KEYS[3]
 local active, history, lags = KEYS[4], KEYS[5], KEYS[6]
@@ -37,7 +41,7 @@ end
 local frontier = decode(redis.call('HGET', frontiers, pipeline))
 local before = decode(redis.call('HGET', frontiers, combined))
 local advanced = false
-for i = first_pair, #ARGV, 2 do
+for i = first_pair, #ARGV, 3 do
   local partition, id = ARGV[i], ARGV[i + 1]
   if frontier[partition] == nil or later(id, frontier[partition]) then
     frontier[partition] = id
@@ -47,11 +51,11 @@ end
 -- How far behind the log's head this batch left the views, in ms of append time: what a
 -- client is told with each frontier (0 once caught up).
 local lag = 0
-for i = first_pair, #ARGV, 2 do
-  local head = redis.call('XREVRANGE', KEYS[7 + (i - first_pair) / 2], '+', '-', 'COUNT', 1)[1]
+for i = first_pair, #ARGV, 3 do
+  local head = ARGV[i + 2]
   local at = frontier[ARGV[i]]
-  if head and at and later(head[1], at) then
-    local hms = tonumber(string.match(head[1], '^(%d+)-'))
+  if head ~= '' and at and later(head, at) then
+    local hms = tonumber(string.match(head, '^(%d+)-'))
     local ams = tonumber(string.match(at, '^(%d+)-'))
     if hms - ams > lag then lag = hms - ams end
   end
@@ -62,7 +66,7 @@ redis.call('HSET', frontiers, pipeline, encoded)
 redis.call('HSET', lags, pipeline, lag)
 -- Which batch reflected which offsets, for reading a view as of an offset (liveviews inspect).
 redis.call('XADD', history, 'MAXLEN', '~', 100000, '*', 'batch', batch, 'frontier', encoded)
-if advanced then
+if advanced or tonumber(rows) > 0 then
   redis.call('XADD', progress, 'MAXLEN', '~', 1000, '*',
     'pipeline', pipeline, 'batch', batch, 'frontier', encoded, 'rows', rows, 'lag_ms', lag)
 end

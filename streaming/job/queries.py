@@ -15,6 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streaming.core.app import App, Pipeline
 from streaming.core.settings import Settings
+from streaming.core.storeclient import Client, connect
 from streaming.job.offsetlog import BatchEnds
 from streaming.job.session import QUERY_NAME, SHUFFLE_PARTITIONS
 from streaming.job.sink import ChangeTopicSink
@@ -56,11 +57,11 @@ def checkpoint_of(settings: Settings, pipeline: str) -> Path:
     return settings.checkpoint_dir / pipeline
 
 
-def sink_client(settings: Settings) -> redis.Redis:
+def sink_client(settings: Settings) -> Client:
     # A backlog batch writes up to LV_MAX_EVENTS_PER_BATCH events' changes, in calls that can
     # take longer than redis-py's default 5 s socket timeout.
     # Retrying a whole batch is safe: the sink skips what a lost reply had already applied.
-    return redis.Redis.from_url(
+    return connect(
         settings.store_url,
         socket_timeout=SINK_TIMEOUT_S,
         retry=store_retry(),  # a restarting store pauses the batch instead of failing it
@@ -73,7 +74,7 @@ def start_pipeline(
     app: App,
     settings: Settings,
     name: str,
-    client: redis.Redis,
+    client: Client,
     namespace: str = "",
     pipelines: list[str] | None = None,
     max_events: int | None = None,
@@ -88,6 +89,7 @@ def start_pipeline(
     sink = ChangeTopicSink(
         client, app, name, settings.change_shards, settings.change_retention,
         pipelines or list(app.pipelines), BatchEnds(spark), namespace,
+        settings.store_ack_replicas,
     )  # fmt: skip
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
     # A query takes the session's settings as they are when it starts; a new checkpoint

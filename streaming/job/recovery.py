@@ -36,6 +36,10 @@ INFRASTRUCTURE_FAILURES = (
     "redis.exceptions.ConnectionError",
     "redis.exceptions.TimeoutError",
     "redis.exceptions.BusyLoadingError",
+    "redis.exceptions.Cluster",  # ClusterError, ClusterDownError: a store cluster failing over
+    "redis.exceptions.MovedError",
+    "redis.exceptions.TryAgainError",
+    "NotReplicated",
     "ConnectionRefusedError",
     "StateFailure",
     "Py4JError",

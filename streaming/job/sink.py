@@ -16,12 +16,14 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import orjson
 import redis
 from pyspark.sql import DataFrame
+from redis.cluster import RedisCluster
 
 from streaming.core import deadletters
 from streaming.core.app import App
@@ -46,10 +48,32 @@ from streaming.core.changes import (
 )
 from streaming.core.errors import ConfigurationError
 from streaming.core.events import log_stream
+from streaming.core.storeclient import (
+    Client,
+    NotReplicated,
+    check_acknowledged,
+    is_cluster,
+    node_client,
+    queue_acknowledge,
+    refresh,
+)
 from streaming.job.views import DEAD_LETTER_VIEW
 
 log = logging.getLogger("liveviews.sink")
 
+RETRIED = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.AskError,  # MOVED too
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    NotReplicated,
+)
+"""Errors after which a batch's write is tried again, whole."""
+OUTAGE_S = 30.0
+"""How long a batch's write is tried again before the query fails: a failover takes 2-4 s
+with the local cluster's node timeout, 15-20 s with a deployment's default."""
 CALL_OPS = 5000
 """Row changes per Lua call, about 50-100 ms of store time; a key's changes are never split."""
 
@@ -71,7 +95,7 @@ class ChangeTopicSink:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         app: App,
         name: str,
         shards: int,
@@ -79,8 +103,11 @@ class ChangeTopicSink:
         pipelines: Sequence[str] = (),
         ends: EndOffsets | None = None,
         namespace: str = "",
+        ack_replicas: int = 0,
     ) -> None:
         self.client = client
+        # Replicas that confirm each of the batch's writes before Spark commits it.
+        self.ack_replicas = ack_replicas
         self.namespace = namespace
         self.qualified = name + namespace
         # How far each batch read the log (``streaming.job.offsetlog.BatchEnds`` in the job).
@@ -125,28 +152,86 @@ class ChangeTopicSink:
         for group, ops in groups.items():
             by_shard[shard_for(group[0], group[1], self.shards)].append((group, ops))
         letters = self._dead_letters(letter_rows, batch_id) if letter_rows else []
-        frontier_args: list[Any] = [self.qualified, batch_id, VIEWS_FRONTIER, len(rows)]
-        frontier_args += [len(self.pipelines), *self.pipelines]
-        frontier_keys = [FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM, ACTIVE_KEY,
-                         history_stream(self.qualified), FRONTIER_LAG_KEY]  # fmt: skip
-        for partition in sorted(read_to):
-            frontier_args += [partition, read_to[partition]]
-            frontier_keys.append(log_stream(partition))
+        batch = Batch(batch_id, letters, by_shard, len(rows) - len(letter_rows), read_to)
+        if is_cluster(self.client):
+            retrying(lambda: self._write_nodes(batch), self.client, f"batch {batch_id}")
+        else:
+            retrying(lambda: self._write_one(batch), self.client, f"batch {batch_id}")
+
+    def _write_one(self, batch: Batch) -> None:
+        """A single server: the whole batch on one pipeline."""
+        heads = self._heads(batch.read_to)
         with self.client.pipeline(transaction=False) as pipe:
             # First, so a replay of this batch finds its bad events already set aside.
-            deadletters.record(pipe, letters)
-            for shard in sorted(by_shard):
-                for calls, chunk in enumerate(_chunks(by_shard[shard])):
-                    if calls and len(pipe) >= 8:
-                        pipe.execute()  # let replies flow back while later calls are built
-                    self._queue_call(pipe, shard, chunk, batch_id, final=False)
-                self._queue_call(pipe, shard, [], batch_id, final=True)
+            deadletters.record(pipe, batch.letters)
+            self._queue_shards(pipe, batch, sorted(batch.by_shard))
             # Last in the same pipeline: the store runs a connection's commands in order, so the
             # frontier advances after every delta of the batch is written; and a gateway whose
             # read wakes on the first delta reads the frontier that covers it in the same read
             # (the store answers it once it has run what arrived with that delta).
-            self.advance(keys=frontier_keys, args=frontier_args, client=pipe)
-            pipe.execute()
+            self._queue_frontier(pipe, batch, heads)
+            asked = queue_acknowledge(pipe, self.ack_replicas)
+            got = pipe.execute()
+        if asked:
+            check_acknowledged(got[-1], self.ack_replicas)
+
+    def _write_nodes(self, batch: Batch) -> None:
+        """A store cluster: one pipeline per node, as no script may run in a cluster's
+        pipeline; its dead letters first, then its shards, then the frontier, which must come
+        after every delta it covers. Each node's writes are acknowledged on the connection
+        that made them (``LV_STORE_ACK_REPLICAS``)."""
+        client = self.client
+        assert isinstance(client, RedisCluster)
+        if batch.letters:
+            with node_client(client, deadletters.ORDER_STREAM).pipeline(transaction=False) as pipe:
+                deadletters.record(pipe, batch.letters)
+                self._execute_acknowledged(pipe)
+        nodes: dict[str, list[int]] = defaultdict(list)
+        servers: dict[str, redis.Redis] = {}
+        for shard in sorted(batch.by_shard):
+            node = client.get_node_from_key(changes_stream(shard))
+            nodes[node.name].append(shard)
+            servers[node.name] = node_client(client, changes_stream(shard))
+        for name, shards in nodes.items():
+            with servers[name].pipeline(transaction=False) as pipe:
+                self._queue_shards(pipe, batch, shards)
+                self._execute_acknowledged(pipe)
+        heads = self._heads(batch.read_to)
+        with node_client(client, FRONTIER_KEY).pipeline(transaction=False) as pipe:
+            self._queue_frontier(pipe, batch, heads)
+            self._execute_acknowledged(pipe)
+
+    def _execute_acknowledged(self, pipe: Any) -> None:
+        asked = queue_acknowledge(pipe, self.ack_replicas)
+        got = pipe.execute()
+        if asked:
+            check_acknowledged(got[-1], self.ack_replicas)
+
+    def _queue_shards(self, pipe: Any, batch: Batch, shards: list[int]) -> None:
+        for shard in shards:
+            for calls, chunk in enumerate(_chunks(batch.by_shard[shard])):
+                if calls and len(pipe) >= 8:
+                    pipe.execute()  # let replies flow back while later calls are built
+                self._queue_call(pipe, shard, chunk, batch.id, final=False)
+            self._queue_call(pipe, shard, [], batch.id, final=True)
+
+    def _heads(self, read_to: dict[int, str]) -> dict[int, str]:
+        """The newest entry id of each log partition the batch read, read just before the
+        frontier moves, for its lag (``frontier.lua``)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for partition in sorted(read_to):
+                pipe.xrevrange(log_stream(partition), count=1)
+            found: list[Any] = pipe.execute() if read_to else []
+        return {p: h[0][0].decode() for p, h in zip(sorted(read_to), found, strict=True) if h}
+
+    def _queue_frontier(self, pipe: Any, batch: Batch, heads: dict[int, str]) -> None:
+        args: list[Any] = [self.qualified, batch.id, VIEWS_FRONTIER, batch.changes]
+        args += [len(self.pipelines), *self.pipelines]
+        for partition in sorted(batch.read_to):
+            args += [partition, batch.read_to[partition], heads.get(partition, "")]
+        keys = [FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM, ACTIVE_KEY,
+                history_stream(self.qualified), FRONTIER_LAG_KEY]  # fmt: skip
+        self.advance(keys=keys, args=args, client=pipe)
 
     def _dead_letters(self, rows: list[Any], batch_id: int) -> list[deadletters.DeadLetter]:
         """The records of the events a view set aside, each with its entry from the log."""
@@ -182,6 +267,37 @@ class ChangeTopicSink:
             for kind, row, value, score in ops:
                 args += [kind, row, value, repr(score)]
         self.apply_shard(keys=keys, args=args, client=pipe)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch's writes, ready to send (again, after a failover: it is idempotent)."""
+
+    id: int
+    letters: list[deadletters.DeadLetter]
+    by_shard: dict[int, list[tuple[Group, list[Op]]]]
+    changes: int
+    """Row changes to views, dead letters aside."""
+    read_to: dict[int, str]
+
+
+def retrying(write: Callable[[], None], client: Client, what: str) -> None:
+    """``write`` until it succeeds, for about ``OUTAGE_S``: a store restarting, a primary
+    failing over to its replica (a few seconds of refused connections, MOVED and CLUSTERDOWN
+    replies), or replicas slow to confirm. ``write`` must be idempotent, as a batch's is."""
+    deadline = time.monotonic() + OUTAGE_S
+    delay = 0.05
+    while True:
+        try:
+            write()
+            return
+        except RETRIED as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("writing %s: %s; trying again in %.2f s", what, exc, delay)
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
+            refresh(client)
 
 
 def _chunks(groups: list[tuple[Group, list[Op]]]) -> list[list[tuple[Group, list[Op]]]]:

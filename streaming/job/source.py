@@ -47,10 +47,10 @@ from streaming.core.events import (
 from streaming.job.views import EVENT_SCHEMA
 
 if TYPE_CHECKING:
-    import redis
     from redis.retry import Retry
 
     from streaming.core.screen import Screen
+    from streaming.core.storeclient import Client
 
 SOURCE_NAME = "liveviews-log"
 ARROW_SCHEMA = pa.schema(
@@ -67,7 +67,7 @@ ARROW_SCHEMA = pa.schema(
 READ_CHUNK = 5000
 STORE_OUTAGE_S = 60
 """How long a read waits for an unreachable (restarting, still loading) store before it fails."""
-_clients: dict[str, redis.Redis] = {}
+_clients: dict[str, Client] = {}
 _screens: dict[tuple[str, str, str], Screen] = {}
 ScreenSpec = tuple[str, str]
 """(``screen_option(app)``, pipeline name) of the pipeline a source reads for; empty for none."""
@@ -99,16 +99,16 @@ def store_retry() -> Retry:
     return Retry(backoff, retries, supported_errors=(redis.ConnectionError, redis.TimeoutError))
 
 
-def _client(url: str) -> redis.Redis:
+def _client(url: str) -> Client:
     """One client per URL per Python worker; workers are reused across tasks.
 
     The client library is imported here, not with the module: Spark also starts Python
     processes that only ask the source for its schema or plan its reads, and never read."""
     client = _clients.get(url)
     if client is None:
-        import redis
+        from streaming.core.storeclient import connect
 
-        client = _clients[url] = redis.Redis.from_url(url, retry=store_retry())
+        client = _clients[url] = connect(url, retry=store_retry())
     return client
 
 
@@ -142,9 +142,9 @@ class LogStreamReader(DataSourceStreamReader):
             answers = _next_entries(self.url, start, self.log_partitions, limit.max_rows)
             latest = [entries[-1][0] if entries else None for entries in answers]
         else:
-            # One transaction: the heads of every partition at one instant, so a source
+            # The heads of every partition at one instant (``_every_partition``), so a source
             # transaction appended in one MULTI is wholly before or after them.
-            with _client(self.url).pipeline(transaction=True) as pipe:
+            with _every_partition(_client(self.url)) as pipe:
                 for p in range(self.log_partitions):
                     pipe.xrevrange(log_stream(p), count=1)
                 latest = [entries[0][0] if entries else None for entries in pipe.execute()]
@@ -230,9 +230,9 @@ def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) 
     doubles until the read holds it whole."""
     per_partition = max(1, limit // partitions)
     while True:
-        # One transaction: every partition read at one instant, so a source transaction
+        # Every partition read at one instant (``_every_partition``), so a source transaction
         # appended in one MULTI is wholly in the read or wholly after it, but for the cap.
-        with _client(url).pipeline(transaction=True) as pipe:
+        with _every_partition(_client(url)) as pipe:
             for p in range(partitions):
                 pipe.xrange(
                     log_stream(p), min=_after(start.get(str(p), "0-0")), count=per_partition
@@ -244,6 +244,19 @@ def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) 
         if all(len(entries) < per_partition for entries in answers):
             return answers  # read to the heads: a transaction the log holds only part of
         per_partition *= 2  # one transaction larger than the cap: read until it is whole
+
+
+def _every_partition(client: Client) -> Any:
+    """A pipeline for one read of every log partition: one transaction on a single server.
+
+    On a store cluster the partitions live in different slots, which no transaction spans, so
+    the reads are a plain pipeline. Each partition's read is still consistent on its own (a
+    stream read is atomic, and a partition only grows at its end). Reading all of them at one
+    instant matters only for a source transaction appended over several partitions in one
+    MULTI, which only change data capture writes, and it refuses to run on a cluster."""
+    from streaming.core.storeclient import is_cluster
+
+    return client.pipeline(transaction=not is_cluster(client))
 
 
 def whole_transactions(answers: list[Any]) -> list[Any]:
@@ -281,7 +294,7 @@ def _before(entries: list[Any], txs: set[bytes]) -> list[Any]:
 
 
 def _read_range(
-    client: redis.Redis, p: int, start: str, end: str, screen: Screen | None
+    client: Client, p: int, start: str, end: str, screen: Screen | None
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of up to READ_CHUNK events."""
     stream, cursor = log_stream(p), start
