@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 import orjson
+from redis.cluster import RedisCluster
 
 from streaming.cli import render
 from streaming.cli.base import Env, emit, json_option, pass_env
@@ -119,6 +120,7 @@ def collect(env: Env, minutes: float) -> dict[str, Any]:
             subscribers[view] = subscribers.get(view, 0) + n
     return {
         "minutes": minutes,
+        "store": store_shape(client),
         "log": {"partitions": partitions, "events": sum(sizes),
                 "heads": {str(p): h for p, h in lag.log_heads(client, partitions).items()}},
         "pipelines": pipelines,
@@ -129,8 +131,19 @@ def collect(env: Env, minutes: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def store_shape(client: Client) -> dict[str, Any]:
+    """A single server, or a store cluster and how many primaries serve its slots."""
+    if isinstance(client, RedisCluster):
+        return {"cluster": True, "primaries": len(client.get_primaries())}
+    return {"cluster": False, "primaries": 1}
+
+
 def _show(doc: dict[str, Any]) -> None:
     out = render.console()
+    shape = doc["store"]
+    out.print(f"store: cluster of {shape['primaries']} primaries" if shape["cluster"]
+              else "store: single server", markup=False)  # fmt: skip
+    out.print()
     heads: dict[str, str] = doc["log"]["heads"]
     table = render.table("pipeline", "version", "role", "lag (events)", "lag (s)",
                          f"batch p50 / p99 ({doc['minutes']:g} min)", "dead letters")  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -9,9 +10,10 @@ import orjson
 
 from streaming.cli.base import Env, emit, json_option, pass_env
 from streaming.core.events import decode_entry, entry_id_tuple, iso, log_stream
-from streaming.core.storeclient import Client
+from streaming.core.storeclient import Client, is_cluster
 
 BLOCK_MS = 1000
+CLUSTER_POLL_S = 0.2
 COUNT = 500
 
 
@@ -31,6 +33,23 @@ def heads(client: Client, partitions: int, from_start: bool) -> dict[str, str]:
         if last:
             streams[stream] = last[0][0].decode()
     return streams
+
+
+def _read(client: Client, streams: dict[str, str]) -> list[Any]:
+    """What each partition has after ``streams``: one read waiting up to ``BLOCK_MS`` for any
+    of them; on a store cluster, where one read cannot span slots, one read per partition in
+    a pipeline, and a pause when none had anything."""
+    if not is_cluster(client):
+        found: Any = client.xread(streams, count=COUNT, block=BLOCK_MS)  # type: ignore[arg-type]
+        return list(found or [])
+    with client.pipeline(transaction=False) as pipe:
+        for stream, after in streams.items():
+            pipe.xread({stream: after}, count=COUNT)
+        answers: list[Any] = pipe.execute()
+    read = [entry for answer in answers for entry in answer or []]
+    if not read:
+        time.sleep(CLUSTER_POLL_S)
+    return read
 
 
 def line(stream: bytes, entry_id: bytes, fields: dict[bytes, bytes]) -> dict[str, Any]:
@@ -79,7 +98,7 @@ def tail(
     shown = 0
     try:
         while limit is None or shown < limit:
-            read: Any = client.xread(streams, count=COUNT, block=BLOCK_MS)  # type: ignore[arg-type]
+            read = _read(client, streams)
             events = []
             for stream, entries in read or []:
                 streams[stream.decode()] = entries[-1][0].decode()

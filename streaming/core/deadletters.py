@@ -47,9 +47,9 @@ aside, so the pipeline goes on."""
 
 _RECORD = """
 local added = 0
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
-    redis.call('XADD', KEYS[2], '*', 'pipeline', KEYS[3], 'offset', ARGV[i])
+    redis.call('XADD', KEYS[2], '*', 'pipeline', ARGV[1], 'offset', ARGV[i])
     added = added + 1
   end
 end
@@ -132,7 +132,8 @@ def record(client: Any, letters: Sequence[DeadLetter]) -> None:
         args: list[Any] = []
         for d in group:
             args += [d.offset, d.to_json()]
-        client.eval(_RECORD, 3, key_of(pipeline), ORDER_STREAM, pipeline, *args)
+        # Both keys share the hash tag {d}: one slot of a store cluster.
+        client.eval(_RECORD, 2, key_of(pipeline), ORDER_STREAM, pipeline, *args)
 
 
 def quarantined(client: Client, pipeline: str) -> frozenset[str]:

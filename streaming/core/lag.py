@@ -76,7 +76,8 @@ class Plan:
         for name, ps in self.behind.items():
             for p in ps:
                 start = f"({self.frontiers[name][p]}" if p in self.frontiers[name] else "-"
-                pipe.eval(COUNT_SCRIPT, 1, log_stream(p), start, EVENT_CAP + 1)
+                # A cluster's pipeline has an eval() of its own, which runs the pipeline.
+                pipe.execute_command("EVAL", COUNT_SCRIPT, 1, log_stream(p), start, EVENT_CAP + 1)
         for p in self.fresh:
             pipe.xrange(log_stream(p), "-", "+", count=1)
 

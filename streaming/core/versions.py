@@ -6,6 +6,15 @@ A version is built beside the serving one from offset 0 of the log, in a namespa
 ``lv:{m}:active`` field readers resolve, and each shard's ``live`` field, which decides whose deltas
 the sink publishes, change together, and an entry on ``lv:{m}:progress`` wakes every gateway.
 
+On a store cluster each shard's ``live`` hash is in a slot of its own, which no transaction
+spans, so a switch takes three steps, each safe to repeat: every shard first publishes the new
+version's deltas as well as the serving one's (field ``<pipeline>:next``); then one transaction
+of the control keys moves readers; then every shard publishes the new version's alone. Between
+the steps readers see no mix: a subscriber takes only the deltas of the version it was served
+(the version is part of its event ids' epoch), and the gateway gives every subscriber of the
+pipeline the new version's snapshot once ``lv:{m}:active`` changes. A switch cut short after
+the first step completes when asked again; ``abort`` puts the shards back as they were.
+
 ``lv:{m}:versions``        hash pipeline -> JSON: ``active``, ``next``, ``retired``, ``request``
 ``lv:{m}:versions:code``   hash ``<pipeline>@<version>`` -> the version's declaration (cloudpickle,
                        by value), so the serving version keeps running after its code changed
@@ -15,11 +24,13 @@ This module does not import Spark: the gateway and the command line read it too.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
+import redis
 
 from streaming.core.app import VERSION_RE
 from streaming.core.changes import (
@@ -31,7 +42,9 @@ from streaming.core.changes import (
 )
 from streaming.core.errors import ConfigurationError
 from streaming.core.events import entry_id_tuple
-from streaming.core.storeclient import Client
+from streaming.core.storeclient import Client, is_cluster
+
+log = logging.getLogger("liveviews.versions")
 
 REGISTRY_KEY = "lv:{m}:versions"
 CODE_KEY = "lv:{m}:versions:code"
@@ -227,9 +240,14 @@ def take_request(client: Client, pipeline: str) -> str | None:
     return taken[0]
 
 
-def abort(client: Client, pipeline: str) -> Version | None:
-    """Drop the version being built from the registry; its state is for the caller to delete."""
+def abort(client: Client, pipeline: str, shards: int = 0) -> Version | None:
+    """Drop the version being built from the registry; its state is for the caller to delete.
+    On a store cluster, first make its ``shards`` publish the serving version's deltas only,
+    as they did before a switch to it was cut short."""
     dropped: list[Version | None] = [None]
+    current = read(client, pipeline)
+    if is_cluster(client) and current is not None and current.active is not None:
+        settle_live(client, pipeline, shards, current.active.namespace)
 
     def change(v: Versions) -> Versions:
         dropped[0] = v.next
@@ -246,7 +264,14 @@ def abort(client: Client, pipeline: str) -> Version | None:
 def switch(client: Client, pipeline: str, shards: int) -> Versions:
     """Make the version being built serve readers, in one transaction: the registry,
     ``lv:{m}:active``, every shard's ``live`` field, and a progress entry with the new version's
-    frontier that wakes each gateway's change feed."""
+    frontier that wakes each gateway's change feed. On a store cluster, in three steps (see the
+    module's documentation)."""
+    cluster = is_cluster(client)
+    if cluster:
+        reg = read(client, pipeline)
+        if reg is None or reg.next is None or reg.active is None:
+            raise ConfigurationError(f"pipeline {pipeline!r} has no version being built.")
+        _publish_next(client, pipeline, shards, reg.next.namespace)
     out: list[Versions] = []
 
     def run(pipe: Any) -> None:
@@ -271,7 +296,7 @@ def switch(client: Client, pipeline: str, shards: int) -> Versions:
         pipe.multi()
         pipe.hset(REGISTRY_KEY, pipeline, v.encode())
         pipe.hset(ACTIVE_KEY, pipeline, new.namespace)
-        for shard in range(shards):
+        for shard in range(0 if cluster else shards):
             pipe.hset(live_key(shard), pipeline, new.namespace)
         pipe.xadd(
             PROGRESS_STREAM,
@@ -289,7 +314,38 @@ def switch(client: Client, pipeline: str, shards: int) -> Versions:
         out[:] = [v]
 
     client.transaction(run, REGISTRY_KEY, FRONTIER_KEY)
+    if cluster:
+        assert out[0].active is not None
+        try:
+            settle_live(client, pipeline, shards, out[0].active.namespace)
+        except redis.RedisError as exc:  # readers are switched: the rest is tidying up
+            log.warning("pipeline %r: switched, but its shards still publish both versions'"
+                        " deltas until its next start (%s)", pipeline, exc)  # fmt: skip
     return out[0]
+
+
+def next_field(pipeline: str) -> str:
+    """The field of a shard's ``live`` hash naming a version that publishes its deltas too,
+    while a switch to it is under way on a store cluster (``sink.lua``)."""
+    return f"{pipeline}:next"
+
+
+def _publish_next(client: Client, pipeline: str, shards: int, namespace: str) -> None:
+    """Every shard publishes ``namespace``'s deltas besides the serving version's."""
+    with client.pipeline(transaction=False) as pipe:
+        for shard in range(shards):
+            pipe.hset(live_key(shard), next_field(pipeline), namespace)
+        pipe.execute()
+
+
+def settle_live(client: Client, pipeline: str, shards: int, namespace: str) -> None:
+    """Every shard publishes the deltas of ``namespace`` alone: after a switch to it, or after
+    the abort of a switch away from it."""
+    with client.pipeline(transaction=False) as pipe:
+        for shard in range(shards):
+            pipe.hset(live_key(shard), pipeline, namespace)
+            pipe.hdel(live_key(shard), next_field(pipeline))
+        pipe.execute()
 
 
 def _oldest(frontiers: list[dict[str, str]], before: dict[str, str]) -> dict[str, str]:

@@ -19,7 +19,8 @@
 -- its rows without deltas: nobody reads them yet, and readers of the serving version must not
 -- pay for a rebuild. The shard's live hash names the serving namespace; it changes in the same
 -- transaction as the version readers resolve (streaming/core/versions.py), so a snapshot of the
--- new version is followed by every delta written after it.
+-- new version is followed by every delta written after it. On a store cluster, where that is
+-- three steps, its field '<pipeline>:next' names a version that publishes too meanwhile.
 --
 -- Each group's reads and writes are one variadic command per hash or sorted set, not one per
 -- row: every command a script runs costs the store its own dispatch and its own entry in the
@@ -27,7 +28,8 @@
 local changes, batches, positions = KEYS[1], KEYS[2], KEYS[3]
 local pipeline, batch, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local final, groups = ARGV[4] == '1', tonumber(ARGV[5])
-local publish = (redis.call('HGET', KEYS[4], ARGV[6]) or '') == ARGV[7]
+local live = redis.call('HMGET', KEYS[4], ARGV[6], ARGV[6] .. ':next')
+local publish = (live[1] or '') == ARGV[7] or live[2] == ARGV[7]
 
 local last = redis.call('HGET', batches, pipeline)
 if last and tonumber(last) >= batch then

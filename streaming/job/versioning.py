@@ -17,11 +17,13 @@ import logging
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from redis.cluster import RedisCluster
 
 from streaming.core import pipelinecode, versions
 from streaming.core.app import App, load_app
@@ -39,7 +41,7 @@ from streaming.core.errors import ConfigurationError
 from streaming.core.events import entry_id_tuple, log_stream
 from streaming.core.log import check_layout, log_heads
 from streaming.core.settings import Settings
-from streaming.core.storeclient import Client
+from streaming.core.storeclient import Client, is_cluster
 from streaming.core.versions import Version, Versions
 from streaming.job.progress import record_progress
 from streaming.job.queries import checkpoint_of, sink_client, start_pipeline
@@ -93,6 +95,11 @@ class Versioning:
         code = self.code[p]
         reg = versions.register(self.client, p, code, self._pack(p))
         assert reg.active is not None
+        if reg.next is None and is_cluster(self.client):
+            # A switch cut short after readers moved (versions.switch) left both versions
+            # publishing on some shards; the retired one no longer runs.
+            versions.settle_live(self.client, p, self.settings.change_shards,
+                                 reg.active.namespace)  # fmt: skip
         if reg.active.code == code:
             if reg.next is not None:
                 log.info("pipeline %r: dropping version %s, built for code that is gone",
@@ -275,7 +282,7 @@ class Versioning:
             self._stop(old.qualified(p))
 
     def _abort(self, p: str) -> None:
-        dropped = versions.abort(self.client, p)
+        dropped = versions.abort(self.client, p, self.settings.change_shards)
         if dropped is not None:
             self._stop(dropped.qualified(p))
             log.info("pipeline %r: version %s aborted", p, dropped.version)
@@ -351,13 +358,13 @@ def delete_state(client: Client, settings: Settings, p: str, old: Version, views
     for view in sorted(views):
         name = view + old.namespace
         batch: list[Any] = []
-        for key in client.scan_iter(match=f"lv:{{c*}}:*:{_glob(name)}/*", count=DELETE_STEP):
+        for key in _scan(client, f"lv:{{c*}}:*:{_glob(name)}/*"):
             batch.append(key)
             if len(batch) >= DELETE_STEP:
-                client.unlink(*batch)
+                _unlink(client, batch)
                 batch = []
         if batch:
-            client.unlink(*batch)
+            _unlink(client, batch)
         for shard in range(settings.change_shards):
             fields = [f for f, _ in client.hscan_iter(
                 positions_key(shard), match=f"{_glob(name)}/*", count=DELETE_STEP)]  # fmt: skip
@@ -371,6 +378,30 @@ def delete_state(client: Client, settings: Settings, p: str, old: Version, views
         pipe.delete(history_stream(qualified))
         pipe.execute()
     shutil.rmtree(checkpoint_of(settings, qualified), ignore_errors=True)
+
+
+def _scan(client: Client, pattern: str) -> Iterator[Any]:
+    """The keys matching ``pattern``: on a store cluster, on every primary."""
+    if isinstance(client, RedisCluster):
+        return client.scan_iter(
+            match=pattern, count=DELETE_STEP, target_nodes=RedisCluster.PRIMARIES
+        )
+    return client.scan_iter(match=pattern, count=DELETE_STEP)
+
+
+def _unlink(client: Client, keys: list[Any]) -> None:
+    """One UNLINK for ``keys`` on a single server; on a store cluster, one per slot (a
+    command's keys must share one), sent together in one pipeline."""
+    if not isinstance(client, RedisCluster):
+        client.unlink(*keys)
+        return
+    by_slot: dict[int, list[Any]] = {}
+    for key in keys:
+        by_slot.setdefault(client.keyslot(key), []).append(key)
+    with client.pipeline(transaction=False) as pipe:
+        for same_slot in by_slot.values():
+            pipe.execute_command("UNLINK", *same_slot)  # its unlink() takes one key only
+        pipe.execute()
 
 
 def _glob(text: str) -> str:
