@@ -134,7 +134,13 @@ def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
                 allow_origins=list(settings.cors_origins),
                 allow_credentials=True,
                 allow_methods=["GET", "POST", "OPTIONS"],
-                allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "If-None-Match"],
+                allow_headers=[
+                    "Authorization",
+                    "Content-Type",
+                    "Last-Event-ID",
+                    "If-None-Match",
+                    "Idempotency-Key",
+                ],
                 expose_headers=["ETag"],
             )
         )

@@ -3,8 +3,11 @@
 A body is one event (``{"type", "payload", "time"?}``), an array of events, or
 ``{"events": [...]}``. Every event is validated against the application's schemas, with its
 time near the gateway's clock, and must be authored by the token's subject; the store must have
-room and the subject must be within its publish rate. Only then is anything written: the batch
-is one MULTI/EXEC.
+room and the subject must be within its publish rate. Only then is anything written, once per
+idempotency key (``streaming.core.append``): on a single server the batch is one MULTI/EXEC,
+every event or none; on a store cluster each partition's events are appended at once, and a
+batch some of whose partitions could not be written answers 503 ``partial_append`` with the
+offsets that were, which the same request with the same ``Idempotency-Key`` completes.
 """
 
 from __future__ import annotations
@@ -25,10 +28,18 @@ from server.errors import (
     Unprocessable,
 )
 from server.feed import store
+from server.feed.append import Appender
 from server.feed.memory import StoreMemory, store_full
 from server.metrics import Metrics
 from server.settings import GatewaySettings
 from streaming.core.app import App
+from streaming.core.append import (
+    Idempotency,
+    IdempotencyKeyReused,
+    InvalidIdempotencyKey,
+    NotAcknowledged,
+    PartialAppend,
+)
 from streaming.core.errors import InvalidEvent
 from streaming.core.events import Offset, TimeWindow
 
@@ -80,11 +91,27 @@ class Publisher:
             max_age_ms=settings.event_time_max_age_days * 86_400_000,
         )
         self.rate = PublishRate(settings.publish_rate, settings.publish_burst)
+        self.appender = Appender(
+            client,
+            self.partitions,
+            self.retention,
+            ack_replicas=settings.store.store_ack_replicas,
+            budget=settings.append_retry_seconds,
+        )
         self.memory = StoreMemory(
             client, settings.store_full_percent, settings.store_memory_check_ms / 1000
         )
 
-    async def publish(self, principal: Principal, raws: list[Any]) -> list[Offset]:
+    async def publish(
+        self, principal: Principal, raws: list[Any], idempotency_key: str | None = None
+    ) -> list[Offset]:
+        """Append ``raws`` as ``principal``, once per ``idempotency_key`` (one is made for this
+        call when none is given, so that its own retries through a failover never append an
+        event twice)."""
+        try:
+            idempotency = Idempotency.of(raws, idempotency_key)
+        except InvalidIdempotencyKey as exc:
+            raise BadRequest(exc.message, code=exc.code) from None
         self.refuse_unpublishable(raws)
         try:
             events = self.app.validate_batch(raws, self.window)
@@ -117,7 +144,14 @@ class Publisher:
                 retry_after=retry_after(wait),
             )
         try:
-            return await store.append(self.client, events, self.partitions, self.retention)
+            return await self.appender.append(events, idempotency)
+        except IdempotencyKeyReused as exc:
+            raise Unprocessable(exc.message, code=exc.code) from None
+        except PartialAppend as exc:
+            appended = [offset_dict(o) if o is not None else None for o in exc.appended]
+            raise Unavailable(exc.message, code=exc.code, appended=appended) from None
+        except NotAcknowledged as exc:
+            raise Unavailable(exc.message, code=exc.code) from None
         except OutOfMemoryError:
             # The store's own refusal, before this gateway's next look at its memory: the
             # same answer, and the batch was not written (its MULTI was discarded).

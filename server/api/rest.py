@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from server.api.openapi import document
-from server.api.params import view_and_key
+from server.api.params import single_header, view_and_key
 from server.api.publish import events_of, offset_dict, parse_body
 from server.api.responses import json_response, read_json
 from server.auth import ALL_SCOPES, COOKIE, PUBLISH, READ, authenticate
@@ -37,7 +37,8 @@ async def post_events(request: Request) -> Response:
     principal = authenticate(request, gw.auth, PUBLISH)
     body = await read_json(request, gw.settings.max_body_bytes)
     raws = events_of(parse_body(body), gw.settings.max_batch_events)
-    offsets = await gw.publisher.publish(principal, raws)
+    key = single_header(request, "Idempotency-Key", "invalid_idempotency_key")
+    offsets = await gw.publisher.publish(principal, raws, key)
     gw.metrics.events_published += len(offsets)
     return json_response({"offsets": [offset_dict(o) for o in offsets]}, 202)
 

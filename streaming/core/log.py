@@ -1,4 +1,6 @@
-"""Appending events to the log: validate everything first, then write all or nothing."""
+"""Appending events to the log: validate everything first, then append the batch once
+(``streaming.core.append``): all or nothing on a single server, partition by partition on a
+store cluster."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from typing import Any
 import redis
 
 from streaming.core.app import App
+from streaming.core.append import SCRIPT, Idempotency, append_sync, calls, settle
 from streaming.core.changes import VIEWS_FRONTIER, read_frontier
 from streaming.core.errors import ConfigurationError, StoreMismatch
 from streaming.core.events import Event, Offset, log_stream, now_ms, partition_for
+from streaming.core.storeclient import Client, is_cluster
 from streaming.core.upgrade import upgrade
 
 META_KEY = "lv:{m}:meta"
@@ -104,32 +108,51 @@ def offsets_from(streams: Sequence[str], ids: Sequence[Any]) -> list[Offset]:
 class EventLog:
     """Synchronous writer of an application's events.
 
-    A batch is one MULTI/EXEC transaction: either every event is appended or none is.
+    A batch is appended once per idempotency key (``streaming.core.append``): on a single
+    server in one transaction, every event or none; on a store cluster each partition's events
+    at once, and a ``PartialAppend`` when some partitions could not be written, which the same
+    call with the same ``idempotency_key`` completes. ``ack_replicas`` replicas must confirm a
+    batch before it returns (``LV_STORE_ACK_REPLICAS``).
     """
 
     def __init__(
-        self, client: redis.Redis, app: App, partitions: int, retention: Retention | None = None
+        self,
+        client: Client,
+        app: App,
+        partitions: int,
+        retention: Retention | None = None,
+        *,
+        ack_replicas: int = 0,
     ) -> None:
         self.client = client
         self.app = app
         self.partitions = partitions
         self.retention = retention
+        self.ack_replicas = ack_replicas
+        self.script = client.register_script(SCRIPT)
 
-    def append(self, raw: Any) -> Offset:
-        return self.append_batch([raw])[0]
+    def append(self, raw: Any, idempotency_key: str | None = None) -> Offset:
+        return self.append_batch([raw], idempotency_key)[0]
 
-    def append_batch(self, raws: Iterable[Any]) -> list[Offset]:
+    def append_batch(self, raws: Iterable[Any], idempotency_key: str | None = None) -> list[Offset]:
+        """Validate and append ``raws``. Called again with the same ``idempotency_key`` and
+        events, it returns the same offsets and appends nothing twice (for 24 hours); without
+        a key, one is made for this call, which covers its own retries through a failover."""
+        raws = list(raws)
         events = self.app.validate_batch(raws)
-        return self.append_validated(events)
+        return self.append_validated(events, Idempotency.of(raws, idempotency_key))
 
-    def append_validated(self, events: Sequence[Event]) -> list[Offset]:
+    def append_validated(
+        self, events: Sequence[Event], idempotency: Idempotency | None = None
+    ) -> list[Offset]:
         if not events:
             return []
-        placed = placements(events, self.partitions)
-        with self.client.pipeline(transaction=True) as pipe:
-            queue_appends(pipe, placed, self.retention)
-            ids = pipe.execute()
-        return offsets_from([s for s, _ in placed], ids)
+        if idempotency is None:
+            idempotency = Idempotency.of([e.encode() for e in events])
+        batch = calls(events, self.partitions, self.retention, idempotency,
+                      single_server=not is_cluster(self.client))  # fmt: skip
+        outcomes = append_sync(self.client, self.script, batch, self.ack_replicas)
+        return settle(len(events), batch, outcomes)
 
 
 def queue_heads(pipe: Any, partitions: int) -> None:

@@ -1,0 +1,108 @@
+"""The gateway's appends to the log: ``streaming.core.append`` with the asyncio client.
+
+On a single server a batch is one MULTI of its partitions' calls, sent as commands so that
+``WAIT`` follows on the same connection. On a store cluster each partition's call runs on the
+server of its slot (a plain client of it, ``nodes.node``), all partitions at once, each retried
+through a failover for ``budget`` seconds; ``append.settle`` turns the outcomes into offsets or
+the error to answer (``PartialAppend`` when some partitions were written and some were not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from server.feed import nodes
+from server.feed.nodes import Client
+from streaming.core import storeclient
+from streaming.core.append import (
+    FAILOVER_ERRORS,
+    RETRY_SECONDS,
+    SCRIPT,
+    Call,
+    Idempotency,
+    Outcome,
+    calls,
+    exec_replies,
+    settle,
+)
+from streaming.core.events import Event, Offset, log_stream
+from streaming.core.log import Retention
+
+
+class Appender:
+    """Appends validated batches for one gateway process (the script registered once)."""
+
+    def __init__(
+        self,
+        client: Client,
+        partitions: int,
+        retention: Retention | None,
+        *,
+        ack_replicas: int = 0,
+        budget: float = RETRY_SECONDS,
+    ) -> None:
+        self.client = client
+        self.partitions = partitions
+        self.retention = retention
+        self.ack_replicas = ack_replicas
+        self.budget = budget
+        self.script = client.register_script(SCRIPT)
+
+    async def append(self, events: Sequence[Event], idempotency: Idempotency) -> list[Offset]:
+        if not events:
+            return []
+        cluster = nodes.is_cluster(self.client)
+        batch = calls(events, self.partitions, self.retention, idempotency,
+                      single_server=not cluster)  # fmt: skip
+        if cluster:
+            outcomes = list(await asyncio.gather(*(self._on_node(call) for call in batch)))
+        else:
+            outcomes = await self._in_transaction(batch)
+        return settle(len(events), batch, outcomes)
+
+    async def _in_transaction(self, batch: Sequence[Call]) -> list[Outcome]:
+        pipe: Any
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.execute_command("MULTI")
+            for call in batch:
+                await self.script(keys=call.keys, args=call.args, client=pipe)
+            pipe.execute_command("EXEC")
+            acknowledged = storeclient.queue_acknowledge(pipe, self.ack_replicas)
+            results = await pipe.execute()
+        outcomes = exec_replies(results, len(batch))
+        if acknowledged:
+            try:
+                storeclient.check_acknowledged(results[-1], self.ack_replicas)
+            except storeclient.NotReplicated as exc:
+                return [exc] * len(batch)
+        return outcomes
+
+    async def _on_node(self, call: Call) -> Outcome:
+        deadline = time.monotonic() + self.budget
+        pause = 0.1
+        while True:
+            try:
+                server = await nodes.node(self.client, call.keys[0])
+                async with server.pipeline(transaction=False) as pipe:
+                    await self.script(keys=call.keys, args=call.args, client=pipe)
+                    acknowledged = storeclient.queue_acknowledge(pipe, self.ack_replicas)
+                    results: Any = await pipe.execute()
+                if acknowledged:
+                    where = log_stream(call.partition)
+                    storeclient.check_acknowledged(results[1], self.ack_replicas, where)
+                return list(results[0])
+            except FAILOVER_ERRORS as exc:
+                if time.monotonic() + pause > deadline:
+                    return exc
+            except RedisError as exc:
+                return exc
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            with contextlib.suppress(*FAILOVER_ERRORS):  # still failing over: the next try says so
+                await nodes.refresh(self.client)
