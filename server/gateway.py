@@ -19,7 +19,7 @@ from server.auth import Authenticator, Principal
 from server.errors import Forbidden, NotFound
 from server.fanout.hub import Hub
 from server.fanout.subscription import Source
-from server.feed import store
+from server.feed import nodes, store
 from server.feed.changes import ChangeFeed
 from server.feed.log import LogFeed
 from server.feed.queries import Reads
@@ -117,8 +117,8 @@ class Gateway:
         self.hub.close()
         if self.log_feed is not None:
             await self.log_feed.stop()
-        await self.client.aclose()
-        await self.feed_client.aclose()
+        await nodes.close(self.client)
+        await nodes.close(self.feed_client)
 
     async def ready(self) -> tuple[bool, str]:
         try:

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Gauge, Histogram, Metric, generate_latest
 from redis.exceptions import RedisError
 
+from server.feed.nodes import Client as StoreClient
 from streaming.core.changes import FRONTIER_KEY, PROGRESS_STREAM, split_physical
 from streaming.core.events import entry_id_tuple
 from streaming.core.lag import EVENT_CAP, Lag, Plan
@@ -87,7 +87,7 @@ class Metrics:
 
     async def scrape(
         self,
-        client: aioredis.Redis,
+        client: StoreClient,
         partitions: int,
         pipelines: Collection[str],
         subscribers: dict[str, int],
@@ -212,7 +212,7 @@ class Figures:
 
     async def scrape(
         self,
-        client: aioredis.Redis,
+        client: StoreClient,
         partitions: int,
         pipelines: Collection[str],
         subscribers: dict[str, int],
@@ -239,7 +239,7 @@ class Figures:
             return generate_latest(_WithoutCreated(self.registry)).decode()
 
     async def _read(
-        self, client: aioredis.Redis, partitions: int, pipelines: Collection[str]
+        self, client: StoreClient, partitions: int, pipelines: Collection[str]
     ) -> _Read:
         async with client.pipeline(transaction=False) as pipe:
             pipe.hgetall(REGISTRY_KEY)
@@ -371,7 +371,7 @@ class _Tail:
         self.key = key
         self.after: str | None = None
 
-    async def read(self, client: aioredis.Redis, now: float) -> list[tuple[bytes, Any]]:
+    async def read(self, client: StoreClient, now: float) -> list[tuple[bytes, Any]]:
         newest: Any = await client.xrevrange(self.key, count=1)
         if not newest:
             self.after = None  # an empty or wiped stream: start again from the window
@@ -395,7 +395,7 @@ class _Tail:
 
 
 async def measure_all(
-    client: aioredis.Redis, partitions: int, frontiers: dict[str, dict[int, str]]
+    client: StoreClient, partitions: int, frontiers: dict[str, dict[int, str]]
 ) -> dict[str, Lag]:
     """``streaming.core.lag.measure_all`` with the gateway's asyncio client: the same reads and
     the same figures, on the gateway's one client and loop, with no second connection pool for

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from server.feed.nodes import Client as StoreClient
 from streaming.core.gateways import (
     GATEWAYS_KEY,
     REPORT_SECONDS,
@@ -38,7 +38,7 @@ class Presence:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: StoreClient,
         connections: Callable[[], int],
         subscribers: Callable[[], dict[str, int]],
         *,

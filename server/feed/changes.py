@@ -7,6 +7,16 @@ progress it returns are one consistent cut of the store, in which a progress ent
 precedes the deltas it covers. Between reads with nothing new, a blocking XREAD waits for the
 next entry; its result is only a wake-up, the next transactional read takes the entries.
 
+On a store cluster no transaction spans the shards' and ``lv:{m}:`` hash slots, so each read is
+a MULTI of the epoch, ``lv:{m}:active`` and an XREAD of ``lv:{m}:progress`` first, then an XREAD
+of each shard (one pipeline per server). A progress entry still never precedes the deltas it
+covers: the pipeline's sink writes a batch's deltas to the shards before its frontier and
+progress entry, so every delta a progress entry covers is in the shards by the time it can be
+read, and the shard reads come after. The wait blocks on ``lv:{m}:progress`` only (each batch
+ends with an entry there); a delta written without one is read at the latest ``block_ms`` later.
+A new version's deltas may come before ``lv:{m}:active`` names it (a switch flips the shards
+first): they carry that version's epoch, which no subscriber of the serving version takes.
+
 When the epoch changes (the store was wiped or replaced), the positions of the old store mean
 nothing: the feed reads every stream from its start again and tells the hub, whose subscribers
 of an older epoch reset. Each read also takes ``lv:{m}:active``, the version of each pipeline that
@@ -18,14 +28,17 @@ state another gateway process needs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from typing import Any
 
 from redis.exceptions import RedisError
 
 from server.fanout.hub import Hub
 from server.fanout.items import Progress
-from server.feed.store import Client, Layout, decode_frontier
+from server.feed import nodes
+from server.feed.store import CONTROL_KEY, Client, Layout, Part, decode_frontier, read_cut
 from server.metrics import Metrics
 from server.wire import frames
 from streaming.core.changes import (
@@ -38,6 +51,7 @@ from streaming.core.changes import (
     split_physical,
 )
 from streaming.core.errors import StoreMismatch
+from streaming.core.upgrade import upgrade_async
 from streaming.core.versions import composite_epoch
 
 log = logging.getLogger("liveviews.gateway.feed")
@@ -102,18 +116,30 @@ class ChangeFeed:
                 self.healthy = False
                 self.metrics.feed_errors += 1
                 failures = await back_off(failures, "change feed", exc)
+                with contextlib.suppress(RedisError, OSError):
+                    await nodes.refresh(self.client)  # a failover may have moved slots
 
     async def _start(self) -> None:
         """Begin at the streams' current heads: subscribers read a snapshot after this."""
-        async with self.client.pipeline(transaction=True) as pipe:
+        await upgrade_async(self.client)
+
+        async def control(pipe: Any) -> None:
             self.layout.queue(pipe)
             pipe.hgetall(ACTIVE_KEY)
-            for stream in [*self.shard_streams, PROGRESS_STREAM]:
+            pipe.xrevrange(PROGRESS_STREAM, count=1)
+
+        def head_of(stream: str) -> Part:
+            async def queue(pipe: Any) -> None:
                 pipe.xrevrange(stream, count=1)
-            results = await pipe.execute()
+
+            return Part(stream, queue)
+
+        results, *shards = await read_cut(
+            self.client, [Part(CONTROL_KEY, control), *map(head_of, self.shard_streams)]
+        )
         epoch = self.layout.epoch(results)
         self.namespaces = _namespaces(results[4])
-        heads = results[5:]
+        heads = [*(head for (head,) in shards), results[5]]
         self.positions = {
             stream: head[0][0].decode() if head else NO_POSITION
             for stream, head in zip([*self.shard_streams, PROGRESS_STREAM], heads, strict=True)
@@ -124,15 +150,23 @@ class ChangeFeed:
         log.info("change feed started in store epoch %s", epoch)
 
     async def _wait(self) -> None:
+        if nodes.is_cluster(self.client):
+            server = await nodes.node(self.client, PROGRESS_STREAM)
+            wanted = {PROGRESS_STREAM: self.positions[PROGRESS_STREAM]}
+            await server.xread(wanted, count=1, block=self.block_ms)  # type: ignore[arg-type]
+            return
         await self.client.xread(self.positions, count=1, block=self.block_ms)  # type: ignore[arg-type]
 
     async def _read(self) -> bool:
-        """One transactional read; True if it found anything (so read again at once)."""
-        async with self.client.pipeline(transaction=True) as pipe:
-            self.layout.queue(pipe)
-            pipe.hgetall(ACTIVE_KEY)
-            pipe.xread(self.positions, count=self.count)  # type: ignore[arg-type]
-            results = await pipe.execute()
+        """One consistent read; True if it found anything (so read again at once)."""
+        if nodes.is_cluster(self.client):
+            results = await self._read_cluster()
+        else:
+            async with self.client.pipeline(transaction=True) as pipe:
+                self.layout.queue(pipe)
+                pipe.hgetall(ACTIVE_KEY)
+                pipe.xread(self.positions, count=self.count)  # type: ignore[arg-type]
+                results = await pipe.execute()
         self.metrics.feed_reads += 1
         epoch = self.layout.epoch(results)
         namespaces = _namespaces(results[4])
@@ -147,6 +181,34 @@ class ChangeFeed:
         if namespaces != self.namespaces:
             self._switched(epoch, namespaces)
         return self._dispatch(epoch, results[5] or [])
+
+    async def _read_cluster(self) -> list[Any]:
+        """The results of the single server's transaction, read on a cluster: the control part
+        (epoch, serving versions, progress) first, then each shard, one pipeline per server."""
+        progress_at = {PROGRESS_STREAM: self.positions[PROGRESS_STREAM]}
+
+        async def control(pipe: Any) -> None:
+            self.layout.queue(pipe)
+            pipe.hgetall(ACTIVE_KEY)
+            pipe.xread(progress_at, count=self.count)
+
+        (results,) = await read_cut(self.client, [Part(CONTROL_KEY, control)])
+        streams: list[Any] = list(results[5] or [])
+        groups = await nodes.by_node(self.client, self.shard_streams)
+        reads = await asyncio.gather(*(self._read_shards(s, i) for s, i in groups))
+        for read in reads:
+            streams.extend(read)
+        return [*results[:5], streams]
+
+    async def _read_shards(self, server: Any, indexes: list[int]) -> list[Any]:
+        """XREAD of each shard of ``indexes`` on ``server``: one command per shard, since a
+        cluster refuses a command over keys of several hash slots."""
+        async with server.pipeline(transaction=False) as pipe:
+            for i in indexes:
+                stream = self.shard_streams[i]
+                pipe.xread({stream: self.positions[stream]}, count=self.count)
+            replies = await pipe.execute()
+        return [stream for reply in replies for stream in reply or []]
 
     def _switched(self, epoch: str, namespaces: dict[str, str]) -> None:
         """Readers of the pipelines whose serving version changed move to the new one."""

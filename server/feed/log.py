@@ -6,6 +6,10 @@ entry, encoded once as a ``log`` frame, to its listeners; it keeps the newest ``
 so a new listener sees the recent past at once. Like the hub it never waits for a listener: one
 whose buffer is full is marked overflowed and its stream ends with ``slow_consumer``.
 
+On a store cluster the partitions are in different hash slots, which no one XREAD spans: the
+task reads each partition with a command of its own, one pipeline per server, and polls every
+``POLL_SECONDS`` while nothing is new instead of blocking.
+
 The task starts with the first listener, not with the process, so a gateway nobody watches the
 log of costs the store nothing more; it runs until the gateway stops. The feed is informative:
 it has no event ids and no resume, and a listener that reconnects gets the recent past again.
@@ -22,8 +26,9 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from server.errors import Unavailable
+from server.feed import nodes
 from server.feed.changes import back_off
-from server.feed.store import Client
+from server.feed.store import Client, Part, read_cut
 from server.wire import frames
 from server.wire.eventid import position_tuple
 from streaming.core.changes import NO_POSITION
@@ -34,6 +39,7 @@ log = logging.getLogger("liveviews.gateway.log")
 RECENT = 100
 READ_COUNT = 500
 START_TIMEOUT = 5.0
+POLL_SECONDS = 0.25
 
 
 Entry = tuple[str, bytes, dict[bytes, bytes]]
@@ -109,7 +115,7 @@ class LogFeed:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.client.aclose()
+        await nodes.close(self.client)
 
     async def run(self) -> None:
         """Read until cancelled; store failures are retried with backoff, never raised."""
@@ -125,13 +131,19 @@ class LogFeed:
                 raise
             except (RedisError, OSError) as exc:
                 failures = await back_off(failures, "log feed", exc)
+                with contextlib.suppress(RedisError, OSError):
+                    await nodes.refresh(self.client)  # a failover may have moved slots
 
     async def _start(self) -> None:
         """Load the newest entries of every partition and begin after them."""
-        async with self.client.pipeline(transaction=True) as pipe:
-            for stream in self.streams:
+
+        def recent(stream: str) -> Part:
+            async def queue(pipe: Any) -> None:
                 pipe.xrevrange(stream, count=RECENT)
-            results = await pipe.execute()
+
+            return Part(stream, queue)
+
+        results = [r for (r,) in await read_cut(self.client, list(map(recent, self.streams)))]
         entries: list[Entry] = []
         for stream, newest in zip(self.streams, results, strict=True):
             self.positions[stream] = newest[0][0].decode() if newest else NO_POSITION
@@ -141,11 +153,17 @@ class LogFeed:
         self.started.set()
 
     async def _read(self) -> None:
-        result: Any = await self.client.xread(
-            self.positions,  # type: ignore[arg-type]
-            count=READ_COUNT,
-            block=self.block_ms,
-        )
+        result: Any
+        if nodes.is_cluster(self.client):
+            result = await self._poll()
+            if not result:
+                await asyncio.sleep(min(POLL_SECONDS, self.block_ms / 1000))
+        else:
+            result = await self.client.xread(
+                self.positions,  # type: ignore[arg-type]
+                count=READ_COUNT,
+                block=self.block_ms,
+            )
         entries: list[Entry] = []
         for raw_name, stream_entries in result or []:
             name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
@@ -158,6 +176,19 @@ class LogFeed:
             dropped.extend(x for x in self.listeners if not x.offer(frame))
         for listener in dropped:
             self.listeners.discard(listener)
+
+    async def _poll(self) -> list[Any]:
+        """A non-blocking XREAD of each partition, one pipeline per server of a cluster."""
+
+        async def read(server: Any, indexes: list[int]) -> list[Any]:
+            async with server.pipeline(transaction=False) as pipe:
+                for i in indexes:
+                    stream = self.streams[i]
+                    pipe.xread({stream: self.positions[stream]}, count=READ_COUNT)
+                return [s for reply in await pipe.execute() for s in reply or []]
+
+        groups = await nodes.by_node(self.client, self.streams)
+        return [s for found in await asyncio.gather(*(read(*g) for g in groups)) for s in found]
 
     def _frames(self, entries: list[Entry]) -> list[frames.Frame]:
         """Frames of entries from several partitions, in the order they were appended."""

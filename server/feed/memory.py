@@ -4,7 +4,8 @@ A store at its ``maxmemory`` with ``noeviction`` refuses every write, the pipeli
 views and change topic would stop. So the gateway stops taking events a little before, while
 the store's used memory is above ``LV_STORE_FULL_PERCENT`` of its maxmemory, and the pipeline
 keeps the rest of the room to turn the events already in the log into views. A store without
-a maxmemory (0) has no such room to keep, and nothing is refused.
+a maxmemory (0) has no such room to keep, and nothing is refused. On a store cluster the
+figures are those of the fullest primary: a partition on it would be refused first.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from server.errors import Unavailable
+from server.feed.nodes import is_cluster
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -75,9 +78,18 @@ class StoreMemory:
         if self.interval_s != math.inf:
             self._read_at = -math.inf
 
+    async def _info(self) -> dict[str, Any]:
+        if not is_cluster(self.client):
+            found: dict[str, Any] = await self.client.info("memory")
+            return found
+        each: dict[str, dict[str, Any]] = await self.client.info(
+            "memory", target_nodes=RedisCluster.PRIMARIES
+        )
+        return max(each.values(), key=_fullness)
+
     async def _read(self) -> None:
         try:
-            info: dict[str, Any] = await self.client.info("memory")
+            info = await self._info()
         except ResponseError as exc:
             # A hosted store may refuse INFO, for good: without its figures there is no guard
             # (asked once), and the store's own refusal (OOM) still answers store_full.
@@ -86,3 +98,8 @@ class StoreMemory:
         else:
             self.used, self.limit = int(info["used_memory"]), int(info.get("maxmemory", 0))
         self._read_at = self.clock()
+
+
+def _fullness(info: dict[str, Any]) -> float:
+    limit = int(info.get("maxmemory", 0))
+    return int(info["used_memory"]) / limit if limit else 0.0

@@ -4,7 +4,9 @@ window of a key's rows in score order (docs/PROTOCOL.md, section 5.1).
 Each read is one store transaction, like a key's snapshot: a prefix's keys over every shard
 (one script per shard, each reading the shard's key index, its rows and its position), or one
 key's window. The frontier is read in the same transaction, so it never covers a delta the
-rows do not hold.
+rows do not hold. On a store cluster the frontier is read first and each shard's script is a
+transaction of its own (``store.read_cut``): each shard's rows are consistent with its
+position, and the frontier, read before them, never covers a delta they do not hold.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from server.feed.store import Client, Layout, decode_frontier
+from server.feed.store import CONTROL_KEY, Client, Layout, Part, decode_frontier, read_cut
 from streaming.core.changes import (
     ACTIVE_KEY,
     FRONTIER_KEY,
@@ -151,6 +153,7 @@ class Reads:
 
 
 def _around(layout: Layout, results: list[Any], pipeline: str, namespace: str) -> Around:
+    """What the control part (``_control``) read."""
     frontier, progress, lag = results[4:7]
     return Around(
         epoch=composite_epoch(layout.epoch(results), namespace),
@@ -161,17 +164,45 @@ def _around(layout: Layout, results: list[Any], pipeline: str, namespace: str) -
     )
 
 
-def _queue_around(pipe: Any, layout: Layout, pipeline: str, namespace: str) -> None:
-    layout.queue(pipe)
-    pipe.hget(FRONTIER_KEY, pipeline + namespace)
-    pipe.xrevrange(PROGRESS_STREAM, count=1)
-    pipe.hget(FRONTIER_LAG_KEY, pipeline + namespace)
-    pipe.hget(ACTIVE_KEY, pipeline)
+def _control(layout: Layout, pipeline: str, namespace: str) -> Part:
+    """The read of the epoch, the frontier of ``pipeline``'s version and its serving version."""
+
+    async def queue(pipe: Any) -> None:
+        layout.queue(pipe)
+        pipe.hget(FRONTIER_KEY, pipeline + namespace)
+        pipe.xrevrange(PROGRESS_STREAM, count=1)
+        pipe.hget(FRONTIER_LAG_KEY, pipeline + namespace)
+        pipe.hget(ACTIVE_KEY, pipeline)
+
+    return Part(CONTROL_KEY, queue)
 
 
 def _serving(results: list[Any], pipeline: str) -> str:
     serving = results[7]
     return serving.decode() if serving is not None and pipeline != VIEWS_FRONTIER else ""
+
+
+def _prefix_of(reads: Reads, shard: int, name: str, low: bytes, high: bytes) -> Part:
+    """The read of a shard's keys of view ``name`` between ``low`` and ``high``, with their rows
+    and the shard's position."""
+
+    async def queue(pipe: Any) -> None:
+        await reads.prefix(
+            keys=[index_key(shard, name), changes_stream(shard)],
+            args=[rows_key(shard, name, ""), low, high],
+            client=pipe,
+        )
+
+    return Part(changes_stream(shard), queue)
+
+
+def _window_of(reads: Reads, keys: list[str], args: list[Any]) -> Part:
+    """The read of a key's window (``WINDOW``), in its shard."""
+
+    async def queue(pipe: Any) -> None:
+        await reads.window(keys=keys, args=args, client=pipe)
+
+    return Part(keys[2], queue)
 
 
 def key_range(prefix: str) -> tuple[bytes, bytes]:
@@ -187,28 +218,24 @@ async def read_prefix(
     client: Client, reads: Reads, layout: Layout, view: str, prefix: str, frontier_name: str
 ) -> PrefixSnapshot:
     """The rows of every key of ``view`` that starts with ``prefix``, in one transaction over
-    every shard, of the version that serves readers (read again should it have changed since
-    ``frontier_name`` was known, as ``read_snapshot`` does)."""
+    every shard (on a cluster, one per shard, each with its position), of the version that
+    serves readers (read again should it have changed since ``frontier_name`` was known, as
+    ``read_snapshot`` does)."""
     pipeline, namespace = split_physical(frontier_name)
     low, high = key_range(prefix)
     for _ in range(3):
         name = physical(view, namespace)
-        async with client.pipeline(transaction=True) as pipe:
-            _queue_around(pipe, layout, pipeline, namespace)
-            for shard in range(layout.shards):
-                await reads.prefix(
-                    keys=[index_key(shard, name), changes_stream(shard)],
-                    args=[rows_key(shard, name, ""), low, high],
-                    client=pipe,
-                )
-            results = await pipe.execute()
+        parts = [_control(layout, pipeline, namespace)]
+        for shard in range(layout.shards):
+            parts.append(_prefix_of(reads, shard, name, low, high))
+        results, *shards = await read_cut(client, parts)
         serving = _serving(results, pipeline)
         if serving != namespace:
             namespace = serving
             continue
         keys: dict[str, dict[str, Any]] = {}
         positions = []
-        for head, found in results[8:]:
+        for ((head, found),) in shards:
             positions.append(head.decode())
             for i in range(0, len(found), 2):
                 flat = found[i + 1]
@@ -247,23 +274,17 @@ async def read_window(
         args += ["0", "0", ""]
     for _ in range(3):
         name = physical(view, namespace)
-        async with client.pipeline(transaction=True) as pipe:
-            _queue_around(pipe, layout, pipeline, namespace)
-            await reads.window(
-                keys=[rank_key(shard, name, key), rows_key(shard, name, key),
-                      changes_stream(shard)],
-                args=args,
-                client=pipe,
-            )  # fmt: skip
-            results = await pipe.execute()
+        keys = [rank_key(shard, name, key), rows_key(shard, name, key), changes_stream(shard)]
+        results, ((head, window_rows, beyond),) = await read_cut(
+            client, [_control(layout, pipeline, namespace), _window_of(reads, keys, args)]
+        )
         serving = _serving(results, pipeline)
         if serving != namespace:
             namespace = serving
             continue
-        head, window, beyond = results[8]
         rows = [
-            WindowRow(window[i].decode(), float(window[i + 1]), window[i + 2])
-            for i in range(0, len(window), 3)
+            WindowRow(window_rows[i].decode(), float(window_rows[i + 1]), window_rows[i + 2])
+            for i in range(0, len(window_rows), 3)
         ]
         ranks = [(float(beyond[i + 1]), beyond[i].decode()) for i in range(0, len(beyond), 2)]
         return WindowRead(_around(layout, results, pipeline, namespace), rows, head.decode(),

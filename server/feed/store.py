@@ -1,20 +1,31 @@
 """The gateway's reads and writes of the store, with redis.asyncio.
 
 Key names and entry formats come from ``streaming.core.changes``, ``streaming.core.events`` and
-``streaming.core.log``; this module only adds what the gateway reads together in one transaction:
-the store's epoch with a snapshot, and the stream's retention with a page of history.
+``streaming.core.log``; this module only adds what the gateway reads together: the store's
+epoch with a snapshot, and the stream's retention with a page of history.
+
+A read is of parts, each in one hash slot: the control part (``lv:{m}:``: epoch, layout, the
+serving versions, frontier, progress) and a change-topic shard's part (``read_cut``). On a single
+server all parts are one MULTI transaction, one consistent cut. A store cluster has no
+transaction across slots, so there each part is a transaction of its own, the control part
+first: writers write a shard before they advance the frontier and the progress stream, so a
+frontier or progress entry read before the shard is never ahead of the rows and deltas read
+after it (it is a lower bound of what they reflect).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
+from server.feed import nodes
 from server.wire.eventid import new_epoch, position_tuple
 from streaming.core.changes import (
     ACTIVE_KEY,
@@ -34,11 +45,11 @@ from streaming.core.changes import (
     view_key,
 )
 from streaming.core.errors import StoreMismatch
-from streaming.core.events import Event, Offset
-from streaming.core.log import META_KEY, Retention, offsets_from, placements, queue_appends
+from streaming.core.log import META_KEY
+from streaming.core.storeclient import cluster_enabled
 from streaming.core.versions import composite_epoch, split_epoch
 
-Client = aioredis.Redis
+Client = nodes.Client
 MAX_STORE_CONNECTIONS = 64
 
 
@@ -46,8 +57,18 @@ def connect(url: str, *, blocking: bool = False) -> Client:
     """A client for requests, or (``blocking``) one whose reads may wait for new entries.
 
     Requests share at most ``MAX_STORE_CONNECTIONS`` connections and wait for a free one, so
-    a burst of subscribers queues here instead of exhausting the store's clients.
+    a burst of subscribers queues here instead of exhausting the store's clients. On a store
+    cluster the client is a cluster client with at most that many connections per server.
     """
+    if cluster_enabled(url):
+        if blocking:
+            return RedisCluster.from_url(url, socket_timeout=None, socket_connect_timeout=5)
+        return RedisCluster.from_url(
+            url,
+            max_connections=MAX_STORE_CONNECTIONS,
+            socket_timeout=10,
+            socket_connect_timeout=5,
+        )
     if blocking:
         return aioredis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)
     pool = aioredis.BlockingConnectionPool.from_url(
@@ -58,6 +79,52 @@ def connect(url: str, *, blocking: bool = False) -> Client:
         socket_connect_timeout=5,
     )
     return aioredis.Redis.from_pool(pool)
+
+
+CONTROL_KEY = META_KEY
+"""A key of the control part's hash slot (``lv:{m}:``)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """Commands of one hash slot, queued by ``queue`` on a pipeline; ``key`` names the slot."""
+
+    key: str
+    queue: Callable[[Any], Awaitable[None]]
+
+
+async def read_cut(
+    client: Client, parts: Sequence[Part], *, raise_on_error: bool = True
+) -> list[list[Any]]:
+    """Each part's results. On a single server, every part in one MULTI (one round trip). On a
+    cluster, each part in a MULTI on the server of its slot: the first part (the control part)
+    before the others, which run together."""
+    if not nodes.is_cluster(client):
+        sizes = []
+        async with client.pipeline(transaction=True) as pipe:
+            for part in parts:
+                before = len(pipe)
+                await part.queue(pipe)
+                sizes.append(len(pipe) - before)
+            results = await pipe.execute(raise_on_error=raise_on_error)
+        out, start = [], 0
+        for size in sizes:
+            out.append(results[start : start + size])
+            start += size
+        return out
+    first = await _read_part(client, parts[0], raise_on_error)
+    rest = await asyncio.gather(*(_read_part(client, p, raise_on_error) for p in parts[1:]))
+    return [first, *rest]
+
+
+async def _read_part(client: Client, part: Part, raise_on_error: bool) -> list[Any]:
+    async def read() -> list[Any]:
+        server = await nodes.node(client, part.key)
+        async with server.pipeline(transaction=True) as pipe:
+            await part.queue(pipe)
+            return list(await pipe.execute(raise_on_error=raise_on_error))
+
+    return await nodes.on_node(client, read)
 
 
 @dataclass(frozen=True)
@@ -136,22 +203,29 @@ async def _read_snapshot(
     name = physical(view, namespace)
     owned = pipeline != VIEWS_FRONTIER
     frontier_name = pipeline + namespace
-    async with client.pipeline(transaction=True) as pipe:
+
+    async def control(pipe: Any) -> None:
         layout.queue(pipe)
-        pipe.hgetall(rows_key(shard, name, key))
-        pipe.hget(positions_key(shard), view_key(name, key))
-        pipe.xrevrange(changes_stream(shard), count=1)
         pipe.hget(FRONTIER_KEY, frontier_name)
         pipe.xrevrange(PROGRESS_STREAM, count=1)
         pipe.hget(FRONTIER_LAG_KEY, frontier_name)
         pipe.hget(ACTIVE_KEY, pipeline)
-        results = await pipe.execute()
-    rows, last, head, frontier, progress, lag, serving = results[4:]
+
+    async def rows(pipe: Any) -> None:
+        pipe.hgetall(rows_key(shard, name, key))
+        pipe.hget(positions_key(shard), view_key(name, key))
+        pipe.xrevrange(changes_stream(shard), count=1)
+
+    results, shard_results = await read_cut(
+        client, [Part(CONTROL_KEY, control), Part(changes_stream(shard), rows)]
+    )
+    frontier, progress, lag, serving = results[4:]
+    found, last, head = shard_results
     snap = Snapshot(
         view=view,
         key=key,
         epoch=composite_epoch(layout.epoch(results), namespace),
-        rows={r.decode(): orjson.loads(v) for r, v in rows.items()},
+        rows={r.decode(): orjson.loads(v) for r, v in found.items()},
         position=head[0][0].decode() if head else NO_POSITION,
         last_change=last.decode() if last else None,
         frontier=decode_frontier(frontier),
@@ -243,26 +317,34 @@ async def read_shard_history(
     (as stored, in bytes), in ``epoch``, checked gap-free (``read_history``)."""
     stream = changes_stream(shard)
     start = "-" if after == NO_POSITION else f"({after}"
-    async with client.pipeline(transaction=True) as pipe:
+
+    async def control(pipe: Any) -> None:
         layout.queue(pipe)
-        pipe.xinfo_stream(stream)
-        pipe.xrange(stream, start, "+", count)
         pipe.xrevrange(PROGRESS_STREAM, count=1)
         pipe.hget(ACTIVE_KEY, pipeline)
-        results = await pipe.execute(raise_on_error=False)
-    for r in results[:4] + results[5:]:
+
+    async def page(pipe: Any) -> None:
+        pipe.xinfo_stream(stream)
+        pipe.xrange(stream, start, "+", count)
+
+    results, shard_results = await read_cut(
+        client, [Part(CONTROL_KEY, control), Part(stream, page)], raise_on_error=False
+    )
+    # XINFO of a stream never written answers an error, which ``_info`` reads as such.
+    for r in [*results, shard_results[1]]:
         if isinstance(r, Exception):
             raise r
     store_epoch, namespace = split_epoch(epoch)
     if layout.epoch(results) != store_epoch:
         raise HistoryGone("epoch_changed", "the store was replaced since this id was sent.")
-    serving = results[7].decode() if results[7] is not None and pipeline != VIEWS_FRONTIER else ""
+    progress, active = results[4:]
+    serving = active.decode() if active is not None and pipeline != VIEWS_FRONTIER else ""
     if serving != namespace:
         raise HistoryGone(
             "view_replaced", "a new version of the view replaced the one this id is from."
         )
-    check_retained(_info(results[4]), after)
-    entries, progress = results[5], results[6]
+    check_retained(_info(shard_results[0]), after)
+    entries = shard_results[1]
     name = physical(view, namespace).encode()
     deltas = [decode_delta(i, f) for i, f in entries if f[b"view"] == name and wanted(f[b"key"])]
     read_to = entries[-1][0].decode() if entries else after
@@ -273,16 +355,3 @@ async def read_shard_history(
         complete=len(entries) < count,
         progress=progress[0][0].decode() if progress else NO_POSITION,
     )
-
-
-async def append(
-    client: Client, events: Sequence[Event], partitions: int, retention: Retention | None = None
-) -> list[Offset]:
-    """Append a validated batch in one MULTI/EXEC: every event or none."""
-    if not events:
-        return []
-    placed = placements(events, partitions)
-    async with client.pipeline(transaction=True) as pipe:
-        queue_appends(pipe, placed, retention)
-        ids = await pipe.execute()
-    return offsets_from([s for s, _ in placed], ids)
