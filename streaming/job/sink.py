@@ -50,30 +50,16 @@ from streaming.core.errors import ConfigurationError
 from streaming.core.events import log_stream
 from streaming.core.storeclient import (
     Client,
-    NotReplicated,
     check_acknowledged,
     is_cluster,
     node_client,
     queue_acknowledge,
-    refresh,
 )
+from streaming.job.outage import retrying
 from streaming.job.views import DEAD_LETTER_VIEW
 
 log = logging.getLogger("liveviews.sink")
 
-RETRIED = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.ClusterError,
-    redis.exceptions.AskError,  # MOVED too
-    redis.exceptions.TryAgainError,
-    redis.exceptions.ReadOnlyError,
-    NotReplicated,
-)
-"""Errors after which a batch's write is tried again, whole."""
-OUTAGE_S = 30.0
-"""How long a batch's write is tried again before the query fails: a failover takes 2-4 s
-with the local cluster's node timeout, 15-20 s with a deployment's default."""
 CALL_OPS = 5000
 """Row changes per Lua call, about 50-100 ms of store time; a key's changes are never split."""
 
@@ -154,9 +140,9 @@ class ChangeTopicSink:
         letters = self._dead_letters(letter_rows, batch_id) if letter_rows else []
         batch = Batch(batch_id, letters, by_shard, len(rows) - len(letter_rows), read_to)
         if is_cluster(self.client):
-            retrying(lambda: self._write_nodes(batch), self.client, f"batch {batch_id}")
+            retrying(lambda: self._write_nodes(batch), self.client, f"writing batch {batch_id}")
         else:
-            retrying(lambda: self._write_one(batch), self.client, f"batch {batch_id}")
+            retrying(lambda: self._write_one(batch), self.client, f"writing batch {batch_id}")
 
     def _write_one(self, batch: Batch) -> None:
         """A single server: the whole batch on one pipeline."""
@@ -279,25 +265,6 @@ class Batch:
     changes: int
     """Row changes to views, dead letters aside."""
     read_to: dict[int, str]
-
-
-def retrying(write: Callable[[], None], client: Client, what: str) -> None:
-    """``write`` until it succeeds, for about ``OUTAGE_S``: a store restarting, a primary
-    failing over to its replica (a few seconds of refused connections, MOVED and CLUSTERDOWN
-    replies), or replicas slow to confirm. ``write`` must be idempotent, as a batch's is."""
-    deadline = time.monotonic() + OUTAGE_S
-    delay = 0.05
-    while True:
-        try:
-            write()
-            return
-        except RETRIED as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("writing %s: %s; trying again in %.2f s", what, exc, delay)
-            time.sleep(delay)
-            delay = min(2.0, delay * 2)
-            refresh(client)
 
 
 def _chunks(groups: list[tuple[Group, list[Op]]]) -> list[list[tuple[Group, list[Op]]]]:

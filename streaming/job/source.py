@@ -19,8 +19,9 @@ Two readers, chosen by ``readTasks`` (``LV_READ_TASKS``):
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from pyspark import cloudpickle
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from streaming.core.screen import Screen
     from streaming.core.storeclient import Client
 
+T = TypeVar("T")
 SOURCE_NAME = "liveviews-log"
 ARROW_SCHEMA = pa.schema(
     [
@@ -144,10 +146,10 @@ class LogStreamReader(DataSourceStreamReader):
         else:
             # The heads of every partition at one instant (``_every_partition``), so a source
             # transaction appended in one MULTI is wholly before or after them.
-            with _every_partition(_client(self.url)) as pipe:
-                for p in range(self.log_partitions):
-                    pipe.xrevrange(log_stream(p), count=1)
-                latest = [entries[0][0] if entries else None for entries in pipe.execute()]
+            latest = [
+                entries[0][0] if entries else None
+                for entries in _heads(self.url, self.log_partitions)
+            ]
         end = dict(start)
         for p, entry_id in enumerate(latest):
             if entry_id is not None:
@@ -232,18 +234,46 @@ def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) 
     while True:
         # Every partition read at one instant (``_every_partition``), so a source transaction
         # appended in one MULTI is wholly in the read or wholly after it, but for the cap.
-        with _every_partition(_client(url)) as pipe:
-            for p in range(partitions):
-                pipe.xrange(
-                    log_stream(p), min=_after(start.get(str(p), "0-0")), count=per_partition
-                )
-            answers: list[Any] = pipe.execute()
+        answers = _read_all(url, partitions, start, per_partition)
         whole = whole_transactions(answers)
         if any(whole) or not any(answers):
             return whole
         if all(len(entries) < per_partition for entries in answers):
             return answers  # read to the heads: a transaction the log holds only part of
         per_partition *= 2  # one transaction larger than the cap: read until it is whole
+
+
+def _heads(url: str, partitions: int) -> list[Any]:
+    """Each partition's newest entry, all read at one instant (``_every_partition``)."""
+
+    def read() -> list[Any]:
+        with _every_partition(_client(url)) as pipe:
+            for p in range(partitions):
+                pipe.xrevrange(log_stream(p), count=1)
+            return list(pipe.execute())
+
+    return _retrying(read, url, "reading the log's heads")
+
+
+def _read_all(url: str, partitions: int, start: dict[str, str], per_partition: int) -> list[Any]:
+    """Up to ``per_partition`` entries of each partition after ``start``, all read at one
+    instant (``_every_partition``)."""
+
+    def read() -> list[Any]:
+        with _every_partition(_client(url)) as pipe:
+            for p in range(partitions):
+                after = _after(start.get(str(p), "0-0"))
+                pipe.xrange(log_stream(p), min=after, count=per_partition)
+            return list(pipe.execute())
+
+    return _retrying(read, url, "reading the log")
+
+
+def _retrying(read: Callable[[], T], url: str, what: str) -> T:
+    """``read()`` through a store's restart or a cluster's failover (``streaming.job.outage``)."""
+    from streaming.job.outage import retrying
+
+    return retrying(read, _client(url), what)
 
 
 def _every_partition(client: Client) -> Any:
@@ -297,9 +327,12 @@ def _read_range(
     client: Client, p: int, start: str, end: str, screen: Screen | None
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of up to READ_CHUNK events."""
+    from streaming.job.outage import retrying
+
     stream, cursor = log_stream(p), start
     while True:
-        entries: Any = client.xrange(stream, min=_after(cursor), max=end, count=READ_CHUNK)
+        read = functools.partial(client.xrange, stream, _after(cursor), end, READ_CHUNK)
+        entries: Any = retrying(read, client, f"reading partition {p}")
         kept = _passing(screen, [(p, entries)])[0][1] if entries else entries
         if kept:
             yield _record_batch(p, kept)
