@@ -48,7 +48,7 @@ def run(settings: Settings, rate: float) -> None:
     with ensure_store(settings) as store_url:
         log.info("starting: the board's events into the log at %s", redacted(store_url))
         client = storeclient.connect(store_url)
-        check_layout(client, settings.log_partitions, settings.change_shards)
+        check_layout(client, settings.log_partitions, settings.change_shards)  # type: ignore[arg-type]  # either client serves
         events = EventLog(client, app, settings.log_partitions, settings.log_retention)
         if seed_once(client, events):
             log.info("seeded the %r board", SEED_BOARD)

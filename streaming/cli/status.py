@@ -118,11 +118,12 @@ def collect(env: Env, minutes: float) -> dict[str, Any]:
     for g in gateways:
         for view, n in g.subscribers.items():
             subscribers[view] = subscribers.get(view, 0) + n
+    heads = lag.log_heads(client, partitions)  # type: ignore[arg-type]  # either client serves
     return {
         "minutes": minutes,
         "store": store_shape(client),
         "log": {"partitions": partitions, "events": sum(sizes),
-                "heads": {str(p): h for p, h in lag.log_heads(client, partitions).items()}},
+                "heads": {str(p): h for p, h in heads.items()}},
         "pipelines": pipelines,
         "gateways": [{"name": g.name, "at": g.at, "connections": g.connections,
                       "subscribers": g.subscribers} for g in gateways],
