@@ -5,7 +5,8 @@ views and change topic would stop. So the gateway stops taking events a little b
 the store's used memory is above ``LV_STORE_FULL_PERCENT`` of its maxmemory, and the pipeline
 keeps the rest of the room to turn the events already in the log into views. A store without
 a maxmemory (0) has no such room to keep, and nothing is refused. On a store cluster the
-figures are those of the fullest primary: a partition on it would be refused first.
+figures are those of the fullest primary that answers: a partition on it would be refused
+first.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from server.errors import Unavailable
@@ -82,10 +82,18 @@ class StoreMemory:
         if not is_cluster(self.client):
             found: dict[str, Any] = await self.client.info("memory")
             return found
-        each: dict[str, dict[str, Any]] = await self.client.info(
-            "memory", target_nodes=RedisCluster.PRIMARIES
+        # Each primary on its own: one that does not answer (failing over) is left out, and
+        # its partitions' appends find out for themselves.
+        await self.client.initialize()
+        primaries = self.client.get_primaries()
+        each = await asyncio.gather(
+            *(self.client.info("memory", target_nodes=p) for p in primaries),
+            return_exceptions=True,
         )
-        return max(each.values(), key=_fullness)
+        answers = [a for a in each if isinstance(a, dict)]
+        if not answers:
+            raise next(e for e in each if isinstance(e, BaseException))
+        return max(answers, key=_fullness)
 
     async def _read(self) -> None:
         try:

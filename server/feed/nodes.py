@@ -3,15 +3,17 @@
 On a single server everything goes to the one client. On a cluster a MULTI, a script in a
 MULTI and a blocking XREAD must go to the server that holds their keys' hash slot, and
 redis-py's asyncio cluster pipeline refuses scripts and runs each command of a transaction in a
-thread of its own. So the gateway keeps a plain client of each primary, made from the cluster
-client's own connection settings, and sends those reads there (``node``); the cluster client
-keeps the slot map. A read that meets a failover (a server gone, ``MOVED``, ``CLUSTERDOWN``)
-learns the slots again and retries for a while (``on_node``) before it answers unavailable.
+thread of its own. So the gateway keeps a plain client of each primary, made with the cluster
+client's own connection settings, and a map of which primary serves each slot, and sends those
+reads and writes there (``node``). A read that meets a failover (a server gone, ``MOVED``,
+``CLUSTERDOWN``) learns the slots again and retries for a while (``on_node``) before it
+answers unavailable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import time
 import weakref
@@ -20,6 +22,7 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -45,34 +48,85 @@ FAILOVER_ERRORS = (
 RETRY_SECONDS = 10.0
 """How long a read on one server retries through a failover before it gives up."""
 
-_servers: weakref.WeakKeyDictionary[RedisCluster, dict[str, aioredis.Redis]] = (
-    weakref.WeakKeyDictionary()
-)
+
+class Servers:
+    """A plain client of each primary of a cluster, and which primary serves each hash slot.
+
+    The slot map is read with ``CLUSTER SLOTS`` from any server that answers, and read again by
+    ``refresh`` after a failover; it is kept apart from the cluster client's, whose own
+    recovery is tied to the commands it sends itself.
+    """
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+        self.clients: dict[str, aioredis.Redis] = {}
+        self.starts: list[int] = []
+        self.owners: list[str] = []
+
+    def client(self, host: str, port: int) -> aioredis.Redis:
+        name = f"{host}:{port}"
+        server = self.clients.get(name)
+        if server is None:
+            pool = aioredis.ConnectionPool(host=host, port=port, **self.options)
+            server = self.clients[name] = aioredis.Redis(connection_pool=pool)
+        return server
+
+    def of(self, key: str) -> aioredis.Redis:
+        at = bisect.bisect_right(self.starts, key_slot(key.encode())) - 1
+        host, _, port = self.owners[at].rpartition(":")
+        return self.client(host, int(port))
+
+    async def load(self, candidates: list[tuple[str, int]]) -> None:
+        """The slot map as the first of ``candidates`` (then the known servers) that answers
+        says; raises the last failure if none does."""
+        failure: BaseException = StoreConnectionError("no server of the store cluster is known")
+        known = [tuple(n.rsplit(":", 1)) for n in self.clients]
+        for host, port in [*candidates, *((h, int(p)) for h, p in known)]:
+            try:
+                ranges: Any = await self.client(host, port).execute_command("CLUSTER SLOTS")
+            except (*FAILOVER_ERRORS, OSError) as exc:
+                failure = exc
+                continue
+            ranges = sorted((int(r[0]), _name(r[2])) for r in ranges)
+            self.starts = [start for start, _ in ranges]
+            self.owners = [owner for _, owner in ranges]
+            return
+        raise failure
+
+
+def _name(node: list[Any]) -> str:
+    host = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
+    return f"{host}:{int(node[1])}"
+
+
+_servers: weakref.WeakKeyDictionary[RedisCluster, Servers] = weakref.WeakKeyDictionary()
 
 
 def is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 
 
+async def _servers_of(client: RedisCluster) -> Servers:
+    servers = _servers.get(client)
+    if servers is None:
+        await client.initialize()
+        some = next(iter(client.nodes_manager.nodes_cache.values()))
+        # The cluster client's connection settings, less its own hook for slot moves.
+        options = {k: v for k, v in some.connection_kwargs.items()
+                   if k not in ("host", "port") and not k.startswith("oss_")}  # fmt: skip
+        options["max_connections"] = some.max_connections
+        servers = Servers(options)
+        nodes = [(n.host, int(n.port)) for n in client.nodes_manager.nodes_cache.values()]
+        await servers.load(nodes)
+        servers = _servers.setdefault(client, servers)
+    return servers
+
+
 async def node(client: Client, key: str) -> aioredis.Redis:
     """A plain client of the server that holds ``key`` (``client`` itself on a single server)."""
     if not isinstance(client, RedisCluster):
         return client
-    await client.initialize()
-    where = client.get_node_from_key(key)
-    assert where is not None
-    servers = _servers.setdefault(client, {})
-    server = servers.get(where.name)
-    if server is None:
-        # The cluster's own hook for its slot moves is left out: this client is of one server.
-        options = {k: v for k, v in where.connection_kwargs.items() if not k.startswith("oss_")}
-        pool = aioredis.ConnectionPool(
-            connection_class=where.connection_class,
-            max_connections=where.max_connections,
-            **options,
-        )
-        server = servers[where.name] = aioredis.Redis(connection_pool=pool)
-    return server
+    return (await _servers_of(client)).of(key)
 
 
 async def by_node(client: Client, keys: list[str]) -> list[tuple[aioredis.Redis, list[int]]]:
@@ -86,7 +140,12 @@ async def by_node(client: Client, keys: list[str]) -> list[tuple[aioredis.Redis,
 
 async def refresh(client: Client) -> None:
     """Learn the cluster's slots again, after a failover moved some to another server."""
-    if isinstance(client, RedisCluster):
+    if not isinstance(client, RedisCluster):
+        return
+    servers = _servers.get(client)
+    if servers is not None:
+        await servers.load([])
+    with contextlib.suppress(Exception):  # the cluster client's own map, for its own commands
         await client.nodes_manager.initialize()
 
 
@@ -114,6 +173,7 @@ async def on_node(
 async def close(client: Client) -> None:
     """Close ``client`` and, on a cluster, the clients of its servers."""
     if isinstance(client, RedisCluster):
-        for server in _servers.pop(client, {}).values():
+        servers = _servers.pop(client, None)
+        for server in servers.clients.values() if servers is not None else ():
             await server.aclose()
     await client.aclose()

@@ -26,6 +26,7 @@ from server.serve import config as server_config
 from server.settings import GatewaySettings
 from streaming.core.app import App
 from streaming.core.embedded import free_port as free_port
+from streaming.core.storeclient import Client
 from streaming.job.sink import ChangeTopicSink
 
 
@@ -110,7 +111,7 @@ class ServedGateway:
 class Writer:
     """Writes deltas (and frontier advances) through the real sink, one batch per call."""
 
-    def __init__(self, client: redis.Redis, app: App, shards: int, retention: int = 10_000):
+    def __init__(self, client: Client, app: App, shards: int, retention: int = 10_000):
         # One sink per pipeline, as in the job: each view's changes go through the sink of the
         # pipeline that writes it, and every pipeline's frontier advances with each write.
         names = list(app.pipelines)
