@@ -160,6 +160,12 @@ SCHEMAS: dict[str, Any] = {
             "message": {"type": "string"},
             "index": {"type": "integer", "description": "Which event of a batch failed."},
             "field": {"type": "string"},
+            "appended": {
+                "type": "array",
+                "items": {"oneOf": [{"$ref": "#/components/schemas/Offset"}, {"type": "null"}]},
+                "description": "partial_append (a store cluster): each event's offset, or null "
+                "for one not appended; send the batch again with the same Idempotency-Key.",
+            },
         },
     },
     "Offset": {
@@ -239,8 +245,15 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
     paths: dict[str, Any] = {
         "/v1/events": {
             "post": {
-                "summary": "Append one event or a batch to the log, all or nothing.",
+                "summary": "Append one event or a batch to the log, once per Idempotency-Key; "
+                "all or nothing on a single store server (docs/PROTOCOL.md, section 2).",
                 "security": BEARER,
+                "parameters": [
+                    {"name": "Idempotency-Key", "in": "header",
+                     "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,200}$"},
+                     "description": "The same batch sent again with its key within 24 hours "
+                     "gets the same offsets and appends nothing twice."},
+                ],  # fmt: skip
                 "requestBody": {
                     "required": True,
                     "content": {"application/json": {"schema": {"oneOf": [

@@ -28,6 +28,7 @@ from streaming.core.append import (
     Idempotency,
     Outcome,
     calls,
+    check_records,
     exec_replies,
     settle,
 )
@@ -61,10 +62,24 @@ class Appender:
         batch = calls(events, self.partitions, self.retention, idempotency,
                       single_server=not cluster)  # fmt: skip
         if cluster:
+            if idempotency.given:
+                check_records(idempotency, await self._records(batch))
             outcomes = list(await asyncio.gather(*(self._on_node(call) for call in batch)))
         else:
             outcomes = await self._in_transaction(batch)
         return settle(len(events), batch, outcomes)
+
+    async def _records(self, batch: Sequence[Call]) -> list[Any]:
+        """The batch's records as they are now, one read per partition's server; one that
+        cannot be read is left to its partition's call, which checks it too."""
+
+        async def read(call: Call) -> Any:
+            try:
+                return await (await nodes.node(self.client, call.keys[1])).get(call.keys[1])
+            except (RedisError, OSError):
+                return None
+
+        return list(await asyncio.gather(*(read(call) for call in batch)))
 
     async def _in_transaction(self, batch: Sequence[Call]) -> list[Outcome]:
         pipe: Any

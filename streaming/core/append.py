@@ -109,6 +109,8 @@ class Idempotency:
     key: str
     digest: str
     seconds: int
+    given: bool = True
+    """The writer chose the key (it may send it again), rather than one made for the batch."""
 
     @classmethod
     def of(cls, raws: Any, key: str | None = None) -> Idempotency:
@@ -118,7 +120,7 @@ class Idempotency:
                             default=repr)  # fmt: skip
         digest = hashlib.sha256(body).hexdigest()[:32]
         if key is None:
-            return cls(uuid.uuid4().hex, digest, OWN_RECORD_SECONDS)
+            return cls(uuid.uuid4().hex, digest, OWN_RECORD_SECONDS, given=False)
         return cls(check_key(key), digest, RECORD_SECONDS)
 
 
@@ -207,16 +209,28 @@ def settle(size: int, batch: Sequence[Call], outcomes: Sequence[Outcome]) -> lis
 
 def _translated(exc: BaseException) -> BaseException:
     if isinstance(exc, ResponseError) and REUSED in str(exc):
-        return IdempotencyKeyReused(
-            "this Idempotency-Key was sent before with other events; use a new key for a new "
-            "batch, or send the same events again."
-        )
+        return key_reused()
     if isinstance(exc, storeclient.NotReplicated):
         return NotAcknowledged(
             f"the events were appended but not confirmed by the store's replicas ({exc}); "
             "send the same batch again with the same Idempotency-Key: nothing is appended twice."
         )
     return exc
+
+
+def key_reused() -> IdempotencyKeyReused:
+    return IdempotencyKeyReused(
+        "this Idempotency-Key was sent before with other events; use a new key for a new "
+        "batch, or send the same events again."
+    )
+
+
+def check_records(idempotency: Idempotency, records: Sequence[Any]) -> None:
+    """Refuse a key whose records (as read before a batch on a cluster, where the partitions'
+    calls cannot check each other's) hold another batch's digest, before anything is written."""
+    for record in records:
+        if record is not None and not bytes(record).startswith(idempotency.digest.encode() + b"\n"):
+            raise key_reused()
 
 
 def exec_replies(results: Sequence[Any], count: int) -> list[Outcome]:
@@ -237,6 +251,7 @@ def append_sync(
     batch: Sequence[Call],
     replicas: int = 0,
     budget: float = RETRY_SECONDS,
+    idempotency: Idempotency | None = None,
 ) -> list[Outcome]:
     """Run a batch's calls with a synchronous client: one MULTI on a single server, one call
     per partition's server on a cluster (each retried through a failover for ``budget`` s)."""
@@ -257,7 +272,16 @@ def append_sync(
             except storeclient.NotReplicated as exc:
                 return [exc] * len(batch)
         return outcomes
+    if idempotency is not None and idempotency.given:
+        check_records(idempotency, [_record(client, call) for call in batch])
     return [_call_on_node(client, script, call, replicas, budget) for call in batch]
+
+
+def _record(client: storeclient.Client, call: Call) -> Any:
+    try:
+        return client.get(call.keys[1])
+    except (redis.RedisError, OSError):
+        return None  # its partition's call checks it too
 
 
 def _call_on_node(

@@ -151,7 +151,8 @@ class EventLog:
             idempotency = Idempotency.of([e.encode() for e in events])
         batch = calls(events, self.partitions, self.retention, idempotency,
                       single_server=not is_cluster(self.client))  # fmt: skip
-        outcomes = append_sync(self.client, self.script, batch, self.ack_replicas)
+        outcomes = append_sync(self.client, self.script, batch, self.ack_replicas,
+                               idempotency=idempotency)  # fmt: skip
         return settle(len(events), batch, outcomes)
 
 

@@ -216,6 +216,8 @@ def documented(target: Target, sent: Sent, token: str, views: set[str]) -> bool:
         return re.fullmatch(r"(?i:bearer) +(\S+)", text) is not None and text.split()[1] == token
     if target.name.lower() in ("last_event_id", "last-event-id"):
         return text == "" or event_id_ok(text)
+    if target.name == "Idempotency-Key":  # the same body each time: the same answer again
+        return re.fullmatch(r"[\x21-\x7e]{1,200}", text) is not None
     raise AssertionError(f"{target}: say what the documents accept for it here")
 
 
@@ -223,6 +225,7 @@ REFUSALS = {
     "recent": {"invalid_parameter"},
     "last_event_id": {"invalid_last_event_id", "invalid_parameter"},
     "Last-Event-ID": {"invalid_last_event_id"},
+    "Idempotency-Key": {"invalid_idempotency_key"},
     "access_token": {"token_invalid", "token_missing"},
     "Authorization": {"token_invalid", "token_missing"},
     "key": {"invalid_key", "not_found"},
