@@ -58,6 +58,7 @@ def test_each_version_its_lag_batch_durations_and_dead_letters(
     _store(store, pipelines)
     doc = run.json("status")
     assert doc["log"]["events"] == 12 and doc["log"]["partitions"] == PARTITIONS
+    assert doc["store"] == {"cluster": False, "primaries": 1}
     by_name = {p["pipeline"]: p for p in doc["pipelines"]}
     assert set(by_name) == {"entities", "profiles", "activity"}
     active, building, retired = by_name["entities"]["versions"]

@@ -18,8 +18,8 @@ from demo.chirp import app as chirp
 from demo.chirp.generate import Activity, seed_events
 from streaming.core import versions
 from streaming.core.changes import ACTIVE_KEY, read_snapshot
+from streaming.core.log import EventLog
 from streaming.core.settings import Settings
-from tests.storecluster.appends import append
 from tests.support.checks import assert_views_consistent
 from tests.support.pipeline import RunningPipeline
 from tests.support.reference import recompute
@@ -39,6 +39,11 @@ def cluster_settings(url: str, where: Path) -> Settings:
         "LV_SHUFFLE_PARTITIONS": "2",
         "LV_REBUILD_GRACE_SECONDS": "3600",
     })  # fmt: skip
+
+
+def append(client: RedisCluster, raws: list[dict[str, Any]]) -> None:
+    """Through the event log, as a producer appends: one call per partition's server."""
+    EventLog(client, chirp, PARTITIONS).append_batch(raws)
 
 
 @pytest.fixture()
@@ -61,16 +66,16 @@ def test_chirp_views_on_a_cluster_equal_the_log_through_a_restart(
     spark: Any, settings: Settings, cluster_store: RedisCluster, running: list[RunningPipeline]
 ) -> None:
     activity = Activity(users=10, seed=5)
-    append(cluster_store, chirp, PARTITIONS, seed_events(NOW))
+    append(cluster_store, seed_events(NOW))
     running.append(RunningPipeline(spark, settings))
     for _ in range(2):
-        append(cluster_store, chirp, PARTITIONS, activity.take(150))
+        append(cluster_store, activity.take(150))
         running[-1].wait_until_caught_up(cluster_store)  # type: ignore[arg-type]
-    append(cluster_store, chirp, PARTITIONS, activity.take(150))
+    append(cluster_store, activity.take(150))
     running[-1].stop()  # mid-stream: what it had not committed is read again
-    append(cluster_store, chirp, PARTITIONS, activity.take(150))
+    append(cluster_store, activity.take(150))
     running.append(RunningPipeline(spark, settings))
-    append(cluster_store, chirp, PARTITIONS, activity.take(150))
+    append(cluster_store, activity.take(150))
     running[-1].wait_until_caught_up(cluster_store)  # type: ignore[arg-type]
     deltas = assert_views_consistent(cluster_store, PARTITIONS, SHARDS)  # type: ignore[arg-type]
     assert deltas > 100
@@ -97,8 +102,8 @@ def test_a_rebuild_on_a_cluster_switches_readers_even_when_its_switch_is_cut_sho
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     activity = Activity(users=10, seed=7)
-    append(cluster_store, chirp, PARTITIONS, seed_events(NOW))
-    append(cluster_store, chirp, PARTITIONS, activity.take(200))
+    append(cluster_store, seed_events(NOW))
+    append(cluster_store, activity.take(200))
     pipeline = RunningPipeline(spark, settings)
     running.append(pipeline)
     pipeline.wait_until_caught_up(cluster_store)  # type: ignore[arg-type]
@@ -127,10 +132,10 @@ def test_a_rebuild_on_a_cluster_switches_readers_even_when_its_switch_is_cut_sho
         assert time.monotonic() < deadline, "profiles was not rebuilt in time"
         with contextlib.suppress(redis.ConnectionError):  # as the pipeline process: tried again
             pipeline.versioning.tick()
-        append(cluster_store, chirp, PARTITIONS, activity.take(5))  # readers see new events
+        append(cluster_store, activity.take(5))  # readers see new events
         time.sleep(0.1)
     assert cuts == ["switch"]
-    append(cluster_store, chirp, PARTITIONS, activity.take(100))
+    append(cluster_store, activity.take(100))
     pipeline.wait_until_caught_up(cluster_store)  # type: ignore[arg-type]
     expected = recompute(cluster_store, PARTITIONS)  # type: ignore[arg-type]
     served = _served(cluster_store, "profiles")
