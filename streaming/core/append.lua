@@ -1,7 +1,8 @@
 -- Appends a batch's events of one log partition, once per idempotency key.
 -- KEYS[1] the partition's stream (lv:log:N), KEYS[2] its record of the batch
--- ({lv:log:N}:appended:<idempotency key>), KEYS[3..] (single server only) the records of the
--- batch's other partitions, checked first so that a refused batch writes nothing anywhere.
+-- ({lv:log:N}:appended:<idempotency key>; absent: keep none), KEYS[3..] (single server only) the
+-- records of the batch's other partitions, checked first so that a refused batch writes
+-- nothing anywhere.
 -- ARGV[1] the batch's digest, ARGV[2] how long the record is kept (seconds), ARGV[3] the trim
 -- ('', 'MAXLEN' or 'MINID'), ARGV[4] its threshold; then per event: the number of fields n, and
 -- n field, value pairs.
@@ -32,7 +33,7 @@ for i = 3, #KEYS do
     return other
   end
 end
-local before = stored(KEYS[2])
+local before = KEYS[2] and stored(KEYS[2])
 if before then
   return before
 end
@@ -54,5 +55,7 @@ while i <= #ARGV do
   ids[#ids + 1] = redis.call(unpack(command))
   i = i + 2 * n + 1
 end
-redis.call('SET', KEYS[2], digest .. '\n' .. table.concat(ids, ','), 'EX', ARGV[2])
+if KEYS[2] then
+  redis.call('SET', KEYS[2], digest .. '\n' .. table.concat(ids, ','), 'EX', ARGV[2])
+end
 return ids

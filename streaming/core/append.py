@@ -52,8 +52,9 @@ SCRIPT = Path(__file__).with_name("append.lua").read_text()
 RECORD_SECONDS = 86_400
 """How long a batch's record answers a retry with a key the writer chose: 24 hours."""
 OWN_RECORD_SECONDS = 600
-"""How long it answers one with a key made for the batch (no key given): only the writer's own
-retries use that key, so the record need outlive only them, and costs the store little."""
+"""How long it answers one with a key made for the batch (no key given) on a store cluster:
+only the writer's own retries use that key, so the record need outlive only them, and costs
+the store little."""
 KEY_RE = re.compile(r"[\x21-\x7e]{1,200}")
 RETRY_SECONDS = 10.0
 """How long a partition's call is retried through a failover before the batch gives up."""
@@ -150,7 +151,9 @@ def calls(
 ) -> list[Call]:
     """The calls that append ``events``, by partition in order of first appearance. On a single
     server each call also checks the batch's other records first (``append.lua``), so that in
-    the batch's one transaction a refused key writes nothing in any partition."""
+    the batch's one transaction a refused key writes nothing in any partition; and a batch
+    whose key was made for it keeps no record there, since its one transaction is never
+    retried."""
     trim: list[Any] = ["", ""]
     if retention is not None:
         option = retention.xadd_options(now_ms() if now is None else now)
@@ -158,11 +161,14 @@ def calls(
     by_partition: dict[int, list[int]] = {}
     for i, event in enumerate(events):
         by_partition.setdefault(partition_for(event.key, partitions), []).append(i)
-    records = {p: record_key(p, idempotency.key) for p in by_partition}
+    keep = idempotency.given or not single_server
+    records = {p: record_key(p, idempotency.key) for p in by_partition} if keep else {}
     out = []
     for partition, indexes in by_partition.items():
-        keys = [log_stream(partition), records[partition]]
-        if single_server:
+        keys = [log_stream(partition)]
+        if keep:
+            keys.append(records[partition])
+        if keep and single_server:
             keys += [r for p, r in records.items() if p != partition]
         args: list[Any] = [idempotency.digest, idempotency.seconds, *trim]
         for i in indexes:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from streaming.core.append import IdempotencyKeyReused, record_key
+from streaming.core.append import OWN_RECORD_SECONDS, IdempotencyKeyReused, record_key
 from streaming.core.events import log_stream
 from streaming.core.log import EventLog
 from tests.support.gateway_settings import PARTITIONS
@@ -43,3 +43,11 @@ def test_a_batch_over_several_primaries_is_appended_once_per_key(
         log.append_batch(tasks(8, "c"), idempotency_key="batch-2")
     assert log_length(cluster_store) == 17
     assert cluster_store.exists(record_key(first[0].partition, "batch-1"))
+    made = [
+        k
+        for k in cluster_store.scan_iter(
+            match="{lv:log:*}:appended:*", target_nodes=RedisCluster.PRIMARIES
+        )
+        if b"batch-" not in k
+    ]
+    assert made and all(0 < cluster_store.ttl(k) <= OWN_RECORD_SECONDS for k in made)
