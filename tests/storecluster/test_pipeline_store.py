@@ -4,6 +4,7 @@ source's reads and the command line's status."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ import pytest
 from click.testing import CliRunner
 from redis.cluster import RedisCluster
 
+from streaming.cdc.capture import run
+from streaming.cdc.settings import CdcSettings
 from streaming.cli import cli
 from streaming.core import lag, versions
 from streaming.core.app import App
@@ -27,12 +30,14 @@ from streaming.core.changes import (
     read_snapshot,
     shard_for,
 )
+from streaming.core.errors import ConfigurationError
 from streaming.core.events import log_stream
 from streaming.core.settings import Settings
 from streaming.job.sink import ChangeTopicSink
 from streaming.job.source import LogPrefetchReader
 from streaming.job.versioning import delete_state
 from streaming.job.views import DEAD_LETTER_VIEW
+from tests.cdc.shop import app as shop
 
 SHARDS = 8
 
@@ -222,3 +227,12 @@ def test_status_and_tail_on_a_cluster(
         "t2",
         "t3",
     ]
+
+
+def test_change_data_capture_refuses_a_store_cluster(cluster_url: str, tmp_path: Path) -> None:
+    settings = CdcSettings.from_env({
+        "REDIS_URL": cluster_url, "LV_DATA_DIR": str(tmp_path),
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+    })  # fmt: skip
+    with pytest.raises(ConfigurationError, match="needs a single store server"):
+        run(settings, shop, threading.Event())
