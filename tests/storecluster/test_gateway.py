@@ -261,3 +261,18 @@ async def test_a_partition_whose_primary_fails_is_appended_by_the_retry_with_the
     finally:
         store_cluster.start_node(node)
         store_cluster.wait_ok()
+
+
+async def test_the_log_feed_reads_every_partition(
+    query_gateway: ServedGateway, cluster_store: RedisCluster
+) -> None:
+    gw = query_gateway
+    async with aiohttp.ClientSession() as s:
+        sse = await open_sse(s, gw.url + "/v1/log/live", gw.headers(), {"recent": "0"})
+        status, body = await post(s, gw, batch(8, "l"), None)
+        assert status == 202
+        seen = [await sse.next(skip=("heartbeat",)) for _ in range(8)]
+        await sse.close()
+    assert {(f.data["partition"], f.data["id"]) for f in seen} == {
+        (o["partition"], o["id"]) for o in body["offsets"]
+    }
