@@ -181,10 +181,17 @@ def answers(url: str, timeout: float = 0.5) -> bool:
 
 
 def reachable(url: str, timeout: float = 0.5) -> bool:
+    """Does the store at ``url`` take commands: a server that answers, or a cluster node whose
+    cluster serves every slot (a cluster being formed answers but refuses keys)."""
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
         try:
-            return bool(client.ping())
+            info: Any = client.info("cluster")
+            if not int(info.get("cluster_enabled", 0)):
+                return True
+            raw: Any = client.execute_command("CLUSTER", "INFO")
+            text = raw.decode() if isinstance(raw, bytes) else str(raw)
+            return "cluster_state:ok" in text
         finally:
             client.close()
     except redis.RedisError:

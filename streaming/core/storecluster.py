@@ -10,7 +10,8 @@ their ``nodes.conf`` and form the same cluster.
 
 A real deployment uses a managed Redis Cluster or Valkey cluster; docs/SCALING.md says which
 settings this one stands for. ``python -m streaming.core.storecluster`` runs it in the
-foreground (``LV_STORE_CLUSTER_PORT``, ``LV_STORE_CLUSTER_PRIMARIES``).
+foreground, its first node on ``LV_EMBEDDED_PORT`` (where every process of the run looks for the
+embedded store) and ``LV_STORE_CLUSTER_PRIMARIES`` primaries.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ SLOTS = 16384
 NODE_TIMEOUT_MS = 2000
 """How long a primary may not answer before its replica takes over: short, for tests that
 fail one over; a deployment's default is 15 s."""
-DEFAULT_PORT = 7000
 DEFAULT_PRIMARIES = 3
 
 log = logging.getLogger("liveviews.store")
@@ -276,7 +276,7 @@ def main() -> int:
     try:
         settings = Settings.from_env()
         console.setup("store", settings)
-        port = env_int(dict(os.environ), "LV_STORE_CLUSTER_PORT", DEFAULT_PORT)
+        port = settings.embedded_port
         primaries = env_int(dict(os.environ), "LV_STORE_CLUSTER_PRIMARIES", DEFAULT_PRIMARIES)
         cluster = StoreCluster(settings.data_dir, port, primaries=primaries)
         log.info("starting a store cluster of %d primaries and %d replicas on ports %d-%d",

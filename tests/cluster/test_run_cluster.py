@@ -30,6 +30,8 @@ import pytest
 import redis
 
 from streaming.core.settings import Settings
+from streaming.core.storeclient import Client, connect
+from streaming.core.storecluster import free_port_range
 from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber
 from tests.support.gateway import stored_rows
 
@@ -50,7 +52,9 @@ class ClusterRun:
         self.data = data
         ports = {name: str(_free_port()) for name in (
             "LV_PORT", "LV_GATEWAY1_PORT", "LV_GATEWAY2_PORT", "LV_SPARK_PORT",
-            "LV_SPARK_UI_PORT", "LV_EMBEDDED_PORT")}  # fmt: skip
+            "LV_SPARK_UI_PORT")}  # fmt: skip
+        # The store cluster's six nodes and their cluster bus, from its first node's port.
+        ports["LV_EMBEDDED_PORT"] = str(free_port_range(12))
         self.env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
                     "PYSPARK_PYTHON": sys.executable, "LV_DATA_DIR": str(data),
                     "LV_DEMO_ACTIVITY": "0", **ports}  # fmt: skip
@@ -64,8 +68,8 @@ class ClusterRun:
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
-    def store(self) -> redis.Redis:
-        return redis.Redis.from_url(Settings.from_env(self.env).store_url)
+    def store(self) -> Client:
+        return connect(Settings.from_env(self.env).store_url)
 
     def post(self, path: str, body: object, token: str = "") -> tuple[int, Any]:
         headers = {"Content-Type": "application/json"}
