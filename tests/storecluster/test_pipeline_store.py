@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from redis.cluster import RedisCluster
 
+from demo.chirp import app as chirp
 from streaming.cdc.capture import run
 from streaming.cdc.settings import CdcSettings
 from streaming.cli import cli
@@ -236,3 +237,34 @@ def test_change_data_capture_refuses_a_store_cluster(cluster_url: str, tmp_path:
     })  # fmt: skip
     with pytest.raises(ConfigurationError, match="needs a single store server"):
         run(settings, shop, threading.Event())
+
+
+def test_inspect_and_dead_letters_on_a_cluster(
+    cluster_store: RedisCluster, cluster_url: str, tmp_path: Path
+) -> None:
+    """A key as of a log offset (the batches' history on {m}, the deltas on the key's shard)
+    and the dead letters ({d}), read from a cluster by the command line."""
+    env = {"REDIS_URL": cluster_url, "LV_DATA_DIR": str(tmp_path), "LV_APP": "demo.chirp:app",
+           "LV_CHANGE_SHARDS": str(SHARDS)}  # fmt: skip
+    versions.register(cluster_store, "profiles", "v1")
+    sink = ChangeTopicSink(cluster_store, chirp, "profiles", SHARDS, 1000)
+    for batch, name in enumerate(["one", "two"]):
+        offset = cluster_store.xadd(log_stream(0), {"a": "1"}).decode()
+        value = orjson.dumps({"user": "alice", "name": name}).decode()
+        sink.write([row("profiles", "alice", "profile", value)], batch, {0: offset})
+        if batch == 0:
+            first = offset
+    sink.write([row(DEAD_LETTER_VIEW, f"0:{first}", "map", '{"error": "E", "traceback": "T"}')],
+               2, {})  # fmt: skip
+    runner = CliRunner()
+    now = orjson.loads(
+        runner.invoke(cli, ["inspect", "profiles", "alice", "--json"], env=env).output
+    )
+    assert now["rows"] == {"profile": {"user": "alice", "name": "two"}}
+    then = runner.invoke(cli, ["inspect", "profiles", "alice", "--as-of", f"0:{first}", "--json"],
+                         env=env)  # fmt: skip
+    assert then.exit_code == 0, then.output
+    assert orjson.loads(then.output)["rows"] == {"profile": {"user": "alice", "name": "one"}}
+    letters = runner.invoke(cli, ["deadletters", "list", "--json"], env=env)
+    assert letters.exit_code == 0, letters.output
+    assert f"0:{first}" in letters.output
