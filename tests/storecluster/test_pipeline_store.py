@@ -32,10 +32,10 @@ from streaming.core.changes import (
     shard_for,
 )
 from streaming.core.errors import ConfigurationError
-from streaming.core.events import log_stream
+from streaming.core.events import log_stream, partition_for
 from streaming.core.settings import Settings
 from streaming.job.sink import ChangeTopicSink
-from streaming.job.source import LogPrefetchReader
+from streaming.job.source import LogPrefetchReader, screen_option
 from streaming.job.versioning import delete_state
 from streaming.job.views import DEAD_LETTER_VIEW
 from tests.cdc.shop import app as shop
@@ -268,3 +268,16 @@ def test_inspect_and_dead_letters_on_a_cluster(
     letters = runner.invoke(cli, ["deadletters", "list", "--json"], env=env)
     assert letters.exit_code == 0, letters.output
     assert f"0:{first}" in letters.output
+
+
+def test_the_source_sets_aside_an_undecodable_entry_on_a_cluster(
+    cluster_store: RedisCluster, cluster_url: str
+) -> None:
+    good = {"type": "profile_set", "key": "alice", "time": "1",
+            "payload": '{"user": "alice", "name": "A"}'}  # fmt: skip
+    cluster_store.xadd(log_stream(partition_for("alice", 4)), good)
+    bad = cluster_store.xadd(log_stream(2), {"type": "profile_set", "key": "bob"}).decode()
+    reader = LogPrefetchReader(cluster_url, 4, 100, (screen_option(chirp), "profiles"))
+    batches, _ = reader.read(reader.initialOffset())
+    assert [r["key"] for b in batches for r in b.to_pylist()] == ["alice"]
+    assert cluster_store.hkeys("lv:{d}:deadletters:profiles") == [f"2:{bad}".encode()]
