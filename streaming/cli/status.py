@@ -118,7 +118,7 @@ def collect(env: Env, minutes: float) -> dict[str, Any]:
     for g in gateways:
         for view, n in g.subscribers.items():
             subscribers[view] = subscribers.get(view, 0) + n
-    heads = lag.log_heads(client, partitions)  # type: ignore[arg-type]  # either client serves
+    heads = lag.log_heads(client, partitions)
     return {
         "minutes": minutes,
         "store": store_shape(client),

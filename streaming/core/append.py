@@ -117,12 +117,14 @@ class Idempotency:
     def of(cls, raws: Any, key: str | None = None) -> Idempotency:
         """For the events ``raws`` as sent (before defaults such as the time are filled in, so
         a retry of the same request has the same digest), under ``key`` or a new one."""
+        if key is None:
+            # A key made for this batch never comes with other events: nothing to compare, so
+            # no digest to compute (the events may be encoded already, with bytes for names).
+            own = uuid.uuid4().hex
+            return cls(own, own, OWN_RECORD_SECONDS, given=False)
         body = orjson.dumps(raws, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
                             default=repr)  # fmt: skip
-        digest = hashlib.sha256(body).hexdigest()[:32]
-        if key is None:
-            return cls(uuid.uuid4().hex, digest, OWN_RECORD_SECONDS, given=False)
-        return cls(check_key(key), digest, RECORD_SECONDS)
+        return cls(check_key(key), hashlib.sha256(body).hexdigest()[:32], RECORD_SECONDS)
 
 
 def record_key(partition: int, key: str) -> str:

@@ -9,8 +9,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from streaming.core.app import App
 from streaming.core.append import SCRIPT, Idempotency, append_sync, calls, settle
 from streaming.core.changes import VIEWS_FRONTIER, read_frontier
@@ -60,7 +58,7 @@ class Retention:
         return {"minid": str(max(0, now - self.age_ms)), "approximate": True}
 
 
-def check_layout(client: redis.Redis, partitions: int, shards: int) -> None:
+def check_layout(client: Client, partitions: int, shards: int) -> None:
     """Record the log and change-topic layout on first use; refuse a different one later.
 
     Changing the partition count would move entities between partitions and break their order,
@@ -162,7 +160,7 @@ def queue_heads(pipe: Any, partitions: int) -> None:
         pipe.xrevrange(log_stream(p), count=1)
 
 
-def log_heads(client: redis.Redis, partitions: int) -> dict[int, str]:
+def log_heads(client: Client, partitions: int) -> dict[int, str]:
     """The newest entry id of each log partition that has events, in one round trip."""
     with client.pipeline(transaction=False) as pipe:
         queue_heads(pipe, partitions)
@@ -174,7 +172,7 @@ def heads_of(results: list[Any]) -> dict[int, str]:
     return {p: h[0][0].decode() for p, h in enumerate(results) if h}
 
 
-def views_caught_up(client: redis.Redis, partitions: int) -> bool:
+def views_caught_up(client: Client, partitions: int) -> bool:
     """The views' frontier is at the head of every log partition that has events."""
     frontier = read_frontier(client, VIEWS_FRONTIER)
     return all(frontier.get(p) == h for p, h in log_heads(client, partitions).items())

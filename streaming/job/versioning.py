@@ -259,7 +259,7 @@ class Versioning:
         if reg.active.qualified(p) in self.running:
             target = read_frontier(self.client, reg.active.qualified(p))
         else:
-            target = log_heads(self.client, self.settings.log_partitions)  # type: ignore[arg-type]  # either client serves
+            target = log_heads(self.client, self.settings.log_partitions)
         distance = self.settings.rebuild_switch_distance
         behind = 0
         with self.client.pipeline(transaction=False) as pipe:
@@ -344,7 +344,7 @@ def start_versions(spark: SparkSession, app: App, settings: Settings) -> Version
             " the views are recomputed from the log."
         )
     client = sink_client(settings)
-    check_layout(client, settings.log_partitions, settings.change_shards)  # type: ignore[arg-type]  # either client serves
+    check_layout(client, settings.log_partitions, settings.change_shards)
     record_progress(spark, client)
     versioning = Versioning(spark, app, settings, client)
     versioning.start()

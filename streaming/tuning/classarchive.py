@@ -162,7 +162,7 @@ def build(target: Path, app_spec: str, timeout: float = BUILD_TIMEOUT_S) -> None
                     stderr=subprocess.STDOUT, start_new_session=True,
                 )  # fmt: skip
                 deadline = time.monotonic() + timeout
-                while not views_caught_up(client, settings.log_partitions):  # type: ignore[arg-type]  # either client serves
+                while not views_caught_up(client, settings.log_partitions):
                     _check_running(pipeline, work, deadline)
                     time.sleep(0.5)
                 time.sleep(2.0)  # a few empty batches too: their code paths load classes
