@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The demo on the cluster pieces, all on this machine (deploy/Procfile.cluster): a Spark
 # standalone master and two workers (deploy/spark/), the pipeline's driver on them, two gateway
-# processes behind nginx (deploy/nginx/), a store cluster of three primaries with a replica each
-# (streaming/core/storecluster.py) and Chirp's writer. The page is at
+# processes behind nginx (deploy/nginx/), the embedded store and Chirp's writer. The page is at
 # http://127.0.0.1:${LV_PORT:-8000}/ through nginx; docs/SCALING.md maps each piece to a real
 # deployment. Its data is apart from `make run`'s (./data/cluster), so the two never share
 # checkpoints. Ctrl-C stops all of it.
@@ -15,11 +14,6 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 LV_DATA_DIR="$(realpath -m "${LV_DATA_DIR:-data/cluster}")"
 export LV_DATA_DIR
 export LV_WAIT_FOR_STORE="${LV_WAIT_FOR_STORE:-30}"
-# The store cluster's first node is where every process finds it (nodes on the next 5 ports,
-# their cluster bus on the 6 after); an event or a micro-batch is acknowledged once a replica
-# has it, so a primary that fails over loses nothing acknowledged.
-export LV_EMBEDDED_PORT="${LV_EMBEDDED_PORT:-7000}"
-export LV_STORE_ACK_REPLICAS="${LV_STORE_ACK_REPLICAS:-1}"
 export LV_PORT="${LV_PORT:-8000}"
 export LV_GATEWAY1_PORT="${LV_GATEWAY1_PORT:-8001}"
 export LV_GATEWAY2_PORT="${LV_GATEWAY2_PORT:-8002}"

@@ -8,9 +8,10 @@
 -- Each pipeline is its own query with its own frontier; the views' frontier is, per partition,
 -- the oldest of them: every view reflects at least that much of the log. Each advance of the
 -- pipeline's frontier, and of the views' frontier, is appended to the progress stream: a
--- subscriber of a view follows the frontier of the pipeline that writes it. So is a batch
--- that changed rows without advancing it (timers, a watermark's evictions): a gateway on a
--- store cluster waits on the progress stream alone, not on every shard, to notice deltas.
+-- subscriber of a view follows the frontier of the pipeline that writes it. (A batch that
+-- changed rows without advancing it, timers or a watermark's evictions, appends nothing: a
+-- gateway on a store cluster, which waits on this stream alone, sees its deltas at its next
+-- read, within its wait's timeout.)
 -- The log's heads come in ARGV, not as keys: on a cluster the log's partitions live in other
 -- slots than the control keys, and no script spans slots.
 -- Returns the pipeline's frontier as JSON, or false when the batch was applied before.
@@ -66,7 +67,7 @@ redis.call('HSET', frontiers, pipeline, encoded)
 redis.call('HSET', lags, pipeline, lag)
 -- Which batch reflected which offsets, for reading a view as of an offset (liveviews inspect).
 redis.call('XADD', history, 'MAXLEN', '~', 100000, '*', 'batch', batch, 'frontier', encoded)
-if advanced or tonumber(rows) > 0 then
+if advanced then
   redis.call('XADD', progress, 'MAXLEN', '~', 1000, '*',
     'pipeline', pipeline, 'batch', batch, 'frontier', encoded, 'rows', rows, 'lag_ms', lag)
 end

@@ -22,7 +22,6 @@ from streaming.core.app import App
 from streaming.core.changes import (
     ACTIVE_KEY,
     FRONTIER_KEY,
-    PROGRESS_STREAM,
     VIEWS_FRONTIER,
     changes_stream,
     live_key,
@@ -85,21 +84,6 @@ def test_a_batch_over_every_node_is_applied_once_and_acknowledged(
     # The lag comes from the log's heads, read by the sink: partition 1 is 3 s behind.
     assert cluster_store.hget("lv:{m}:frontier:lag", "q") == b"3000"
     assert cluster_store.hlen("lv:{d}:deadletters:q") == 1
-
-
-def test_a_batch_that_changes_rows_without_moving_the_frontier_is_announced(
-    cluster_store: RedisCluster,
-) -> None:
-    """A gateway on a cluster waits on the progress stream alone: a batch of timers (no new
-    events) that changed rows must append to it, one that changed nothing need not."""
-    sink = ChangeTopicSink(cluster_store, make_app(), "q", SHARDS, 1000)
-    sink.write([row("plain", "k", "r", "1")], 0, {0: "10-0"})
-    before = cluster_store.xlen(PROGRESS_STREAM)
-    sink.write([], 1, {0: "10-0"})
-    assert cluster_store.xlen(PROGRESS_STREAM) == before
-    sink.write([row("plain", "k", "r", "2")], 2, {0: "10-0"})
-    (entry,) = cluster_store.xrange(PROGRESS_STREAM)[before:]
-    assert entry[1][b"pipeline"] == b"q" and entry[1][b"rows"] == b"1"
 
 
 def _building(client: RedisCluster) -> None:

@@ -213,18 +213,6 @@ def test_a_batch_cut_short_between_calls_emits_nothing_twice(store, monkeypatch)
     assert store.hget("lv:{c0}:batches", "q") == b"0"
 
 
-def test_a_batch_that_changes_rows_without_moving_the_frontier_appends_progress(store, sink):
-    """A gateway on a store cluster waits on the progress stream alone: a batch of timers or
-    of a watermark's evictions (no new events) that changed rows must append to it."""
-    sink.write([row("plain", "k", "r", "1")], 0, {0: "10-0"})
-    before = store.xlen("lv:{m}:progress")
-    sink.write([], 1, {0: "10-0"})  # nothing changed, nothing to announce
-    assert store.xlen("lv:{m}:progress") == before
-    sink.write([row("plain", "k", "r", "2")], 2, {0: "10-0"})
-    (entry,) = store.xrange("lv:{m}:progress")[before:]
-    assert (entry[1][b"pipeline"], entry[1][b"batch"], entry[1][b"rows"]) == (b"q", b"2", b"1")
-
-
 def test_the_lag_is_measured_against_the_log_heads_read_before_the_frontier(store, sink):
     store.xadd("lv:log:0", {"a": "1"}, id="1000-0")
     store.xadd("lv:log:0", {"a": "1"}, id="4000-0")
