@@ -10,8 +10,6 @@ the error to answer (``PartialAppend`` when some partitions were written and som
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,8 +19,6 @@ from server.feed import nodes
 from server.feed.nodes import Client
 from streaming.core import storeclient
 from streaming.core.append import (
-    FAILOVER_ERRORS,
-    RETRY_SECONDS,
     SCRIPT,
     Call,
     Idempotency,
@@ -34,6 +30,7 @@ from streaming.core.append import (
 )
 from streaming.core.events import Event, Offset, log_stream
 from streaming.core.log import Retention
+from streaming.core.storeclient import FAILOVER_ERRORS, FAILOVER_SECONDS
 
 
 class Appender:
@@ -46,7 +43,7 @@ class Appender:
         retention: Retention | None,
         *,
         ack_replicas: int = 0,
-        budget: float = RETRY_SECONDS,
+        budget: float = FAILOVER_SECONDS,
     ) -> None:
         self.client = client
         self.partitions = partitions
@@ -99,25 +96,20 @@ class Appender:
         return outcomes
 
     async def _on_node(self, call: Call) -> Outcome:
-        deadline = time.monotonic() + self.budget
-        pause = 0.1
-        while True:
-            try:
-                server = await nodes.node(self.client, call.keys[0])
-                async with server.pipeline(transaction=False) as pipe:
-                    await self.script(keys=call.keys, args=call.args, client=pipe)
-                    acknowledged = storeclient.queue_acknowledge(pipe, self.ack_replicas)
-                    results: Any = await pipe.execute()
-                if acknowledged:
-                    where = log_stream(call.partition)
-                    storeclient.check_acknowledged(results[1], self.ack_replicas, where)
-                return list(results[0])
-            except FAILOVER_ERRORS as exc:
-                if time.monotonic() + pause > deadline:
-                    return exc
-            except RedisError as exc:
-                return exc
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 1.0)
-            with contextlib.suppress(*FAILOVER_ERRORS):  # still failing over: the next try says so
-                await nodes.refresh(self.client)
+        async def run() -> list[Any]:
+            server = await nodes.node(self.client, call.keys[0])
+            async with server.pipeline(transaction=False) as pipe:
+                await self.script(keys=call.keys, args=call.args, client=pipe)
+                acknowledged = storeclient.queue_acknowledge(pipe, self.ack_replicas)
+                results: Any = await pipe.execute()
+            if acknowledged:
+                where = log_stream(call.partition)
+                storeclient.check_acknowledged(results[1], self.ack_replicas, where)
+            return list(results[0])
+
+        # Tried again through a failover only: after NotReplicated the call would find its
+        # record and write nothing, so a WAIT after it would confirm nothing.
+        try:
+            return await nodes.on_node(self.client, run, self.budget)
+        except (RedisError, *FAILOVER_ERRORS) as exc:
+            return exc

@@ -23,30 +23,12 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    MovedError,
-    ReadOnlyError,
-    TryAgainError,
-)
-from redis.exceptions import (
-    ConnectionError as StoreConnectionError,
-)
-from redis.exceptions import (
-    TimeoutError as StoreTimeoutError,
-)
+from redis.exceptions import ConnectionError as StoreConnectionError
+
+from streaming.core.storeclient import FAILOVER_ERRORS, FAILOVER_SECONDS
 
 Client = aioredis.Redis | RedisCluster
 T = TypeVar("T")
-
-FAILOVER_ERRORS = (
-    StoreConnectionError, StoreTimeoutError, MovedError, AskError, ClusterDownError,
-    TryAgainError, ReadOnlyError, ConnectionRefusedError,
-)  # fmt: skip
-"""What a cluster client sees while a primary fails over to its replica (~2-4 s)."""
-RETRY_SECONDS = 10.0
-"""How long a read on one server retries through a failover before it gives up."""
 
 
 class Servers:
@@ -150,7 +132,7 @@ async def refresh(client: Client) -> None:
 
 
 async def on_node(
-    client: Client, call: Callable[[], Awaitable[T]], budget: float = RETRY_SECONDS
+    client: Client, call: Callable[[], Awaitable[T]], budget: float = FAILOVER_SECONDS
 ) -> T:
     """``await call()``; on a cluster, through a failover: again after learning the slots, with
     a growing pause, for up to ``budget`` seconds. ``call`` must be safe to repeat (a read)."""

@@ -19,10 +19,8 @@ asyncio one is ``server.feed.append``. Both plan with ``calls`` and conclude wit
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,15 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import redis
-from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    MovedError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    ResponseError,
-    TryAgainError,
-)
+from redis.exceptions import OutOfMemoryError, ResponseError
 
 from streaming.core import storeclient
 from streaming.core.errors import LiveviewsError
@@ -56,13 +46,6 @@ OWN_RECORD_SECONDS = 600
 only the writer's own retries use that key, so the record need outlive only them, and costs
 the store little."""
 KEY_RE = re.compile(r"[\x21-\x7e]{1,200}")
-RETRY_SECONDS = 10.0
-"""How long a partition's call is retried through a failover before the batch gives up."""
-FAILOVER_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ConnectionError, redis.TimeoutError, MovedError, AskError, ClusterDownError,
-    TryAgainError, ReadOnlyError, ConnectionRefusedError,
-)  # fmt: skip
-"""What a writer sees while a primary fails over to its replica: safe to call again."""
 REUSED = "IDEMPOTENCY_KEY_REUSED"
 
 
@@ -258,7 +241,7 @@ def append_sync(
     script: Any,
     batch: Sequence[Call],
     replicas: int = 0,
-    budget: float = RETRY_SECONDS,
+    budget: float = storeclient.FAILOVER_SECONDS,
     idempotency: Idempotency | None = None,
 ) -> list[Outcome]:
     """Run a batch's calls with a synchronous client: one MULTI on a single server, one call
@@ -295,24 +278,20 @@ def _record(client: storeclient.Client, call: Call) -> Any:
 def _call_on_node(
     client: storeclient.Client, script: Any, call: Call, replicas: int, budget: float
 ) -> Outcome:
-    deadline = time.monotonic() + budget
-    pause = 0.1
-    while True:
-        try:
-            server = storeclient.node_client(client, call.keys[0])
-            with server.pipeline(transaction=False) as pipe:
-                script(keys=call.keys, args=call.args, client=pipe)
-                acknowledged = storeclient.queue_acknowledge(pipe, replicas)
-                results = pipe.execute()
-            if acknowledged:
-                storeclient.check_acknowledged(results[1], replicas, log_stream(call.partition))
-            return list(results[0])
-        except FAILOVER_ERRORS as exc:
-            if time.monotonic() + pause > deadline:
-                return exc
-        except redis.RedisError as exc:
-            return exc
-        time.sleep(pause)
-        pause = min(pause * 2, 1.0)
-        with contextlib.suppress(*FAILOVER_ERRORS):  # still failing over: the next try says so
-            storeclient.refresh(client)
+    def run() -> list[Any]:
+        server = storeclient.node_client(client, call.keys[0])
+        with server.pipeline(transaction=False) as pipe:
+            script(keys=call.keys, args=call.args, client=pipe)
+            acknowledged = storeclient.queue_acknowledge(pipe, replicas)
+            results = pipe.execute()
+        if acknowledged:
+            storeclient.check_acknowledged(results[1], replicas, log_stream(call.partition))
+        return list(results[0])
+
+    # Not after NotReplicated: the call again would find its record and write nothing, so a
+    # WAIT after it would confirm nothing.
+    try:
+        return storeclient.retrying(run, client, f"appending to {log_stream(call.partition)}",
+                                    seconds=budget, errors=storeclient.FAILOVER_ERRORS)  # fmt: skip
+    except (redis.RedisError, *storeclient.FAILOVER_ERRORS) as exc:
+        return exc

@@ -14,21 +14,78 @@ fails over to its replica loses nothing acknowledged (docs/SCALING.md, "Store cl
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    ReadOnlyError,
+    RedisClusterException,
+    TryAgainError,
+)
 
 from streaming.core.errors import ConfigurationError
 
 Client = redis.Redis | RedisCluster
+T = TypeVar("T")
+log = logging.getLogger("liveviews.store")
+
+FAILOVER_ERRORS = (
+    redis.ConnectionError, redis.TimeoutError, ConnectionRefusedError,
+    ClusterError,  # CLUSTERDOWN
+    AskError,  # MOVED too
+    TryAgainError, ReadOnlyError,
+    RedisClusterException,  # "slots not covered" while the cluster fails over
+)  # fmt: skip
+"""What a client sees while a store restarts or a primary fails over to its replica (2-4 s
+with the local cluster's node timeout, 15-20 s with a deployment's default): refused
+connections, then ``MOVED`` and ``CLUSTERDOWN`` until every node has learnt the new primary.
+redis-py's own retries cover a single command; a pipeline fails at the first of these, and
+what is safe to repeat is tried again (``retrying``)."""
+FAILOVER_SECONDS = 10.0
+"""How long a call on one server (an append, a gateway's read) is tried again."""
+OUTAGE_SECONDS = 30.0
+"""How long the pipeline's reads and writes are tried again before a micro-batch fails."""
 ACK_TIMEOUT_MS = 5000
 """How long a write waits for its replicas before the writer is told it may not be durable."""
 
 
 class NotReplicated(redis.RedisError):
     """Fewer replicas than ``LV_STORE_ACK_REPLICAS`` confirmed a write in time."""
+
+
+def retrying(
+    command: Callable[[], T],
+    client: Client,
+    what: str,
+    *,
+    seconds: float = OUTAGE_SECONDS,
+    errors: tuple[type[BaseException], ...] = (*FAILOVER_ERRORS, NotReplicated),
+) -> T:
+    """``command()`` until it succeeds, for about ``seconds``, learning the cluster's slots
+    again after each of ``errors``; then that error is raised. ``command`` must be safe to
+    repeat (a read, or a write that is idempotent: a micro-batch by its id, an append by its
+    idempotency key)."""
+    deadline = time.monotonic() + seconds
+    delay = 0.05
+    while True:
+        try:
+            return command()
+        except errors as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s: %s; trying again in %.2f s", what, exc, delay)
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
+            with contextlib.suppress(redis.RedisError, RedisClusterException, OSError):
+                refresh(client)  # a cluster that does not serve every slot yet: next time
 
 
 @functools.cache

@@ -54,8 +54,8 @@ from streaming.core.storeclient import (
     is_cluster,
     node_client,
     queue_acknowledge,
+    retrying,
 )
-from streaming.job.outage import retrying
 from streaming.job.views import DEAD_LETTER_VIEW
 
 log = logging.getLogger("liveviews.sink")

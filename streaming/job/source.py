@@ -270,8 +270,8 @@ def _read_all(url: str, partitions: int, start: dict[str, str], per_partition: i
 
 
 def _retrying(read: Callable[[], T], url: str, what: str) -> T:
-    """``read()`` through a store's restart or a cluster's failover (``streaming.job.outage``)."""
-    from streaming.job.outage import retrying
+    """``read()`` through a store's restart or a cluster's failover (``storeclient.retrying``)."""
+    from streaming.core.storeclient import retrying
 
     return retrying(read, _client(url), what)
 
@@ -327,7 +327,7 @@ def _read_range(
     client: Client, p: int, start: str, end: str, screen: Screen | None
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of up to READ_CHUNK events."""
-    from streaming.job.outage import retrying
+    from streaming.core.storeclient import retrying
 
     stream, cursor = log_stream(p), start
     while True:
