@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -273,6 +274,13 @@ def main() -> int:
     from streaming.core import console
     from streaming.core.settings import Settings, env_int
 
+    # Caught from the start: a stop asked while the nodes start is taken once they have, so
+    # they stop with this process, never left running without it. (A handler, not a blocked
+    # signal: the nodes inherit a process's blocked signals, but not its handlers.)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    cluster: StoreCluster | None = None
     try:
         settings = Settings.from_env()
         console.setup("store", settings)
@@ -283,13 +291,13 @@ def main() -> int:
                  primaries, primaries, port, port + cluster.nodes - 1)  # fmt: skip
         cluster.start()
     except ConfigurationError as exc:
+        if cluster is not None:
+            cluster.stop()  # the nodes that did start
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 2
     log.info("ready on redis://127.0.0.1:%d (cluster)", port)
-    stop = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:
-        signal.sigwait(stop)
+        stop.wait()
     finally:
         cluster.stop()
     return 0

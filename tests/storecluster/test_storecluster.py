@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 from redis.cluster import RedisCluster
 
 from streaming.core.changes import ACTIVE_KEY, FRONTIER_KEY, PROGRESS_STREAM, changes_stream
-from streaming.core.storeclient import is_cluster, node_client, queue_acknowledge
-from streaming.core.storecluster import StoreCluster
+from streaming.core.embedded import reachable
+from streaming.core.password import embedded_url, store_password
+from streaming.core.storeclient import connect, is_cluster, node_client, queue_acknowledge
+from streaming.core.storecluster import StoreCluster, free_port_range
 
 
 def test_three_primaries_with_a_replica_each(
@@ -31,3 +40,27 @@ def test_a_write_is_acknowledged_by_a_replica(cluster_store: RedisCluster) -> No
         assert queue_acknowledge(pipe, 1)
         _, replicas = pipe.execute()
     assert replicas == 1
+
+
+def test_the_command_runs_a_cluster_until_it_is_stopped(tmp_path: Path) -> None:
+    """``python -m streaming.core.storecluster``: from LV_EMBEDDED_PORT, with the data
+    directory's password, serving every slot, and gone on SIGTERM."""
+    port = free_port_range(12)
+    env = {**os.environ, "LV_DATA_DIR": str(tmp_path), "LV_EMBEDDED_PORT": str(port)}
+    env.pop("REDIS_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "streaming.core.storecluster"], env=env)
+    try:
+        url = embedded_url(port, store_password(tmp_path))
+        deadline = time.monotonic() + 60
+        while not reachable(url):
+            assert proc.poll() is None and time.monotonic() < deadline, "no cluster came up"
+            time.sleep(0.2)
+        client = connect(url)
+        assert is_cluster(client)
+        client.set("k", "v")
+        assert client.get("k") == b"v"
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    assert not reachable(url)
