@@ -18,7 +18,6 @@ from streaming.cdc.capture import run
 from streaming.cdc.settings import CdcSettings
 from streaming.cli import cli
 from streaming.core import lag, versions
-from streaming.core.app import App
 from streaming.core.changes import (
     ACTIVE_KEY,
     FRONTIER_KEY,
@@ -38,19 +37,9 @@ from streaming.job.source import LogPrefetchReader, screen_option
 from streaming.job.versioning import delete_state
 from streaming.job.views import DEAD_LETTER_VIEW
 from tests.cdc.shop import app as shop
+from tests.support.sinkrows import make_app, row
 
 SHARDS = 8
-
-
-def make_app() -> App:
-    app = App("t")
-    app.view("plain")
-    app.view("top", limit=3)
-    return app
-
-
-def row(view: str, key: str, row_id: str, value: str | None, score: float = 0.0) -> dict[str, Any]:
-    return {"view": view, "key": key, "row": row_id, "value": value, "score": score}
 
 
 def nodes_of_shards(client: RedisCluster, shards: list[int]) -> set[str]:

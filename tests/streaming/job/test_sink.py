@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 
@@ -17,19 +15,9 @@ from streaming.core.changes import (
 )
 from streaming.core.errors import ConfigurationError
 from streaming.job.sink import ChangeTopicSink
+from tests.support.sinkrows import make_app, row
 
 SHARDS = 4
-
-
-def make_app() -> App:
-    app = App("t")
-    app.view("plain")
-    app.view("top", limit=3)
-    return app
-
-
-def row(view: str, key: str, row_id: str, value: str | None, score: float = 0.0) -> dict[str, Any]:
-    return {"view": view, "key": key, "row": row_id, "value": value, "score": score}
 
 
 @pytest.fixture()
