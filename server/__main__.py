@@ -19,6 +19,7 @@ from server.app import create_app
 from server.serve import config, raise_open_files, supervise
 from server.settings import DEV_JWT_SECRET, GatewaySettings
 from streaming.core import console
+from streaming.core.embedded import wait_for_store
 from streaming.core.errors import ConfigurationError, LiveviewsError
 from streaming.core.password import redacted
 
@@ -65,6 +66,9 @@ def main() -> int:
                  redacted(settings.store.store_url))  # fmt: skip
         if settings.workers > 1 and settings.port == 0:
             raise ConfigurationError("LV_WORKERS > 1 needs a fixed LV_PORT, not 0.")
+        # Under the run commands the store is a process of its own, maybe a cluster still
+        # forming: the gateway learns whether it is a cluster once, so it waits for it first.
+        wait_for_store(settings.store)
         app = create_app(settings) if settings.workers == 1 else None
     except LiveviewsError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)

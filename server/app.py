@@ -6,7 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -156,6 +156,7 @@ def create_app(settings: GatewaySettings, app: App | None = None) -> Starlette:
             GatewayError: _gateway_error,
             HTTPException: _http_error,
             RedisError: _store_error,
+            RedisClusterException: _store_error,
             ConnectionError: _store_error,
             StoreMismatch: _store_error,
             Exception: _internal_error,

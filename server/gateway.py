@@ -11,8 +11,6 @@ import contextlib
 import logging
 from collections import Counter
 
-from redis.exceptions import RedisError
-
 from server.admission import Admission
 from server.api.publish import Publisher
 from server.auth import Authenticator, Principal
@@ -123,7 +121,7 @@ class Gateway:
     async def ready(self) -> tuple[bool, str]:
         try:
             await self.client.ping()
-        except (RedisError, OSError) as exc:
+        except store.STORE_ERRORS as exc:
             return False, f"the store is unreachable: {exc}"
         if not self.feed.healthy:
             return False, "the change feed is not reading the change topic"

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 
 from server.feed.nodes import Client as StoreClient
+from server.feed.store import STORE_ERRORS
 from streaming.core.gateways import (
     GATEWAYS_KEY,
     REPORT_SECONDS,
@@ -61,7 +61,7 @@ class Presence:
         while True:
             try:
                 await self.report()
-            except (RedisError, OSError) as exc:
+            except STORE_ERRORS as exc:
                 if not self._failing:
                     log.warning("cannot write this gateway's report to the store: %s", exc)
                 self._failing = True
@@ -93,7 +93,7 @@ class Presence:
         """Remove this process's report; a store error is logged, the field then goes stale."""
         try:
             await self.client.hdel(GATEWAYS_KEY, self.name)
-        except (RedisError, OSError) as exc:
+        except STORE_ERRORS as exc:
             log.warning("cannot remove this gateway's report from the store: %s", exc)
 
 

@@ -33,12 +33,18 @@ import logging
 import time
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from server.fanout.hub import Hub
 from server.fanout.items import Progress
 from server.feed import nodes
-from server.feed.store import CONTROL_KEY, Client, Layout, Part, decode_frontier, read_cut
+from server.feed.store import (
+    CONTROL_KEY,
+    STORE_ERRORS,
+    Client,
+    Layout,
+    Part,
+    decode_frontier,
+    read_cut,
+)
 from server.metrics import Metrics
 from server.wire import frames
 from streaming.core.changes import (
@@ -112,11 +118,11 @@ class ChangeFeed:
                     self.healthy = True
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError, StoreMismatch) as exc:
+            except (*STORE_ERRORS, StoreMismatch) as exc:
                 self.healthy = False
                 self.metrics.feed_errors += 1
                 failures = await back_off(failures, "change feed", exc)
-                with contextlib.suppress(RedisError, OSError):
+                with contextlib.suppress(*STORE_ERRORS):
                     await nodes.refresh(self.client)  # a failover may have moved slots
 
     async def _start(self) -> None:

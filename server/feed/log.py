@@ -23,12 +23,10 @@ import logging
 from collections import deque
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from server.errors import Unavailable
 from server.feed import nodes
 from server.feed.changes import back_off
-from server.feed.store import Client, Part, read_cut
+from server.feed.store import STORE_ERRORS, Client, Part, read_cut
 from server.wire import frames
 from server.wire.eventid import position_tuple
 from streaming.core.changes import NO_POSITION
@@ -129,9 +127,9 @@ class LogFeed:
                     failures = 0
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except STORE_ERRORS as exc:
                 failures = await back_off(failures, "log feed", exc)
-                with contextlib.suppress(RedisError, OSError):
+                with contextlib.suppress(*STORE_ERRORS):
                     await nodes.refresh(self.client)  # a failover may have moved slots
 
     async def _start(self) -> None:

@@ -23,11 +23,13 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as StoreConnectionError
 
 from streaming.core.storeclient import FAILOVER_ERRORS, FAILOVER_SECONDS
 
 Client = aioredis.Redis | RedisCluster
+SLOTS = 16384
 T = TypeVar("T")
 
 
@@ -68,6 +70,11 @@ class Servers:
                 ranges: Any = await self.client(host, port).execute_command("CLUSTER SLOTS")
             except (*FAILOVER_ERRORS, OSError) as exc:
                 failure = exc
+                continue
+            if sum(int(r[1]) - int(r[0]) + 1 for r in ranges) < SLOTS:
+                # A cluster still forming, or one that lost a primary: keys of the missing
+                # slots are refused anyway, and a map with holes would send them elsewhere.
+                failure = ClusterDownError("the store cluster does not serve every slot yet")
                 continue
             ranges = sorted((int(r[0]), _name(r[2])) for r in ranges)
             self.starts = [start for start, _ in ranges]

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from server.feed import nodes
 from server.wire.eventid import new_epoch, position_tuple
@@ -51,6 +51,10 @@ from streaming.core.versions import composite_epoch, split_epoch
 
 Client = nodes.Client
 MAX_STORE_CONNECTIONS = 64
+STORE_ERRORS = (RedisError, OSError, RedisClusterException)
+"""What a call to the store can fail with while it is away: a cluster client that cannot
+learn the slots (a cluster still forming, or failing over) raises ``RedisClusterException``,
+which is not a ``RedisError``."""
 
 
 def connect(url: str, *, blocking: bool = False) -> Client:

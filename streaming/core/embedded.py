@@ -351,18 +351,27 @@ def ensure_store(settings: Settings) -> Iterator[str]:
         yield url
         return
     if settings.wait_for_store:
-        deadline = time.monotonic() + settings.wait_for_store
-        while not reachable(url):
-            if time.monotonic() > deadline:
-                raise ConfigurationError(
-                    f"no store answered at {redacted(url)} within {settings.wait_for_store} s; "
-                    "is the 'store' process running?"
-                )
-            time.sleep(0.1)
+        wait_for_store(settings)
         yield url
         return
     with EmbeddedStore(settings.data_dir, settings.embedded_port) as started:
         yield started
+
+
+def wait_for_store(settings: Settings) -> None:
+    """With ``LV_WAIT_FOR_STORE=N`` and the embedded store, wait up to N seconds until it takes
+    commands (a store cluster: until it serves every slot); else return at once."""
+    url = settings.store_url
+    if not (settings.embedded and settings.wait_for_store):
+        return
+    deadline = time.monotonic() + settings.wait_for_store
+    while not reachable(url):
+        if time.monotonic() > deadline:
+            raise ConfigurationError(
+                f"no store answered at {redacted(url)} within {settings.wait_for_store} s; "
+                "is the 'store' process running?"
+            )
+        time.sleep(0.1)
 
 
 def main() -> int:
