@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo on the cluster pieces, all on this machine (deploy/Procfile.cluster): a Spark
 # standalone master and two workers (deploy/spark/), the pipeline's driver on them, two gateway
-# processes behind nginx (deploy/nginx/), the embedded store and Chirp's writer. The page is at
+# processes behind nginx (deploy/nginx/), a store cluster of three primaries with a replica
+# each (streaming/core/storecluster.py) and Chirp's writer. The page is at
 # http://127.0.0.1:${LV_PORT:-8000}/ through nginx; docs/SCALING.md maps each piece to a real
 # deployment. Its data is apart from `make run`'s (./data/cluster), so the two never share
 # checkpoints. Ctrl-C stops all of it.
@@ -13,7 +14,12 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 # Absolute: the executors run in directories of their own and must find the same checkpoints.
 LV_DATA_DIR="$(realpath -m "${LV_DATA_DIR:-data/cluster}")"
 export LV_DATA_DIR
-export LV_WAIT_FOR_STORE="${LV_WAIT_FOR_STORE:-30}"
+# A cluster takes longer to form than one server to start.
+export LV_WAIT_FOR_STORE="${LV_WAIT_FOR_STORE:-60}"
+# The store cluster's six nodes on 7000-7005 (cluster bus on 7006-7011), away from make run's
+# embedded store; a write is acknowledged once a replica has it, so a failover loses none.
+export LV_EMBEDDED_PORT="${LV_EMBEDDED_PORT:-7000}"
+export LV_STORE_ACK_REPLICAS="${LV_STORE_ACK_REPLICAS:-1}"
 export LV_PORT="${LV_PORT:-8000}"
 export LV_GATEWAY1_PORT="${LV_GATEWAY1_PORT:-8001}"
 export LV_GATEWAY2_PORT="${LV_GATEWAY2_PORT:-8002}"

@@ -1,11 +1,12 @@
 """``make run-cluster`` (scripts/run-cluster.sh): Chirp on a Spark standalone cluster, two
 gateways behind nginx, the store and the demo's writer, all as the script starts them.
 
-SSE subscribers read through nginx while events are published through it; one gateway
-process and then one Spark worker are killed outright. The gateway's supervisor starts it
-again and the subscribers resume on the other one; Spark runs the lost tasks on the remaining
-worker. Every subscriber must see each later event, with no gap, no duplicate and no reset,
-and end with the stored rows.
+SSE subscribers and the demo's page in Chromium read through nginx while events are
+published through it; one gateway process and then one Spark worker are killed outright. The
+gateway's supervisor starts it again and the subscribers resume on the other one; Spark runs
+the lost tasks on the remaining worker. Every subscriber must see each later event, with no gap,
+no duplicate and no reset, and end with the stored rows; the page, never reloaded, shows each
+later name.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ import orjson
 import psutil
 import pytest
 import redis
+from playwright.sync_api import Page, expect, sync_playwright
 
 from streaming.core.settings import Settings
 from streaming.core.storeclient import Client, connect
 from streaming.core.storecluster import free_port_range
 from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.gateway import stored_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,6 +134,14 @@ def _gateway(cmd: list[str]) -> bool:
     return cmd[-2:] == ["-m", "server"] and "streaming.core.supervise" not in cmd
 
 
+def _signed_in(page: Page, url: str, user: str) -> None:
+    """Chirp's page, signed in as ``user`` (a handle of the dev mode's sign-in form)."""
+    page.goto(url + "/")
+    page.get_by_test_id("signin-handle").fill(user)
+    page.get_by_test_id("signin-handle").press("Enter")
+    expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state", "connected")
+
+
 @pytest.mark.timeout(600)
 def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() -> None:
     data = Path(tempfile.mkdtemp(prefix="lv-run-cluster-")) / "data"
@@ -161,6 +172,13 @@ def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() 
         return all(s.state.rows.get("profile", {}).get("name") == f"{s.key}-{renamed}"
                    for s in subs)  # fmt: skip
 
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (make test does)")
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                         args=CHROMIUM_ARGS)  # fmt: skip
+    page = browser.new_page()
+    name = page.get_by_test_id("profile-name")
     try:
         run.wait("nginx and a gateway", lambda: urllib.request.urlopen(run.url + "/readyz",
                                                                       timeout=2).status == 200)  # fmt: skip
@@ -170,6 +188,8 @@ def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() 
         for s in subs:
             clients.spawn(sse_subscriber(run.url, token, s, clients.halt))
         run.wait("every subscriber's snapshot", all_show_the_last, 60)
+        _signed_in(page, run.url, USERS[0])
+        expect(name).to_have_text(f"{USERS[0]}-{renamed}", timeout=60_000)
 
         gateways = run.processes(_gateway)
         assert len(gateways) == 2, [g.cmdline() for g in gateways]
@@ -177,6 +197,7 @@ def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() 
         for _ in range(3):
             rename_all()
         run.wait("the renames after a gateway was killed", all_show_the_last, 90)
+        expect(name).to_have_text(f"{USERS[0]}-{renamed}", timeout=60_000)
         run.wait("the gateway started again",
                  lambda: len(run.processes(_gateway)) == 2)  # fmt: skip
 
@@ -188,7 +209,12 @@ def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() 
         for _ in range(3):
             rename_all()
         run.wait("the renames after a worker was killed", all_show_the_last, 180)
+        expect(name).to_have_text(f"{USERS[0]}-{renamed}", timeout=60_000)
+        expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state",
+                                                                         "connected")  # fmt: skip
     finally:
+        browser.close()
+        playwright.stop()
         clients.stop()
         store = run.store()
         try:

@@ -102,6 +102,10 @@ async def sse_subscriber(base: str, token: str, sub: Resumer, halt: asyncio.Even
                 while not halt.is_set():
                     try:
                         ev = await stream.next(timeout=0.5)
+                    except aiohttp.ServerTimeoutError:
+                        # Nothing read for sock_read: the connection is dead, not merely
+                        # quiet (this is a TimeoutError too, and the response reads no more).
+                        raise
                     except TimeoutError:
                         continue
                     sub.apply(ev)
