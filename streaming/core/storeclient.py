@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import LoadBalancingStrategy, RedisCluster
 from redis.exceptions import (
     AskError,
     ClusterError,
@@ -99,10 +99,13 @@ def cluster_enabled(url: str) -> bool:
         probe.close()
 
 
-def connect(url: str, **options: Any) -> Client:
+def connect(url: str, *, replica_reads: bool = False, **options: Any) -> Client:
     """A client of the store at ``url``: a cluster client when the server is a cluster node.
 
-    ``options`` are redis-py's connection options (``socket_timeout``, ``retry``, ...).
+    ``options`` are redis-py's connection options (``socket_timeout``, ``retry``, ...). With
+    ``replica_reads``, a cluster client reads from the primaries' replicas (a primary itself
+    when it has none): what a replica holds survives its primary failing over to it, which an
+    entry read from the primary before it was copied need not.
     """
     if not cluster_enabled(url):
         return redis.Redis.from_url(url, **options)
@@ -111,7 +114,29 @@ def connect(url: str, **options: Any) -> Client:
             f"a store cluster has only database 0; remove '/{_database(url)}' from REDIS_URL."
         )
     options.pop("health_check_interval", None)
+    if replica_reads:
+        options["load_balancing_strategy"] = LoadBalancingStrategy.ROUND_ROBIN_REPLICAS
     return RedisCluster.from_url(url, **options)
+
+
+_replicas_asked: dict[int, float] = {}
+
+
+def learn_replicas(client: Client, every: float = 10.0) -> None:
+    """A cluster client that reads from replicas and knows a primary without one reads the
+    slot map again, at most once per ``every`` seconds: a cluster lists a replica only once it
+    has synced, so a client started with the cluster would read from the primaries for good."""
+    if not isinstance(client, RedisCluster) or client.load_balancing_strategy is None:
+        return
+    types = [n.server_type for n in client.nodes_manager.nodes_cache.values()]
+    if types.count("replica") >= types.count("primary"):
+        return
+    now = time.monotonic()
+    if now - _replicas_asked.get(id(client), 0.0) < every:
+        return
+    _replicas_asked[id(client)] = now
+    with contextlib.suppress(redis.RedisError, RedisClusterException, OSError):
+        refresh(client)  # the cluster away: the reads themselves say so
 
 
 def is_cluster(client: Any) -> bool:

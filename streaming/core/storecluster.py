@@ -220,7 +220,9 @@ class StoreCluster:
                     time.sleep(0.1)
 
     def wait_ok(self, timeout: float = 30.0) -> None:
-        """Until every running node says ``cluster_state:ok`` and agrees on the slots."""
+        """Until every running node says ``cluster_state:ok``, agrees on the slots and lists
+        every running node as serving them: a replica is listed once it has synced with its
+        primary, and clients that read from replicas learn of them from that list."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if all(self._ok(n) for n in self.processes):
@@ -232,14 +234,18 @@ class StoreCluster:
         try:
             with self.client(node) as c:
                 raw: Any = c.execute_command("CLUSTER", "INFO")
+                ranges: Any = c.execute_command("CLUSTER", "SLOTS")
         except redis.RedisError:
             return False
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        # Each range is [first, last, primary, replica...].
+        listed = {tuple(n[:2]) for r in ranges for n in r[2:]}
         return (
             fields.get("cluster_state", "").strip() == "ok"
             and int(fields.get("cluster_slots_ok", 0)) == SLOTS
             and int(fields.get("cluster_known_nodes", 0)) == self.nodes
+            and len(listed) == len(self.processes)
         )
 
     def stop(self) -> None:

@@ -69,7 +69,7 @@ ARROW_SCHEMA = pa.schema(
 READ_CHUNK = 5000
 STORE_OUTAGE_S = 60
 """How long a read waits for an unreachable (restarting, still loading) store before it fails."""
-_clients: dict[str, Client] = {}
+_clients: dict[tuple[str, bool], Client] = {}
 _screens: dict[tuple[str, str, str], Screen] = {}
 ScreenSpec = tuple[str, str]
 """(``screen_option(app)``, pipeline name) of the pipeline a source reads for; empty for none."""
@@ -101,16 +101,20 @@ def store_retry() -> Retry:
     return Retry(backoff, retries, supported_errors=(redis.ConnectionError, redis.TimeoutError))
 
 
-def _client(url: str) -> Client:
+def _client(url: str, *, log: bool = False) -> Client:
     """One client per URL per Python worker; workers are reused across tasks.
 
+    The log (``log``) is read from the replicas on a store cluster: a batch then holds only
+    entries that survive their primary failing over, never one a failover loses (and whose
+    appender, not acknowledged, appends it again), which would count it twice in the views.
     The client library is imported here, not with the module: Spark also starts Python
     processes that only ask the source for its schema or plan its reads, and never read."""
-    client = _clients.get(url)
-    if client is None:
-        from streaming.core.storeclient import connect
+    from streaming.core.storeclient import connect, learn_replicas
 
-        client = _clients[url] = connect(url, retry=store_retry())
+    client = _clients.get((url, log))
+    if client is None:
+        client = _clients[(url, log)] = connect(url, replica_reads=log, retry=store_retry())
+    learn_replicas(client)
     return client
 
 
@@ -163,7 +167,7 @@ class LogStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LogRanges)
-        client = _client(self.url)
+        client = _client(self.url, log=True)
         screen = _screen(self.url, self.log_partitions, self.screen)
         for p, start, end in partition.ranges:
             yield from _read_range(client, p, start, end, screen)
@@ -202,7 +206,7 @@ class LogPrefetchReader(SimpleDataSourceStreamReader):
         self, start: dict[str, str], end: dict[str, str]
     ) -> Iterator[pa.RecordBatch]:
         """A batch again, exactly as first read: on a restart, its recorded offsets."""
-        client = _client(self.url)
+        client = _client(self.url, log=True)
         screen = _screen(self.url, self.log_partitions, self.screen)
         for p, first, last in _changed_ranges(start, end):
             yield from _read_range(client, p, first, last, screen)
@@ -247,7 +251,7 @@ def _heads(url: str, partitions: int) -> list[Any]:
     """Each partition's newest entry, all read at one instant (``_every_partition``)."""
 
     def read() -> list[Any]:
-        with _every_partition(_client(url)) as pipe:
+        with _every_partition(_client(url, log=True)) as pipe:
             for p in range(partitions):
                 pipe.xrevrange(log_stream(p), count=1)
             return list(pipe.execute())
@@ -260,7 +264,7 @@ def _read_all(url: str, partitions: int, start: dict[str, str], per_partition: i
     instant (``_every_partition``)."""
 
     def read() -> list[Any]:
-        with _every_partition(_client(url)) as pipe:
+        with _every_partition(_client(url, log=True)) as pipe:
             for p in range(partitions):
                 after = _after(start.get(str(p), "0-0"))
                 pipe.xrange(log_stream(p), min=after, count=per_partition)
@@ -273,7 +277,7 @@ def _retrying(read: Callable[[], T], url: str, what: str) -> T:
     """``read()`` through a store's restart or a cluster's failover (``storeclient.retrying``)."""
     from streaming.core.storeclient import retrying
 
-    return retrying(read, _client(url), what)
+    return retrying(read, _client(url, log=True), what)
 
 
 def _every_partition(client: Client) -> Any:
@@ -330,15 +334,44 @@ def _read_range(
     from streaming.core.storeclient import retrying
 
     stream, cursor = log_stream(p), start
-    while True:
+    behind = Backlog(p, end)
+    # ``end`` is an entry's own id (a batch ends at an entry it read), so the read is done
+    # exactly when it reaches it; short of it, the replica read is behind its primary.
+    while cursor != end:
         read = functools.partial(client.xrange, stream, _after(cursor), end, READ_CHUNK)
         entries: Any = retrying(read, client, f"reading partition {p}")
-        kept = _passing(screen, [(p, entries)])[0][1] if entries else entries
+        if not entries:
+            behind.wait()
+            continue
+        kept = _passing(screen, [(p, entries)])[0][1]
         if kept:
             yield _record_batch(p, kept)
-        if len(entries) < READ_CHUNK:
-            break
         cursor = entries[-1][0].decode()
+
+
+class Backlog:
+    """Waits, a little longer each time, for a replica to hold a log partition up to ``end``;
+    after ``STORE_OUTAGE_S`` the batch fails, saying so (Spark then tries it again)."""
+
+    def __init__(self, p: int, end: str) -> None:
+        self.p, self.end = p, end
+        self.pause = 0.01
+        self.deadline: float | None = None
+
+    def wait(self) -> None:
+        import time
+
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + STORE_OUTAGE_S
+        elif now > self.deadline:
+            raise RuntimeError(
+                f"log partition {self.p} holds no entry {self.end} after {STORE_OUTAGE_S} s, "
+                "though the batch was planned up to it: is a replica of the store cluster "
+                "far behind its primary, or did a failover lose acknowledged entries?"
+            )
+        time.sleep(self.pause)
+        self.pause = min(0.5, self.pause * 2)
 
 
 def _record_batch(p: int, entries: list[Any]) -> pa.RecordBatch:

@@ -32,6 +32,7 @@ from streaming.core.changes import (
 from streaming.core.errors import ConfigurationError
 from streaming.core.events import log_stream, partition_for
 from streaming.core.settings import Settings
+from streaming.core.storeclient import node_client
 from streaming.job.sink import ChangeTopicSink
 from streaming.job.source import LogPrefetchReader, screen_option
 from streaming.job.versioning import delete_state
@@ -254,3 +255,26 @@ def test_the_source_sets_aside_an_undecodable_entry_on_a_cluster(
     batches, _ = reader.read(reader.initialOffset())
     assert [r["key"] for b in batches for r in b.to_pylist()] == ["alice"]
     assert cluster_store.hkeys("lv:{d}:deadletters:profiles") == [f"2:{bad}".encode()]
+
+
+def _xrange_calls(client: RedisCluster, nodes: str) -> int:
+    stats = client.info("commandstats", target_nodes=nodes)
+    return sum(int(s.get("cmdstat_xrange", {}).get("calls", 0)) for s in stats.values())
+
+
+def test_the_source_reads_the_log_from_the_replicas(
+    cluster_store: RedisCluster, cluster_url: str
+) -> None:
+    partitions = 4
+    ids = [cluster_store.xadd(log_stream(p), {
+        "type": b"t", "key": b"k", "time": b"1", "payload": b"{}"}) for p in range(partitions)]  # fmt: skip
+    for p in range(partitions):  # the replicas have them before the read
+        node_client(cluster_store, log_stream(p)).execute_command("WAIT", 1, 5000)
+    primaries = _xrange_calls(cluster_store, RedisCluster.PRIMARIES)
+    replicas = _xrange_calls(cluster_store, RedisCluster.REPLICAS)
+    reader = LogPrefetchReader(cluster_url, partitions, 100, ("", ""))
+    batches, end = reader.read(reader.initialOffset())
+    assert end == {str(p): ids[p].decode() for p in range(partitions)}
+    assert sum(b.num_rows for b in batches) == partitions
+    assert _xrange_calls(cluster_store, RedisCluster.REPLICAS) == replicas + partitions
+    assert _xrange_calls(cluster_store, RedisCluster.PRIMARIES) == primaries

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 from pyspark.errors import PySparkNotImplementedError
@@ -10,7 +12,8 @@ from demo.chirp import app
 from demo.chirp.generate import Activity
 from streaming.core.events import entry_id_tuple
 from streaming.core.log import EventLog
-from streaming.job.source import LogDataSource, LogPrefetchReader, LogStreamReader
+from streaming.job import source
+from streaming.job.source import LogDataSource, LogPrefetchReader, LogStreamReader, _read_range
 
 PARTITIONS = 4
 
@@ -139,3 +142,32 @@ def test_cutting_a_partition_before_one_transaction_can_cut_another():
     assert [len(e) for e in whole_transactions(answers)] == [2, 2, 0]
     plain = [[entry(1), entry(2)], []]
     assert whole_transactions(plain) is plain
+
+
+class _Behind:
+    """A store client whose first ``lag`` reads of a range find nothing new, as a replica
+    behind its primary does; then it reads the store."""
+
+    def __init__(self, client: Any, lag: int) -> None:
+        self.client, self.lag, self.reads = client, lag, 0
+
+    def xrange(self, *args: Any) -> Any:
+        self.reads += 1
+        return [] if self.reads <= self.lag else self.client.xrange(*args)
+
+
+def test_a_range_read_waits_for_a_replica_behind_its_primary(store, store_url):
+    offsets = EventLog(store, app, 1).append_batch(Activity(users=3, seed=1).take(5))
+    client = _Behind(store, lag=2)
+    batches = list(_read_range(client, 0, "0-0", offsets[-1].id, None))
+    assert client.reads == 3
+    assert _ids(batches) == [(0, o.id) for o in offsets]
+
+
+def test_a_range_whose_end_never_arrives_fails_the_batch_saying_why(
+    store, store_url, monkeypatch: pytest.MonkeyPatch
+):
+    offsets = EventLog(store, app, 1).append_batch(Activity(users=3, seed=1).take(2))
+    monkeypatch.setattr(source, "STORE_OUTAGE_S", 0.2)
+    with pytest.raises(RuntimeError, match=f"log partition 0 holds no entry {offsets[-1].id}"):
+        list(_read_range(_Behind(store, lag=10**6), 0, "0-0", offsets[-1].id, None))
