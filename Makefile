@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml scripts/setup.sh client-js/package-lock.json
 run: $(STAMP)
 	bash scripts/run.sh
 
-# The demo on a Spark standalone cluster and two gateways behind nginx, on this machine.
+# The demo on a Spark standalone cluster, a store cluster and two gateways behind nginx, on this machine.
 run-cluster: $(STAMP)
 	bash scripts/run-cluster.sh
 
