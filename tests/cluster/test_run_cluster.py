@@ -11,6 +11,7 @@ later name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -146,7 +147,14 @@ def _signed_in(page: Page, url: str, user: str) -> None:
 def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() -> None:
     data = Path(tempfile.mkdtemp(prefix="lv-run-cluster-")) / "data"
     data.mkdir()
-    run = ClusterRun(data)
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (make test does)")
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                         args=CHROMIUM_ARGS)  # fmt: skip
+    page = browser.new_page()
+    name = page.get_by_test_id("profile-name")
+    run = ClusterRun(data)  # from here on, stopped in the end whatever happens
     clients = ClientLoop()
     subs = [Resumer(f"sse-{u}", "profiles", u) for u in USERS]
     token = dev_token("watcher")
@@ -172,13 +180,7 @@ def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() 
         return all(s.state.rows.get("profile", {}).get("name") == f"{s.key}-{renamed}"
                    for s in subs)  # fmt: skip
 
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (make test does)")
-    playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                         args=CHROMIUM_ARGS)  # fmt: skip
-    page = browser.new_page()
-    name = page.get_by_test_id("profile-name")
+    stored: dict[str, Any] = {}
     try:
         run.wait("nginx and a gateway", lambda: urllib.request.urlopen(run.url + "/readyz",
                                                                       timeout=2).status == 200)  # fmt: skip
@@ -212,17 +214,16 @@ def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() 
         expect(name).to_have_text(f"{USERS[0]}-{renamed}", timeout=60_000)
         expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state",
                                                                          "connected")  # fmt: skip
+        stored = {u: stored_rows(run.store(), "profiles", u, shards) for u in USERS}
     finally:
-        browser.close()
-        playwright.stop()
-        clients.stop()
-        store = run.store()
-        try:
-            stored = {u: stored_rows(store, "profiles", u, shards) for u in USERS}
-        except redis.RedisError:
-            stored = {}
-        run.stop()
-        shutil.rmtree(data.parent, ignore_errors=True)
+        # The run is stopped whatever else fails here: left running, it would take the
+        # machine's cores from every test after it.
+        with contextlib.ExitStack() as cleanup:
+            cleanup.callback(shutil.rmtree, data.parent, ignore_errors=True)
+            cleanup.callback(run.stop)
+            cleanup.callback(clients.stop)
+            cleanup.callback(playwright.stop)
+            cleanup.callback(browser.close)
     for s in subs:
         assert s.failure is None, f"{s.name}: {s.failure}"
         assert s.state.resets == 0, f"{s.name} was reset"
