@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 
 from demo.chirp import app
@@ -36,9 +34,7 @@ def seed_if_empty(client: storeclient.Client, settings: Settings) -> bool:
 
 
 def run(settings: Settings, rate: float) -> None:
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = console.stop_requested()
     with ensure_store(settings) as store_url:
         log.info("starting: Chirp's events into the log at %s", redacted(store_url))
         client = storeclient.connect(store_url)

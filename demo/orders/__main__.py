@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -52,9 +51,7 @@ def connect(settings: CdcSettings, stop: threading.Event) -> Any:
 
 
 def run(settings: CdcSettings, rate: float) -> None:
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = console.stop_requested()
     conn = connect(settings, stop)
     try:
         create_schema(conn)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 from deploy.spark import ClusterError, StandaloneCluster
+from streaming.core import console
 
 STOP_UNDER_A_RUNNER_S = 3.0
 
@@ -35,9 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1 or args.cores < 1:
         parser.error("--workers and --cores must be at least 1")
     root = args.dir or Path(tempfile.mkdtemp(prefix="lv-spark-cluster-"))
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = console.stop_requested()
     try:
         with StandaloneCluster(root, port=args.port, ui_port=args.ui_port) as cluster:
             for _ in range(args.workers):

@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -213,11 +212,8 @@ def main() -> int:
     from streaming.cdc.settings import CdcSettings
     from streaming.core import console
 
-    # Caught from the start, so a stop asked while the server starts still stops it; a child
-    # gets the default handlers back when it starts its program.
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    # Caught from the start, so a stop asked while the server starts still stops it.
+    stop = console.stop_requested()
     try:
         settings = CdcSettings.from_env()
         console.setup("postgres", settings.store)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TextIO
 
@@ -87,6 +89,16 @@ class LibraryLines(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= self.threshold or not from_library(record)
+
+
+def stop_requested() -> threading.Event:
+    """An event the first SIGINT or SIGTERM sets, for a process that stops what it started
+    before it ends. Caught by a handler, not blocked: the processes it starts inherit blocked
+    signals (and would ignore a stop) but not handlers."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
 
 def stopping() -> None:

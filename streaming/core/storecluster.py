@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -281,11 +280,8 @@ def main() -> int:
     from streaming.core.settings import Settings, env_int
 
     # Caught from the start: a stop asked while the nodes start is taken once they have, so
-    # they stop with this process, never left running without it. (A handler, not a blocked
-    # signal: the nodes inherit a process's blocked signals, but not its handlers.)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    # they stop with this process, never left running without it.
+    stop = console.stop_requested()
     cluster: StoreCluster | None = None
     try:
         settings = Settings.from_env()
