@@ -23,12 +23,13 @@ from streaming.core.append import (
     Call,
     Idempotency,
     Outcome,
+    call_ids,
     calls,
     check_records,
-    exec_replies,
     settle,
+    transaction_outcomes,
 )
-from streaming.core.events import Event, Offset, log_stream
+from streaming.core.events import Event, Offset
 from streaming.core.log import Retention
 from streaming.core.storeclient import FAILOVER_ERRORS, FAILOVER_SECONDS
 
@@ -87,13 +88,7 @@ class Appender:
             pipe.execute_command("EXEC")
             acknowledged = storeclient.queue_acknowledge(pipe, self.ack_replicas)
             results = await pipe.execute()
-        outcomes = exec_replies(results, len(batch))
-        if acknowledged:
-            try:
-                storeclient.check_acknowledged(results[-1], self.ack_replicas)
-            except storeclient.NotReplicated as exc:
-                return [exc] * len(batch)
-        return outcomes
+        return transaction_outcomes(results, len(batch), self.ack_replicas, acknowledged)
 
     async def _on_node(self, call: Call) -> Outcome:
         async def run() -> list[Any]:
@@ -102,10 +97,7 @@ class Appender:
                 await self.script(keys=call.keys, args=call.args, client=pipe)
                 acknowledged = storeclient.queue_acknowledge(pipe, self.ack_replicas)
                 results: Any = await pipe.execute()
-            if acknowledged:
-                where = log_stream(call.partition)
-                storeclient.check_acknowledged(results[1], self.ack_replicas, where)
-            return list(results[0])
+            return call_ids(results, call, self.ack_replicas, acknowledged)
 
         # Tried again through a failover only: after NotReplicated the call would find its
         # record and write nothing, so a WAIT after it would confirm nothing.

@@ -14,7 +14,8 @@ rest are. With ``LV_STORE_ACK_REPLICAS=N`` each call is followed by ``WAIT N`` o
 connection, and a batch is acknowledged only once its replicas have it.
 
 The executor for a synchronous client is here (``append_sync``, ``EventLog``); the gateway's
-asyncio one is ``server.feed.append``. Both plan with ``calls`` and conclude with ``settle``.
+asyncio one is ``server.feed.append``. Both plan with ``calls``, read the store's replies with
+``transaction_outcomes`` or ``call_ids``, and conclude with ``settle``.
 """
 
 from __future__ import annotations
@@ -236,6 +237,28 @@ def exec_replies(results: Sequence[Any], count: int) -> list[Outcome]:
     return list(replies)
 
 
+def transaction_outcomes(
+    results: Sequence[Any], count: int, replicas: int, acknowledged: bool
+) -> list[Outcome]:
+    """The outcomes of ``count`` calls sent as one MULTI (then ``WAIT`` if ``acknowledged``):
+    each call's ids, or, when the replicas did not confirm the transaction, NotReplicated."""
+    outcomes = exec_replies(results, count)
+    if acknowledged:
+        try:
+            storeclient.check_acknowledged(results[-1], replicas)
+        except storeclient.NotReplicated as exc:
+            return [exc] * count
+    return outcomes
+
+
+def call_ids(results: Sequence[Any], call: Call, replicas: int, acknowledged: bool) -> list[Any]:
+    """The entry ids of one partition's call sent alone (then ``WAIT`` if ``acknowledged``);
+    raises NotReplicated when its replicas did not confirm it."""
+    if acknowledged:
+        storeclient.check_acknowledged(results[1], replicas, log_stream(call.partition))
+    return list(results[0])
+
+
 def append_sync(
     client: storeclient.Client,
     script: Any,
@@ -256,13 +279,7 @@ def append_sync(
             pipe.execute_command("EXEC")
             acknowledged = storeclient.queue_acknowledge(pipe, replicas)
             results = pipe.execute()
-        outcomes = exec_replies(results, len(batch))
-        if acknowledged:
-            try:
-                storeclient.check_acknowledged(results[-1], replicas)
-            except storeclient.NotReplicated as exc:
-                return [exc] * len(batch)
-        return outcomes
+        return transaction_outcomes(results, len(batch), replicas, acknowledged)
     if idempotency is not None and idempotency.given:
         check_records(idempotency, [_record(client, call) for call in batch])
     return [_call_on_node(client, script, call, replicas, budget) for call in batch]
@@ -284,9 +301,7 @@ def _call_on_node(
             script(keys=call.keys, args=call.args, client=pipe)
             acknowledged = storeclient.queue_acknowledge(pipe, replicas)
             results = pipe.execute()
-        if acknowledged:
-            storeclient.check_acknowledged(results[1], replicas, log_stream(call.partition))
-        return list(results[0])
+        return call_ids(results, call, replicas, acknowledged)
 
     # Not after NotReplicated: the call again would find its record and write nothing, so a
     # WAIT after it would confirm nothing.
