@@ -26,10 +26,9 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as StoreConnectionError
 
-from streaming.core.storeclient import FAILOVER_ERRORS, FAILOVER_SECONDS
+from streaming.core.storeclient import FAILOVER_ERRORS, FAILOVER_SECONDS, SLOTS
 
 Client = aioredis.Redis | RedisCluster
-SLOTS = 16384
 T = TypeVar("T")
 
 

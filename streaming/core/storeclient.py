@@ -49,6 +49,8 @@ with the local cluster's node timeout, 15-20 s with a deployment's default): ref
 connections, then ``MOVED`` and ``CLUSTERDOWN`` until every node has learnt the new primary.
 redis-py's own retries cover a single command; a pipeline fails at the first of these, and
 what is safe to repeat is tried again (``retrying``)."""
+SLOTS = 16384
+"""The hash slots a store cluster divides its keys among."""
 FAILOVER_SECONDS = 10.0
 """How long a call on one server (an append, a gateway's read) is tried again."""
 OUTAGE_SECONDS = 30.0

@@ -34,8 +34,8 @@ import redis
 from streaming.core.embedded import allocator_env, allocator_setting, fsync_policy, server_binary
 from streaming.core.errors import ConfigurationError
 from streaming.core.password import embedded_url, store_password
+from streaming.core.storeclient import SLOTS
 
-SLOTS = 16384
 NODE_TIMEOUT_MS = 2000
 """How long a primary may not answer before its replica takes over: short, for tests that
 fail one over; a deployment's default is 15 s."""

@@ -28,14 +28,12 @@ from streaming.core.changes import changes_stream
 from streaming.core.errors import LiveviewsError
 from streaming.core.events import Offset, log_stream
 from streaming.core.log import EventLog
-from streaming.core.settings import Settings
 from streaming.core.storecluster import StoreCluster
+from tests.storecluster.test_pipeline import PARTITIONS, SHARDS, cluster_settings
 from tests.support.checks import assert_views_consistent
 from tests.support.pipeline import RunningPipeline
 
 NOW = 1_767_225_600_000
-PARTITIONS = 4
-SHARDS = 8
 PATIENCE_S = 20.0
 
 
@@ -119,15 +117,7 @@ def wait_promoted(store_cluster: StoreCluster, replica: int, timeout: float = 30
 def running(
     spark: Any, cluster_url: str, cluster_store: RedisCluster, tmp_path: Path
 ) -> Iterator[RunningPipeline]:
-    settings = Settings.from_env({
-        "REDIS_URL": cluster_url,
-        "LV_DATA_DIR": str(tmp_path / "data"),
-        "LV_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
-        "LV_LOG_PARTITIONS": str(PARTITIONS),
-        "LV_CHANGE_SHARDS": str(SHARDS),
-        "LV_SHUFFLE_PARTITIONS": "2",
-        "LV_STORE_ACK_REPLICAS": "1",
-    })  # fmt: skip
+    settings = cluster_settings(cluster_url, tmp_path, LV_STORE_ACK_REPLICAS="1")
     EventLog(cluster_store, chirp, PARTITIONS).append_batch(seed_events(NOW))
     pipeline = RunningPipeline(spark, settings)
     yield pipeline

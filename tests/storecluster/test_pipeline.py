@@ -29,7 +29,8 @@ PARTITIONS = 4
 SHARDS = 8
 
 
-def cluster_settings(url: str, where: Path) -> Settings:
+def cluster_settings(url: str, where: Path, **env: str) -> Settings:
+    """A pipeline's settings on the cluster at ``url``, its files under ``where``, and ``env``."""
     return Settings.from_env({
         "REDIS_URL": url,
         "LV_DATA_DIR": str(where / "data"),
@@ -38,6 +39,7 @@ def cluster_settings(url: str, where: Path) -> Settings:
         "LV_CHANGE_SHARDS": str(SHARDS),
         "LV_SHUFFLE_PARTITIONS": "2",
         "LV_REBUILD_GRACE_SECONDS": "3600",
+        **env,
     })  # fmt: skip
 
 

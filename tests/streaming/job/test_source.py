@@ -156,7 +156,7 @@ class _Behind:
         return [] if self.reads <= self.lag else self.client.xrange(*args)
 
 
-def test_a_range_read_waits_for_a_replica_behind_its_primary(store, store_url):
+def test_a_range_read_waits_for_a_replica_behind_its_primary(store):
     offsets = EventLog(store, app, 1).append_batch(Activity(users=3, seed=1).take(5))
     client = _Behind(store, lag=2)
     batches = list(_read_range(client, 0, "0-0", offsets[-1].id, None))
@@ -165,7 +165,7 @@ def test_a_range_read_waits_for_a_replica_behind_its_primary(store, store_url):
 
 
 def test_a_range_whose_end_never_arrives_fails_the_batch_saying_why(
-    store, store_url, monkeypatch: pytest.MonkeyPatch
+    store, monkeypatch: pytest.MonkeyPatch
 ):
     offsets = EventLog(store, app, 1).append_batch(Activity(users=3, seed=1).take(2))
     monkeypatch.setattr(source, "STORE_OUTAGE_S", 0.2)
