@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -359,8 +360,6 @@ class Backlog:
         self.deadline: float | None = None
 
     def wait(self) -> None:
-        import time
-
         now = time.monotonic()
         if self.deadline is None:
             self.deadline = now + STORE_OUTAGE_S
