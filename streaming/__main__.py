@@ -85,6 +85,7 @@ def run(settings: Settings) -> None:
                     continue
             if fatal is not None:
                 stop.set()
+                versioning.close()
                 with contextlib.suppress(Exception):
                     for q in queries.values():
                         q.stop()
@@ -94,6 +95,7 @@ def run(settings: Settings) -> None:
             stop.wait(0.5)
         stop.set()
         log.info("stopping; the next start resumes from the checkpoints")
+        versioning.close()
         with contextlib.suppress(Exception):  # Ctrl-C may have reached the JVM first
             for query in queries.values():
                 query.stop()
@@ -144,7 +146,7 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-USAGE = "usage: python -m streaming [--check | --prepare]"
+USAGE = "usage: python -m streaming [--check | --prepare | --build PIPELINE@VERSION]"
 
 
 def prepare_class_archive() -> None:
@@ -165,13 +167,21 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m streaming [--check | --prepare]``: run the pipeline; with ``--check``, only
     verify Java and the application; with ``--prepare``, verify them and then build the JVM
     class archive if it is missing (``streaming.tuning.classarchive``), in this one process, as
-    ``scripts/run.sh`` does before it starts the pipeline."""
+    ``scripts/run.sh`` does before it starts the pipeline; with ``--build``, build one version
+    of a pipeline, as the pipeline process asks its child to (``streaming.job.builder``)."""
     args = sys.argv[1:] if argv is None else argv
-    if args not in ([], ["--check"], ["--prepare"]):
+    building = len(args) == 2 and args[0] == "--build" and "@" in args[1]
+    if args not in ([], ["--check"], ["--prepare"]) and not building:
         print(USAGE, file=sys.stderr)
         return 2
     try:
         settings = Settings.from_env()
+        if building:
+            from streaming.job.builder import PROCESS, build
+
+            console.setup(PROCESS, settings)
+            build(settings, args[1])
+            return 0
         console.setup("pipeline", settings)
         if args:
             require_java()

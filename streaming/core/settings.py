@@ -15,6 +15,8 @@ from streaming.core.log import Retention
 from streaming.core.password import embedded_url, store_password
 
 DEFAULT_EMBEDDED_PORT = 6390
+MAX_NICENESS = 19
+"""The highest niceness Linux gives a process."""
 LOG_LEVELS = ("debug", "info", "warning", "error")
 """``LV_LOG_LEVEL``: what each process's console shows (streaming.core.console)."""
 
@@ -113,6 +115,10 @@ class Settings:
     """A version being built reads at most this many events per micro-batch, so that its tasks
     are short and the serving versions' batches find a free task slot
     (docs/performance/rebuild.md)."""
+    rebuild_niceness: int = 10
+    """On a local master, a version being built runs in a process of its own this much nicer
+    than the pipeline process (``streaming.job.builder``), so that the kernel gives the cores
+    to the serving versions first; 0 builds it in the pipeline process."""
     store_ack_replicas: int = 0
     """Replicas that must have each acknowledged write (an event's 202, a committed
     micro-batch) before it is acknowledged: ``WAIT N`` after it (``LV_STORE_ACK_REPLICAS``);
@@ -167,6 +173,7 @@ class Settings:
             rebuild_switch_distance=env_int(env, "LV_REBUILD_SWITCH_DISTANCE", 100, minimum=0),
             rebuild_grace_seconds=env_int(env, "LV_REBUILD_GRACE_SECONDS", 60, minimum=0),
             rebuild_max_events_per_batch=env_int(env, "LV_REBUILD_MAX_EVENTS_PER_BATCH", 10_000),
+            rebuild_niceness=rebuild_niceness(env),
             store_ack_replicas=env_int(env, "LV_STORE_ACK_REPLICAS", 0, minimum=0),
         )
 
@@ -176,6 +183,16 @@ def default_master() -> str:
     core a rebuild's long tasks would hold every slot while the serving queries' small batches
     wait (docs/performance/rebuild.md); with more slots the kernel shares the cores instead."""
     return f"local[{2 * (os.cpu_count() or 1)}]"
+
+
+def rebuild_niceness(env: dict[str, str]) -> int:
+    value = env_int(env, "LV_REBUILD_NICENESS", 10, minimum=0)
+    if value > MAX_NICENESS:
+        raise ConfigurationError(
+            f"LV_REBUILD_NICENESS={value}: write a niceness from 0 (build in the pipeline"
+            f" process) to {MAX_NICENESS} (the lowest CPU priority)."
+        )
+    return value
 
 
 def rebuild_switch(env: dict[str, str]) -> str:

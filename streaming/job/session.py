@@ -123,21 +123,22 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
-def java_log_options(settings: Settings) -> list[str]:
-    """The driver JVM's logging (log4j2.properties): Spark's routine lines to the pipeline's log
-    file, only errors to the console; with ``LV_LOG_LEVEL=debug``, its INFO lines to both."""
+def java_log_options(settings: Settings, process: str = "pipeline") -> list[str]:
+    """The driver JVM's logging (log4j2.properties): Spark's routine lines to the log file of
+    ``process`` (its own: two JVMs rolling one file would lose lines), only errors to the
+    console; with ``LV_LOG_LEVEL=debug``, its INFO lines to both."""
     debug = settings.log_level == "debug"
     return [
         f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
-        f"-Dliveviews.log.file={console.log_file('pipeline', settings)}",
+        f"-Dliveviews.log.file={console.log_file(process, settings)}",
         f"-Dliveviews.log.level={'info' if debug else 'warn'}",
         f"-Dliveviews.log.console={'info' if debug else 'error'}",
     ]
 
 
 @contextlib.contextmanager
-def driver_stderr(settings: Settings) -> Iterator[None]:
-    """A driver JVM started in this block writes its stderr to the pipeline's log file.
+def driver_stderr(settings: Settings, process: str = "pipeline") -> Iterator[None]:
+    """A driver JVM started in this block writes its stderr to the log file of ``process``.
 
     The JVM copies to its stderr what the Python processes it starts print (a TransformWithState
     worker announces each start and each call of its function; a worker daemon prints the
@@ -148,7 +149,7 @@ def driver_stderr(settings: Settings) -> Iterator[None]:
     if settings.log_level == "debug":
         yield
         return
-    path = console.log_file("pipeline", settings)
+    path = console.log_file(process, settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)
@@ -168,8 +169,9 @@ def driver_stderr(settings: Settings) -> Iterator[None]:
                       console.shown(path))  # fmt: skip
 
 
-def build_session(settings: Settings) -> SparkSession:
-    """A SparkSession on ``SPARK_MASTER``, with the log source registered."""
+def build_session(settings: Settings, process: str = "pipeline") -> SparkSession:
+    """A SparkSession on ``SPARK_MASTER``, with the log source registered; its driver logs to
+    the log file of ``process``."""
     pythonlauncher.configure(settings.spark_master, settings.python_launcher)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     localfs.ensure_jar()
@@ -180,12 +182,12 @@ def build_session(settings: Settings) -> SparkSession:
     conf.update(localdir.spark_conf(settings.spark_master, settings.data_dir, settings.spark_conf))
     # The logging options first, so that any the user gives (their own
     # -Dlog4j2.configurationFile, say), which come after the pipeline's, win.
-    conf[JAVA_OPTIONS] = " ".join([*java_log_options(settings), conf[JAVA_OPTIONS]])
+    conf[JAVA_OPTIONS] = " ".join([*java_log_options(settings, process), conf[JAVA_OPTIONS]])
     for k, v in conf.items():
         builder = builder.config(k, v)
     # The log levels are log4j2.properties' (or the user's own configuration's): no
     # setLogLevel here, which would override them.
-    with driver_stderr(settings):
+    with driver_stderr(settings, process):
         spark = builder.getOrCreate()
     if not is_local(settings.spark_master):
         # Executors import the views' code by name: it goes to them with the session, and the

@@ -43,6 +43,7 @@ from streaming.core.log import check_layout, log_heads
 from streaming.core.settings import Settings
 from streaming.core.storeclient import Client, is_cluster
 from streaming.core.versions import Version, Versions
+from streaming.job.builder import Builder, builds_apart, rebuild_cap
 from streaming.job.progress import record_progress
 from streaming.job.queries import checkpoint_of, sink_client, start_pipeline
 from streaming.job.session import QUERY_NAME
@@ -79,6 +80,8 @@ class Versioning:
         self._packed: dict[str, bytes | None] = {}
         self._deleting: set[str] = set()
         self._reported = 0.0
+        self.builders: dict[str, Builder] = {}
+        """The versions being built in a process of their own, by pipeline."""
 
     @property
     def queries(self) -> dict[str, StreamingQuery]:
@@ -123,7 +126,7 @@ class Versioning:
                      p, code, reg.active.version if reg.active else "?")  # fmt: skip
         assert reg.active is not None and reg.next is not None
         self._run_stored(p, reg.active)
-        self._run(p, reg.next, self.app, building=True)
+        self._build(p, reg.next)
 
     def _pack(self, p: str) -> bytes | None:
         """The current code of ``p``, to store with a version; None when the application is not
@@ -157,16 +160,21 @@ class Versioning:
             return
         self._run(p, version, unpack(raw, f"{p}_{version.version}"))
 
+    def _build(self, p: str, version: Version) -> None:
+        """Build ``version`` beside the serving one: in a process of its own at a lower CPU
+        priority (``streaming.job.builder``) when that process can load this application by
+        ``LV_APP``, in this one otherwise."""
+        if builds_apart(self.settings) and self._pack(p) is not None:
+            builder = Builder(p, version, self.settings.rebuild_niceness)
+            builder.start()
+            self.builders[p] = builder
+        else:
+            self._run(p, version, self.app, building=True)
+
     def _run(self, p: str, version: Version, app: App, building: bool = False) -> None:
-        """Start a version's query; one being ``building`` reads short micro-batches, so that
-        the serving versions' batches are not kept waiting for a task slot. A pipeline with a
-        trigger interval of its own is left as it is: its cap per batch is its rate. The cap
-        never exceeds ``LV_MAX_EVENTS_PER_BATCH``: a rebuild's batches are never the longer."""
-        cap = None
-        if building and app.pipelines[p].trigger_interval is None:
-            cap = min(
-                self.settings.rebuild_max_events_per_batch, self.settings.max_events_per_batch
-            )
+        """Start a version's query; one being ``building`` reads short micro-batches
+        (``streaming.job.builder.rebuild_cap``)."""
+        cap = rebuild_cap(self.settings, app, p) if building else None
         query = start_pipeline(self.spark, app, self.settings, p, self.client,
                                version.namespace, list(self.app.pipelines), cap)  # fmt: skip
         self.running[version.qualified(p)] = Running(p, version, app, query, cap)
@@ -197,7 +205,7 @@ class Versioning:
         if reg.next is None:
             reg = self._begin(r.pipeline, self.code[r.pipeline], manual=True)
             assert reg.next is not None
-            self._run(r.pipeline, reg.next, self.app, building=True)
+            self._build(r.pipeline, reg.next)
         log.warning("pipeline %r: version %s cannot run from its checkpoint; readers keep its"
                     " views as they are while version %s is built from the log",
                     r.pipeline, serving, reg.next.version if reg.next else "?")  # fmt: skip
@@ -213,8 +221,10 @@ class Versioning:
             if reg.request is not None:
                 self._request(p, versions.take_request(self.client, p))
                 reg = versions.read(self.client, p) or reg
+            if p in self.builders:
+                self._tend(p, self.builders[p], reg)
             building = reg.next is not None and reg.next.qualified(p) in self.running
-            if building:
+            if building or p in self.builders:
                 self._report(p, reg)
             if building and self.settings.rebuild_switch == "auto" and self._caught_up(p, reg):
                 self._switch(p)
@@ -231,11 +241,38 @@ class Versioning:
             assert reg.next is not None
             if reg.active is not None and reg.active.qualified(p) not in self.running:
                 self._run_stored(p, reg.active)
-            self._run(p, reg.next, self.app, building=True)
+            self._build(p, reg.next)
         elif kind == "switch" and reg.next is not None:
             self._switch(p)
         elif kind == "abort" and reg.next is not None:
             self._abort(p)
+
+    def _tend(self, p: str, builder: Builder, reg: Versions) -> None:
+        """Hand a version built apart over to this process once it has caught up (the switch
+        then happens here), and start its process again when it failed."""
+        if reg.next is None or reg.next.qualified(p) != builder.qualified:
+            self.builders.pop(p).stop()  # aborted, or switched by hand before the hand-over
+            return
+        status = builder.exited()
+        if status is None:
+            if builder.due():
+                builder.start()
+            elif not builder.handing_over and self._caught_up(p, reg):
+                log.info("pipeline %r: version %s has caught up; this process runs it on",
+                         p, reg.next.version)  # fmt: skip
+                builder.hand_over()
+            return
+        if builder.handing_over:
+            del self.builders[p]
+            self._run(p, reg.next, self.app, building=True)
+        else:
+            builder.failed(status)
+
+    def close(self) -> None:
+        """Stop the processes building versions (the next start starts them again)."""
+        for builder in self.builders.values():
+            builder.stop()
+        self.builders.clear()
 
     def _report(self, p: str, reg: Versions) -> None:
         """A line every ``REPORT_SECONDS`` on how far a rebuild has come (``liveviews status``
@@ -274,14 +311,22 @@ class Versioning:
         return behind <= distance
 
     def _switch(self, p: str) -> None:
+        builder = self.builders.pop(p, None)
+        if builder is not None:  # switched by hand before the hand-over
+            builder.stop()
         reg = versions.switch(self.client, p, self.settings.change_shards)
         assert reg.active is not None
         log.info("pipeline %r: readers switched to version %s", p, reg.active.version)
+        if builder is not None:
+            self._run(p, reg.active, self.app, building=True)
         old = reg.retired[-1] if reg.retired else None
         if old is not None:
             self._stop(old.qualified(p))
 
     def _abort(self, p: str) -> None:
+        builder = self.builders.pop(p, None)
+        if builder is not None:
+            builder.stop()
         dropped = versions.abort(self.client, p, self.settings.change_shards)
         if dropped is not None:
             self._stop(dropped.qualified(p))

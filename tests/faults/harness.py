@@ -97,9 +97,12 @@ class Pipeline:
         out.close()
         self.starts += 1
 
-    def jvm(self) -> int:
+    def pid(self) -> int:
         assert self.process is not None
-        return spark_jvm(self.process.pid)
+        return self.process.pid
+
+    def jvm(self) -> int:
+        return spark_jvm(self.pid())
 
     def kill_jvm(self, timeout: float = 30) -> bool:
         """SIGKILL the driver JVM: the launcher then exits, as after a real crash.

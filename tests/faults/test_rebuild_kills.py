@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from tests.faults.harness import (
     wait_caught_up,
 )
 from tests.support.gateway import Event, free_port
+from tests.support.processes import builders, cmdline, descendants
 
 APP = '''
 """Notes: each user's count of notes and the last one's text."""
@@ -144,11 +146,13 @@ class Recorder(Resumer):
                 self.mixed.append(f"{ev.event} after {self.codes}: {last}")
 
 
-def _wait(what: str, predicate: Any, pipeline: Pipeline, timeout: float = 240) -> None:
+def _wait(what: str, predicate: Any, pipeline: Pipeline | None, timeout: float = 240) -> None:
+    """Wait until ``predicate``; ``pipeline``, if given, must run meanwhile."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert pipeline.alive(), f"the pipeline exited:\n{pipeline.tail()}"
-        assert time.monotonic() < deadline, f"{what} within {timeout} s\n{pipeline.tail()}"
+        tail = pipeline.tail() if pipeline else ""
+        assert pipeline is None or pipeline.alive(), f"the pipeline exited:\n{tail}"
+        assert time.monotonic() < deadline, f"{what} within {timeout} s\n{tail}"
         time.sleep(0.05)
 
 
@@ -194,6 +198,14 @@ def test_a_changed_view_is_rebuilt_beside_the_old_one_through_kills(store, store
         reg = versions.read(store, "notes")
         assert reg is not None and reg.next is not None and reg.active is not None
         assert reg.active.namespace == "" and reg.next.namespace == f"@{reg.next.version}"
+        # Built in a process of its own, whose driver and Python workers are nicer.
+        (builder,) = builders(pipeline.pid())
+        assert f"notes{reg.next.namespace}".encode() in cmdline(builder)
+        _wait("the builder's Spark driver starts", lambda: len(descendants(builder)) > 0, pipeline)
+        base = os.getpriority(os.PRIO_PROCESS, pipeline.pid())
+        for pid in [builder, *descendants(builder)]:
+            assert os.getpriority(os.PRIO_PROCESS, pid) == base + 10, cmdline(pid)
+        assert os.getpriority(os.PRIO_PROCESS, pipeline.jvm()) == base
         log.append_batch(_notes(50, written))  # the old version keeps up meanwhile
         written += 50
         _wait("the old version takes new notes",
@@ -201,10 +213,18 @@ def test_a_changed_view_is_rebuilt_beside_the_old_one_through_kills(store, store
               == sum(1 for i in range(written) if i % len(USERS) == 0), pipeline)  # fmt: skip
         assert store.hget(ACTIVE_KEY, "notes") is None, "switched before the rebuild was killed"
         assert pipeline.kill_jvm()  # killed in the middle of the rebuild
+        _wait("the builder ends with the pipeline process", lambda: not cmdline(builder),
+              pipeline=None, timeout=30)  # fmt: skip
 
         pipeline.start()  # resumes the rebuild from its checkpoint
+        _wait("the rebuild resumes apart", lambda: builders(pipeline.pid()), pipeline)
+        (resumed,) = builders(pipeline.pid())
+        os.kill(resumed, signal.SIGKILL)  # the builder alone dies: the pipeline starts another
         _wait("readers are switched", lambda: store.hget(ACTIVE_KEY, "notes") is not None,
               pipeline)  # fmt: skip
+        assert "exited with status -9; starting it again" in pipeline.tail(400)
+        # The pipeline process runs the version it switched to: its builder handed it over.
+        assert not builders(pipeline.pid())
         assert pipeline.kill_jvm()  # killed right after the switch, before the old one stopped
         log.append_batch(_notes(40, written))
         written += 40

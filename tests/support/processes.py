@@ -26,11 +26,29 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def cmdline(pid: int) -> list[bytes]:
+    """A process's command line; empty once it has ended."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def builders(pid: int) -> list[int]:
+    """The processes building a version that the pipeline process ``pid`` started
+    (``python -m streaming --build``)."""
+    return [child for child in descendants(pid) if b"--build" in cmdline(child)]
+
+
 def spark_jvm(pid: int, timeout: float = 60) -> int:
-    """The pid of the Spark driver JVM among the descendants of ``pid`` (a pipeline process)."""
+    """The pid of the Spark driver JVM among the descendants of ``pid`` (a pipeline process),
+    not counting the JVMs of the versions it builds in processes of their own."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        apart = {jvm for b in builders(pid) for jvm in descendants(b)}
         for child in descendants(pid):
+            if child in apart:
+                continue
             try:
                 cmd = Path(f"/proc/{child}/cmdline").read_bytes()
             except OSError:

@@ -58,3 +58,26 @@ def test_a_local_master_has_twice_as_many_task_slots_as_cores(monkeypatch) -> No
 def test_a_version_being_built_reads_short_micro_batches_unless_told_otherwise() -> None:
     assert settings().rebuild_max_events_per_batch == 10_000
     assert settings(LV_REBUILD_MAX_EVENTS_PER_BATCH="500").rebuild_max_events_per_batch == 500
+
+
+def test_a_version_being_built_runs_nicer_apart_on_a_local_master_only(monkeypatch) -> None:
+    import pytest
+
+    from streaming.core.errors import ConfigurationError
+    from streaming.job.builder import builds_apart
+
+    environment = Settings.from_env()
+    assert environment.rebuild_niceness == 10 and builds_apart(environment)
+    assert settings(LV_REBUILD_NICENESS="19").rebuild_niceness == 19
+    # Settings a program made for itself: the child, which reads the environment, would differ.
+    assert not builds_apart(settings(LV_DATA_DIR="/tmp/lv-elsewhere"))
+    # A second application on a cluster would wait for executors the serving one holds.
+    monkeypatch.setenv("SPARK_MASTER", "spark://m:7077")
+    assert not builds_apart(Settings.from_env())
+    monkeypatch.setenv("SPARK_MASTER", "local[2]")
+    monkeypatch.setenv("LV_REBUILD_NICENESS", "0")  # built in the pipeline process
+    assert not builds_apart(Settings.from_env())
+    monkeypatch.delenv("LV_REBUILD_NICENESS")
+    assert builds_apart(Settings.from_env())
+    with pytest.raises(ConfigurationError, match="LV_REBUILD_NICENESS=20: write a niceness"):
+        settings(LV_REBUILD_NICENESS="20")
