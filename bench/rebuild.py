@@ -164,6 +164,8 @@ class Window:
     ours_cores: float = 0.0
     """The CPU of this benchmark's processes (store, pipeline, gateway, clients), in cores;
     the rest of the machine's busy time is other people's."""
+    builder_cores: float = 0.0
+    """Of ``ours_cores``, the processes building a version apart (``streaming.job.builder``)."""
 
 
 class Run:
@@ -177,20 +179,37 @@ class Run:
         self.store = aioredis.Redis.from_url(system.store_url)
         self.jvm = driver_jvm(system)
         self.writing = True
+        self.seen: dict[int, float] = {}
+        """The CPU seconds last read of every process of ours, those that ended since too."""
+        self.builders: set[int] = set()
+        self.sampled = 0.0
+
+    def sample(self) -> None:
+        """Read our processes' CPU at most once a second, so that a process that ends within a
+        window (a builder, after its hand-over) still counts in it."""
+        if time.monotonic() - self.sampled < 1.0:
+            return
+        self.sampled = time.monotonic()
+        self.seen.update(tree_cpu())
+        self.builders |= builder_pids()
 
     def mark(self, name: str) -> None:
         """End the current window, and begin the one called ``name`` (if any)."""
         now, wall, cpu = time.monotonic(), time.time(), CpuTimes.now()
         jvm = jvm_cpu(self.jvm)["cpu_s"]
-        ours = tree_cpu()
+        self.sampled = 0.0
+        self.sample()
+        ours = dict(self.seen)
         if self.windows:
             last = self.windows[-1]
             last.end, last.wall_end = now, wall
             seconds = max(now - last.start, 1e-9)
             last.busy_pct = cpu.shares_since(last.cpu)["busy_pct"]
             last.jvm_cores = round((jvm - last.jvm_cpu_s) / seconds, 2)
-            used = sum(v - last.ours.get(pid, 0.0) for pid, v in ours.items())
-            last.ours_cores = round(used / seconds, 2)
+            used = {pid: v - last.ours.get(pid, 0.0) for pid, v in ours.items()}
+            last.ours_cores = round(sum(used.values()) / seconds, 2)
+            apart = sum(v for pid, v in used.items() if pid in self.builders)
+            last.builder_cores = round(apart / seconds, 2)
         if name:
             self.windows.append(Window(name, now, wall, cpu, jvm, ours))
 
@@ -209,6 +228,7 @@ class Run:
         deadline = time.monotonic() + timeout
         while not await predicate():
             self.alive()
+            self.sample()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not happen within {timeout:.0f} s")
             await asyncio.sleep(POLL_S)
@@ -336,6 +356,7 @@ class Run:
                 "machine_busy_pct": w.busy_pct,
                 "driver_jvm_cores": w.jvm_cores,
                 "benchmark_cores": w.ours_cores,
+                "builder_cores": w.builder_cores,
                 "other_cores": round(max(0.0, w.busy_pct / 100 * CORES - w.ours_cores), 2),
                 "batches": window_batches(self.system.client, w.wall_start, w.wall_end),
             })  # fmt: skip
@@ -365,6 +386,16 @@ def tree_cpu() -> dict[int, float]:
         with contextlib.suppress(psutil.Error):
             times = process.cpu_times()
             out[process.pid] = times.user + times.system
+    return out
+
+
+def builder_pids() -> set[int]:
+    """The processes building a version apart, with their JVMs and Python workers."""
+    out: set[int] = set()
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "--build" in process.cmdline():
+                out |= {process.pid, *(c.pid for c in process.children(recursive=True))}
     return out
 
 
@@ -520,8 +551,9 @@ def rows(figures: dict[str, Any]) -> list[Row]:
         rebuilding = w["window"].startswith("rebuilding")
         out.append(Row(
             f"POST to SSE delta at {figures['rate_events_per_s']} events/s, {w['window']}"
-            f" ({w['seconds']:.0f} s; machine {w['machine_busy_pct']:.0f}% busy, other"
-            f" people's processes {w['other_cores']} cores),"
+            f" ({w['seconds']:.0f} s; machine {w['machine_busy_pct']:.0f}% busy, the builder"
+            f" {w.get('builder_cores', 0)} cores, other people's processes {w['other_cores']}"
+            " cores),"
             " p50 / p95 / p99 / max (ms)",
             f"{_stats(push)} (n {push['n']}, reflected {push['reflected_fraction']:.1%})"
             + (f"; p99 {push['p99_ms'] / before['p99_ms']:.1f}x before" if rebuilding else ""),

@@ -2,13 +2,14 @@
 
 At start, each pipeline's version (``streaming.core.pipelinecode.derive``) is compared with the one
 serving readers. The same: it runs. Another: the new version starts from offset 0 of the log
-with a checkpoint and namespace of its own, while the serving version keeps running from its
-stored code, so readers keep a view that keeps up. ``tick``, called by the driver's loop, then
-switches readers over once the new version is within ``LV_REBUILD_SWITCH_DISTANCE`` events of
-the serving one, stops the replaced version, and deletes its state after
-``LV_REBUILD_GRACE_SECONDS``. It also carries out what an operator asked for with
-``liveviews rebuild | switch | abort``. A kill at any point resumes: the registry in the store
-says what was being built, and the switch is one transaction.
+with a checkpoint and namespace of its own (on a local master in a nicer process of its own,
+``streaming.job.builder``, which hands it back here once it has caught up), while the serving
+version keeps running from its stored code, so readers keep a view that keeps up. ``tick``,
+called by the driver's loop, then switches readers over once the new version is within
+``LV_REBUILD_SWITCH_DISTANCE`` events of the serving one, stops the replaced version, and
+deletes its state after ``LV_REBUILD_GRACE_SECONDS``. It also carries out what an operator
+asked for with ``liveviews rebuild | switch | abort``. A kill at any point resumes: the registry
+in the store says what was being built, and the switch is one transaction.
 """
 
 from __future__ import annotations

@@ -264,6 +264,54 @@ def test_a_changed_view_is_rebuilt_beside_the_old_one_through_kills(store, store
         pipeline.stop()
 
 
+@pytest.mark.timeout(300)
+def test_an_operator_aborts_and_switches_a_version_being_built_apart(store, store_url, tmp_path):
+    """``liveviews abort`` stops the process building the version; ``liveviews switch`` before
+    its hand-over stops it too, and the pipeline process runs the version it switched to."""
+    code = tmp_path / "app"
+    code.mkdir()
+    module = code / "notes_app.py"
+    module.write_text(APP.format(shown=OLD))
+    pipeline = Pipeline(store_url, tmp_path)
+    pipeline.env.update(
+        LV_APP="notes_app:app",
+        PYTHONPATH=os.pathsep.join([str(code), str(ROOT)]),
+        LV_REBUILD_SWITCH="manual",
+        LV_MAX_EVENTS_PER_BATCH="100",
+    )
+    EventLog(store, _load(module), PARTITIONS).append_batch(_notes(3000, 0))
+    try:
+        pipeline.start()
+        wait_caught_up(store, pipeline)
+
+        versions.ask(store, "notes", "rebuild")
+        _wait("the version is built apart", lambda: builders(pipeline.pid()), pipeline)
+        (first,) = builders(pipeline.pid())
+        versions.ask(store, "notes", "abort")
+        _wait("the aborted version's process ends", lambda: not cmdline(first), pipeline, 60)
+        reg = versions.read(store, "notes")
+        assert reg is not None and reg.next is None and reg.active is not None
+        assert reg.active.namespace == ""
+
+        versions.ask(store, "notes", "rebuild")
+        _wait("the version is built apart again", lambda: builders(pipeline.pid()), pipeline)
+        (second,) = builders(pipeline.pid())
+        assert second != first
+        versions.ask(store, "notes", "switch")  # long before it has caught up
+        _wait("readers are switched", lambda: store.hget(ACTIVE_KEY, "notes") is not None,
+              pipeline, 60)  # fmt: skip
+        _wait("its process ends", lambda: not cmdline(second), pipeline, 60)
+        namespace = store.hget(ACTIVE_KEY, "notes").decode()
+        expected = _expected(store, upper=False)
+        # Run on by the pipeline process itself, the switched version catches up.
+        _wait("the switched version shows the whole log", lambda: all(
+            read_snapshot(store, "notes", u, SHARDS, namespace).rows == expected[u]
+            for u in USERS), pipeline, 120)  # fmt: skip
+        assert not builders(pipeline.pid())
+    finally:
+        pipeline.stop()
+
+
 def _resume(base: str, token: str, key: str, last_id: str | None) -> list[dict[str, Any]]:
     import urllib.request
 
