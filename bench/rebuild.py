@@ -490,7 +490,7 @@ class Plan:
         return cls(backlog=5_000, before_s=3, settle_s=1, env={"LV_REBUILD_GRACE_SECONDS": "1"})
 
 
-def measure(plan: Plan) -> tuple[dict[str, Any], Path]:
+def measure(plan: Plan, name: str = "rebuild") -> tuple[dict[str, Any], Path]:
     with running_store() as system:
         figures: dict[str, Any] = {
             "append_events_per_s": round(write_backlog(system.client, plan.backlog))
@@ -506,13 +506,13 @@ def measure(plan: Plan) -> tuple[dict[str, Any], Path]:
         figures.update(asyncio.run(run.drive(plan)))
         figures["windows"] = run.window_figures()
         figures["publish_errors"] = run.renames.errors
-        return figures, plot_timeline(run)
+        return figures, plot_timeline(run, name)
 
 
 def run(quick: bool = False, plan: Plan | None = None, name: str = "rebuild") -> Report:
     plan = Plan.quick() if quick else plan or Plan()
     moment = Moment()
-    figures, plot = measure(plan)
+    figures, plot = measure(plan, name)
     figures.update({"backlog": plan.backlog, "rate_events_per_s": plan.rate,
                     "pipeline_env": plan.env, "pipeline_env_after_the_drain": plan.live_env,
                     "pipelines_rebuilt": plan.pipelines})  # fmt: skip
@@ -582,7 +582,8 @@ def rows(figures: dict[str, Any]) -> list[Row]:
     return out
 
 
-def plot_timeline(run: Run) -> Path:
+def plot_timeline(run: Run, name: str) -> Path:
+    """The readers' latency through the run, in ``<name>_latency.png`` beside its figures."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -603,7 +604,7 @@ def plot_timeline(run: Run) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    return save_plot(fig, "rebuild_latency")
+    return save_plot(fig, f"{name}_latency")
 
 
 def main() -> int:
