@@ -142,8 +142,11 @@ def test_prepare_checks_the_application_then_the_archive(
     out, err = capsys.readouterr()
     assert "LV_APP='nowhere:app' does not name an application" in err
     assert "class archive" not in out
+    usage = "usage: python -m streaming [--check | --prepare | --build PIPELINE@VERSION]"
     assert main(["--prepare", "--check"]) == 2
-    assert "usage: python -m streaming [--check | --prepare]" in capsys.readouterr().err
+    assert usage in capsys.readouterr().err
+    assert main(["--build", "entities"]) == 2  # a version is named PIPELINE@VERSION
+    assert usage in capsys.readouterr().err
 
 
 def test_prepare_starts_without_an_archive_it_cannot_make(
