@@ -15,27 +15,19 @@ in the store says what was being built, and the switch is one transaction.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from redis.cluster import RedisCluster
 
 from streaming.core import pipelinecode, versions
 from streaming.core.app import App, load_app
 from streaming.core.changes import (
-    FRONTIER_BATCHES_KEY,
-    FRONTIER_KEY,
     FRONTIER_LAG_KEY,
     VIEWS_FRONTIER,
-    batches_key,
-    history_stream,
-    positions_key,
     read_frontier,
 )
 from streaming.core.errors import ConfigurationError
@@ -47,12 +39,12 @@ from streaming.core.versions import Version, Versions
 from streaming.job.builder import Builder, builds_apart, rebuild_cap
 from streaming.job.progress import record_progress
 from streaming.job.queries import checkpoint_of, sink_client, start_pipeline
+from streaming.job.retired import delete_state
 from streaming.job.session import QUERY_NAME
 from streaming.job.stored import unpack
 
 log = logging.getLogger("liveviews.versions")
 
-DELETE_STEP = 1000
 REPORT_SECONDS = 10.0
 
 
@@ -395,61 +387,3 @@ def start_versions(spark: SparkSession, app: App, settings: Settings) -> Version
     versioning = Versioning(spark, app, settings, client)
     versioning.start()
     return versioning
-
-
-def delete_state(client: Client, settings: Settings, p: str, old: Version, views: set[str]) -> None:
-    """Everything a pipeline version wrote: its views' rows, their positions, its batches, its
-    frontier and history, and its checkpoint. Its dead letters stay, as a record."""
-    qualified = old.qualified(p)
-    for view in sorted(views):
-        name = view + old.namespace
-        batch: list[Any] = []
-        for key in _scan(client, f"lv:{{c*}}:*:{_glob(name)}/*"):
-            batch.append(key)
-            if len(batch) >= DELETE_STEP:
-                _unlink(client, batch)
-                batch = []
-        if batch:
-            _unlink(client, batch)
-        for shard in range(settings.change_shards):
-            fields = [f for f, _ in client.hscan_iter(
-                positions_key(shard), match=f"{_glob(name)}/*", count=DELETE_STEP)]  # fmt: skip
-            for i in range(0, len(fields), DELETE_STEP):
-                client.hdel(positions_key(shard), *fields[i : i + DELETE_STEP])
-    with client.pipeline(transaction=False) as pipe:
-        for shard in range(settings.change_shards):
-            pipe.hdel(batches_key(shard), qualified)
-        for key in (FRONTIER_KEY, FRONTIER_BATCHES_KEY, FRONTIER_LAG_KEY):
-            pipe.hdel(key, qualified)
-        pipe.delete(history_stream(qualified))
-        pipe.execute()
-    shutil.rmtree(checkpoint_of(settings, qualified), ignore_errors=True)
-
-
-def _scan(client: Client, pattern: str) -> Iterator[Any]:
-    """The keys matching ``pattern``: on a store cluster, on every primary."""
-    if isinstance(client, RedisCluster):
-        return client.scan_iter(
-            match=pattern, count=DELETE_STEP, target_nodes=RedisCluster.PRIMARIES
-        )
-    return client.scan_iter(match=pattern, count=DELETE_STEP)
-
-
-def _unlink(client: Client, keys: list[Any]) -> None:
-    """One UNLINK for ``keys`` on a single server; on a store cluster, one per slot (a
-    command's keys must share one), sent together in one pipeline."""
-    if not isinstance(client, RedisCluster):
-        client.unlink(*keys)
-        return
-    by_slot: dict[int, list[Any]] = {}
-    for key in keys:
-        by_slot.setdefault(client.keyslot(key), []).append(key)
-    with client.pipeline(transaction=False) as pipe:
-        for same_slot in by_slot.values():
-            pipe.execute_command("UNLINK", *same_slot)  # its unlink() takes one key only
-        pipe.execute()
-
-
-def _glob(text: str) -> str:
-    """``text`` as a literal in a store MATCH pattern."""
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

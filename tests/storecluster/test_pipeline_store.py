@@ -33,9 +33,9 @@ from streaming.core.errors import ConfigurationError
 from streaming.core.events import log_stream, partition_for
 from streaming.core.settings import Settings
 from streaming.core.storeclient import node_client
+from streaming.job.retired import delete_state
 from streaming.job.sink import ChangeTopicSink
 from streaming.job.source import LogPrefetchReader, screen_option
-from streaming.job.versioning import delete_state
 from streaming.job.views import DEAD_LETTER_VIEW
 from tests.cdc.shop import app as shop
 from tests.support.sinkrows import make_app, row
