@@ -190,8 +190,9 @@ class Run:
         if time.monotonic() - self.sampled < 1.0:
             return
         self.sampled = time.monotonic()
-        self.seen.update(tree_cpu())
-        self.builders |= builder_pids()
+        cpu, builders = tree_cpu()
+        self.seen.update(cpu)
+        self.builders |= builders
 
     def mark(self, name: str) -> None:
         """End the current window, and begin the one called ``name`` (if any)."""
@@ -377,26 +378,18 @@ def driver_jvm(system: System, timeout: float = 60) -> int:
     raise RuntimeError(f"the pipeline's JVM did not start; see {system.data / 'pipeline.log'}")
 
 
-def tree_cpu() -> dict[int, float]:
-    """CPU seconds so far of this process and each of its descendants, by pid (one that ended
-    since is not counted: Spark keeps its Python workers)."""
+def tree_cpu() -> tuple[dict[int, float], set[int]]:
+    """CPU seconds so far of this process and each of its descendants, by pid; and which of
+    them build a version apart (``streaming.job.builder``: the child, its JVM and workers)."""
     me = psutil.Process()
-    out = {}
+    out, builders = {}, set()
     for process in [me, *me.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
             times = process.cpu_times()
             out[process.pid] = times.user + times.system
-    return out
-
-
-def builder_pids() -> set[int]:
-    """The processes building a version apart, with their JVMs and Python workers."""
-    out: set[int] = set()
-    for process in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
             if "--build" in process.cmdline():
-                out |= {process.pid, *(c.pid for c in process.children(recursive=True))}
-    return out
+                builders |= {process.pid, *(c.pid for c in process.children(recursive=True))}
+    return out, builders
 
 
 def _progress(client: redis.Redis, since: float, until: float) -> list[tuple[float, Any]]:
@@ -552,7 +545,7 @@ def rows(figures: dict[str, Any]) -> list[Row]:
         out.append(Row(
             f"POST to SSE delta at {figures['rate_events_per_s']} events/s, {w['window']}"
             f" ({w['seconds']:.0f} s; machine {w['machine_busy_pct']:.0f}% busy, the builder"
-            f" {w.get('builder_cores', 0)} cores, other people's processes {w['other_cores']}"
+            f" {w['builder_cores']} cores, other people's processes {w['other_cores']}"
             " cores),"
             " p50 / p95 / p99 / max (ms)",
             f"{_stats(push)} (n {push['n']}, reflected {push['reflected_fraction']:.1%})"

@@ -180,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             from streaming.job.builder import PROCESS, build
 
             console.setup(PROCESS, settings)
-            build(settings, args[1])
+            fatal = build(settings, args[1])
+            if fatal is not None:
+                raise query_failed(*fatal, settings)
             return 0
         console.setup("pipeline", settings)
         if args:

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyspark.sql.streaming import StreamingQuery
 
@@ -37,6 +37,7 @@ from streaming.core.errors import LiveviewsError
 from streaming.core.settings import Settings
 from streaming.core.storeclient import Client
 from streaming.core.versions import Version
+from streaming.job.cluster import is_local
 
 log = logging.getLogger("liveviews.rebuild")
 
@@ -64,7 +65,7 @@ def builds_apart(settings: Settings) -> bool:
     """Does a version being built run in a process of its own? Only on a local master, and
     only when ``settings`` are those of the environment, which the child reads (a program that
     runs a pipeline with settings of its own builds in its own process)."""
-    if settings.rebuild_niceness == 0 or not settings.spark_master.startswith("local"):
+    if settings.rebuild_niceness == 0 or not is_local(settings.spark_master):
         return False
     try:
         return Settings.from_env() == settings
@@ -81,13 +82,12 @@ class Builder:
 
     pipeline: str
     version: Version
-    niceness: int
+    settings: Settings
     process: subprocess.Popen[bytes] | None = None
     handing_over: bool = False
     failures: int = 0
     not_before: float = 0.0
     """While failed: when it may start again (monotonic)."""
-    started: float = field(default_factory=time.monotonic)
 
     @property
     def qualified(self) -> str:
@@ -96,14 +96,13 @@ class Builder:
     def start(self) -> None:
         """Start the child (again); its output goes where the pipeline process's goes."""
         self.handing_over = False
-        self.started = time.monotonic()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "streaming", "--build", self.qualified],
             env={**os.environ, PARENT_ENV: str(os.getpid())},
         )
         log.info("pipeline %r: building version %s in process %d, at niceness +%s",
                  self.pipeline, self.version.version, self.process.pid,
-                 self.niceness)  # fmt: skip
+                 self.settings.rebuild_niceness)  # fmt: skip
 
     def exited(self) -> int | None:
         """The child's exit status once it has ended; None while it runs or waits to start."""
@@ -118,8 +117,9 @@ class Builder:
         pause = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (self.failures - 1))
         self.not_before = time.monotonic() + pause
         log.warning("pipeline %r: the process building version %s exited with status %s;"
-                    " starting it again in %.0f s (its log: data/logs/%s.log)",
-                    self.pipeline, self.version.version, status, pause, PROCESS)  # fmt: skip
+                    " starting it again in %.0f s (its log: %s)",
+                    self.pipeline, self.version.version, status, pause,
+                    console.shown(console.log_file(PROCESS, self.settings)))  # fmt: skip
 
     def due(self) -> bool:
         """Is a failed child's pause over?"""
@@ -161,12 +161,13 @@ def parent_gone() -> bool:
     return bool(parent) and os.getppid() != parent
 
 
-def build(settings: Settings, qualified: str) -> None:
+def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
     """Run the query of the version ``qualified`` names (``entities@v2``) until asked to stop,
-    the pipeline process is gone, or the version is no longer the one being built."""
+    the pipeline process is gone, or the version is no longer the one being built; (query name,
+    failure) if the query failed in a way no set-aside batch mends."""
     die_with_parent()
     if parent_gone():  # it ended before the line above
-        return
+        return None
     os.nice(settings.rebuild_niceness)  # the JVM and its Python workers inherit it
     pipeline, _, version = qualified.partition("@")
     app = load_app(settings.app)
@@ -210,12 +211,12 @@ def build(settings: Settings, qualified: str) -> None:
         while not stop.is_set() and not parent_gone():
             fatal = recovery.check(queries, start)
             if fatal is not None:
-                raise LiveviewsError(f"the pipeline query {fatal[0]} failed: {fatal[1]}",
-                                     code="pipeline_failed")  # fmt: skip
+                return fatal
             if being_built(client, pipeline, version) is None:
                 log.info("pipeline %r: version %s is no longer being built", pipeline, version)
                 break
             stop.wait(0.5)
+        return None
     finally:
         console.stopping()
         with contextlib.suppress(Exception):  # a stop reaches the JVM too

@@ -158,7 +158,7 @@ class Versioning:
         priority (``streaming.job.builder``) when that process can load this application by
         ``LV_APP``, in this one otherwise."""
         if builds_apart(self.settings) and self._pack(p) is not None:
-            builder = Builder(p, version, self.settings.rebuild_niceness)
+            builder = Builder(p, version, self.settings)
             builder.start()
             self.builders[p] = builder
         else:
@@ -244,7 +244,7 @@ class Versioning:
         """Hand a version built apart over to this process once it has caught up (the switch
         then happens here), and start its process again when it failed."""
         if reg.next is None or reg.next.qualified(p) != builder.qualified:
-            self.builders.pop(p).stop()  # aborted, or switched by hand before the hand-over
+            self.builders.pop(p).stop()  # the registry moved on without this process
             return
         status = builder.exited()
         if status is None:

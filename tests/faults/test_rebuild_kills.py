@@ -290,6 +290,9 @@ def test_an_operator_aborts_and_switches_a_version_being_built_apart(store, stor
         (first,) = builders(pipeline.pid())
         versions.ask(store, "notes", "abort")
         _wait("the aborted version's process ends", lambda: not cmdline(first), pipeline, 60)
+        # The pipeline process stops the builder, then drops the version from the registry.
+        _wait("the version is dropped", lambda: (r := versions.read(store, "notes")) is not None
+              and r.next is None, pipeline, 30)  # fmt: skip
         reg = versions.read(store, "notes")
         assert reg is not None and reg.next is None and reg.active is not None
         assert reg.active.namespace == ""

@@ -27,11 +27,12 @@ def descendants(pid: int) -> list[int]:
 
 
 def cmdline(pid: int) -> list[bytes]:
-    """A process's command line; empty once it has ended."""
+    """A process's command line; empty once it has ended (a zombie's reads as nothing)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return []
+    return raw.rstrip(b"\0").split(b"\0") if raw else []
 
 
 def builders(pid: int) -> list[int]:
@@ -47,14 +48,14 @@ def spark_jvm(pid: int, timeout: float = 60) -> int:
     while time.monotonic() < deadline:
         apart = {jvm for b in builders(pid) for jvm in descendants(b)}
         for child in descendants(pid):
-            if child in apart:
-                continue
-            try:
-                cmd = Path(f"/proc/{child}/cmdline").read_bytes()
-            except OSError:
-                continue
+            command = cmdline(child)
             # spark-submit first runs a short-lived launcher JVM; the driver runs SparkSubmit.
-            if cmd.split(b"\0")[0].endswith(b"java") and b"SparkSubmit" in cmd:
+            if (
+                child not in apart
+                and command
+                and command[0].endswith(b"java")
+                and b"org.apache.spark.deploy.SparkSubmit" in command
+            ):
                 return child
         time.sleep(0.2)
     raise AssertionError("the pipeline's Spark JVM did not start")
