@@ -152,39 +152,28 @@ for _ = 1, groups do
     -- call's time.
     local kept = #gone == 0 and #valued > 0
     for i = 1, #valued, 2 do
-      kept = kept and had[valued[i]] ~= nil and had[valued[i]] == tonumber(score_of[valued[i]])
+      kept = kept and had[valued[i]] == tonumber(score_of[valued[i]])
     end
+    variadic('HSET', cand, valued)
+    local compared, value, out = {}, value_of, {}
     if kept then
-      variadic('HSET', cand, valued)
-      local compared = {}
       for i = 1, #valued, 2 do
         if redis.call('ZREVRANK', rank, valued[i]) < limit then
           compared[#compared + 1] = valued[i]
         end
       end
-      local served = hmget(rows, compared)
-      local set = {}
-      for _, row in ipairs(compared) do
-        if served[row] ~= value_of[row] then
-          set[#set + 1] = row
-          set[#set + 1] = value_of[row]
-          ops[#ops + 1] = upsert(row, value_of[row])
-        end
-      end
-      variadic('HSET', rows, set)
     else
       local before = redis.call('ZREVRANGE', rank, 0, limit - 1)
       variadic('ZREM', rank, gone)
       variadic('HDEL', cand, gone)
       variadic('ZADD', rank, scored)
-      variadic('HSET', cand, valued)
       local was = {}
       for _, row in ipairs(before) do
         was[row] = true
       end
       -- A row that stays in the top rows and that this call did not change is already in the
       -- view as it is among the candidates: only rows that enter or change are compared.
-      local after, compared, entering = {}, {}, {}
+      local after, entering = {}, {}
       for _, row in ipairs(redis.call('ZREVRANGE', rank, 0, limit - 1)) do
         after[row] = true
         if kind_of[row] then
@@ -194,31 +183,33 @@ for _ = 1, groups do
           entering[#entering + 1] = row
         end
       end
-      local value = hmget(cand, entering)
+      value = hmget(cand, entering)
       for _, row in ipairs(compared) do
         if kind_of[row] then
           value[row] = value_of[row]
         end
       end
-      local served = hmget(rows, compared)
-      local set, out = {}, {}
-      for _, row in ipairs(compared) do
-        local moved_rank = kind_of[row] and had[row] and had[row] ~= tonumber(score_of[row])
-        if served[row] ~= value[row] or moved_rank then
-          set[#set + 1] = row
-          set[#set + 1] = value[row]
-          ops[#ops + 1] = upsert(row, value[row])
-        end
-      end
       for _, row in ipairs(before) do
         if not after[row] then
           out[#out + 1] = row
-          ops[#ops + 1] = delete(row)
         end
       end
-      variadic('HSET', rows, set)
-      variadic('HDEL', rows, out)
     end
+    local served = hmget(rows, compared)
+    local set = {}
+    for _, row in ipairs(compared) do
+      local moved_rank = kind_of[row] and had[row] and had[row] ~= tonumber(score_of[row])
+      if served[row] ~= value[row] or moved_rank then
+        set[#set + 1] = row
+        set[#set + 1] = value[row]
+        ops[#ops + 1] = upsert(row, value[row])
+      end
+    end
+    for _, row in ipairs(out) do
+      ops[#ops + 1] = delete(row)
+    end
+    variadic('HSET', rows, set)
+    variadic('HDEL', rows, out)
   end
   if listed and #ops > 0 then
     if redis.call('EXISTS', rows) == 1 then
