@@ -1,18 +1,21 @@
 """A rebuild beside the live pipeline: 1M events rebuilt while readers are served at 100/s.
 
     .venv/bin/python -m bench.rebuild [--quick] [--backlog 1000000] [--rate 100]
-        [--before 30] [--pipelines profiles,entities,activity] [--env LV_MAX_EVENTS_PER_BATCH=10000]
-        [--live-env LV_MAX_EVENTS_PER_BATCH=2000] [--name rebuild]
+        [--before 30] [--lead-in 150] [--pipelines profiles,entities,activity]
+        [--env LV_MAX_EVENTS_PER_BATCH=10000] [--live-env LV_MAX_EVENTS_PER_BATCH=2000]
+        [--name rebuild]
 
 The whole system runs as ``make run`` runs it (store, pipeline process, gateway). A fresh store
 takes the backlog of Chirp events on the log's fast path, and the pipeline process drains it:
 that is the serving version. Then Chirp users rename themselves through the gateway's ``POST
 /v1/events`` at a fixed rate, as in ``bench.latency``, while an SSE subscriber of each user's
 ``profiles`` and one of ``activity/global`` (the views those renames change) record what they
-are shown. After a first window, an operator asks for a rebuild of each pipeline in turn
-(``streaming.core.versions.ask``): the new version is built from offset 0 beside the serving
-one, which keeps serving and keeping up; readers switch when ``lv:{m}:active`` changes, and the
-replaced version's state is deleted after ``LV_REBUILD_GRACE_SECONDS``.
+are shown. After a lead-in of those writes (150 s: the serving JVM's first minutes after the
+drain are slower than it stays) and a first window, an operator asks for a rebuild of each
+pipeline in turn (``streaming.core.versions.ask``): the new version is built from offset 0
+beside the serving one, which keeps serving and keeping up; readers switch when
+``lv:{m}:active`` changes, and the replaced version's state is deleted after
+``LV_REBUILD_GRACE_SECONDS``.
 
 A rename's latency is from just before its POST to the frame that shows it (a delta, or the
 snapshot after a reset), and each falls in the window its POST was sent in: before any rebuild,
@@ -71,6 +74,10 @@ POLL_S = 0.02
 CORES = os.cpu_count() or 1
 LAUNCHER = "org.apache.spark.launcher.Main"
 REBUILD_TIMEOUT_S = 1800.0
+LEAD_IN_S = 150.0
+LONG_CALL_US = 5000
+"""A store call at least this long is counted in its window: the store serves one call at a
+time, so every other client (the serving sink, the gateway's feeds) waits behind it."""
 
 
 class Renames(Phase):
@@ -156,17 +163,25 @@ class Window:
     wall_start: float
     cpu: CpuTimes
     jvm_cpu_s: float
+    store_cpu_s: float
     ours: dict[int, float]
     end: float = 0.0
     wall_end: float = 0.0
     busy_pct: float = 0.0
     jvm_cores: float = 0.0
+    store_cores: float = 0.0
+    """The store's CPU in the window (``INFO cpu``), in cores: its share of ``ours_cores``."""
     """The driver JVM's CPU in the window, in cores."""
     ours_cores: float = 0.0
     """The CPU of this benchmark's processes (store, pipeline, gateway, clients), in cores;
     the rest of the machine's busy time is other people's."""
     builder_cores: float = 0.0
     """Of ``ours_cores``, the processes building a version apart (``streaming.job.builder``)."""
+    batches: dict[str, Any] = field(default_factory=dict)
+    """Each query's micro-batches that ended in the window (``window_batches``), read at its
+    end: the progress stream keeps only the newest entries."""
+    long_calls: dict[str, Any] = field(default_factory=dict)
+    """The store's calls of at least ``LONG_CALL_US`` in the window (``long_calls``)."""
 
 
 class Run:
@@ -184,6 +199,12 @@ class Run:
         """The CPU seconds last read of every process of ours, those that ended since too."""
         self.builders: set[int] = set()
         self.sampled = 0.0
+        self.building = ""
+        """The namespace of the version being built (``@<version>``), once it has begun."""
+        client = system.client
+        client.config_set("slowlog-log-slower-than", LONG_CALL_US)
+        client.config_set("slowlog-max-len", 100_000)
+        client.slowlog_reset()
 
     def sample(self) -> None:
         """Read our processes' CPU at most once a second, so that a process that ends within a
@@ -199,6 +220,8 @@ class Run:
         """End the current window, and begin the one called ``name`` (if any)."""
         now, wall, cpu = time.monotonic(), time.time(), CpuTimes.now()
         jvm = jvm_cpu(self.jvm)["cpu_s"]
+        info: Any = self.system.client.info("cpu")
+        store = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
         self.sampled = 0.0
         self.sample()
         ours = dict(self.seen)
@@ -208,12 +231,15 @@ class Run:
             seconds = max(now - last.start, 1e-9)
             last.busy_pct = cpu.shares_since(last.cpu)["busy_pct"]
             last.jvm_cores = round((jvm - last.jvm_cpu_s) / seconds, 2)
+            last.store_cores = round((store - last.store_cpu_s) / seconds, 2)
             used = {pid: v - last.ours.get(pid, 0.0) for pid, v in ours.items()}
             last.ours_cores = round(sum(used.values()) / seconds, 2)
             apart = sum(v for pid, v in used.items() if pid in self.builders)
             last.builder_cores = round(apart / seconds, 2)
+            last.long_calls = long_calls(self.system.client, seconds, self.building)
+            last.batches = window_batches(self.system.client, last.wall_start, wall)
         if name:
-            self.windows.append(Window(name, now, wall, cpu, jvm, ours))
+            self.windows.append(Window(name, now, wall, cpu, jvm, store, ours))
 
     async def write(self, session: aiohttp.ClientSession) -> None:
         run = 0
@@ -255,6 +281,7 @@ class Run:
         reg = await self.registry(pipeline)
         assert reg is not None and reg.next is not None
         version = reg.next
+        self.building = f"@{version.version}"
 
         async def switched() -> bool:
             return bool(await self.store.hget(ACTIVE_KEY, pipeline) != before)
@@ -263,6 +290,7 @@ class Run:
         switch_at, switch_wall = time.monotonic(), time.time()
         in_log = sum([await self.store.xlen(log_stream(p)) for p in range(PARTITIONS)])
         self.mark(f"after the switch of {pipeline}")
+        self.building = ""
 
         async def deleted() -> bool:
             reg = await self.registry(pipeline)
@@ -296,9 +324,10 @@ class Run:
                      for r in readers]  # fmt: skip
             await asyncio.wait_for(asyncio.gather(*(r.ready.wait() for r in readers)), 60)
             writer = asyncio.create_task(self.write(session))
-            if plan.live_env:  # the JVM just started: its JIT's first minute is no baseline
-                self.mark("lead-in after the restart")
-                await asyncio.sleep(plan.before_s)
+            if plan.lead_in_s > 0 or plan.live_env:
+                self.mark("lead-in after the restart" if plan.live_env else
+                          "lead-in after the drain")  # fmt: skip
+                await asyncio.sleep(max(plan.lead_in_s, plan.before_s if plan.live_env else 0))
             self.mark("before the rebuilds")
             await asyncio.sleep(plan.before_s)
             rebuilds = [await self.rebuild(p) for p in plan.pipelines]
@@ -357,10 +386,12 @@ class Run:
                          "reflected_fraction": round(len(samples) / posted, 4) if posted else 0},
                 "machine_busy_pct": w.busy_pct,
                 "driver_jvm_cores": w.jvm_cores,
+                "store_cores": w.store_cores,
                 "benchmark_cores": w.ours_cores,
                 "builder_cores": w.builder_cores,
+                "store_long_calls": w.long_calls,
                 "other_cores": round(max(0.0, w.busy_pct / 100 * CORES - w.ours_cores), 2),
-                "batches": window_batches(self.system.client, w.wall_start, w.wall_end),
+                "batches": w.batches,
             })  # fmt: skip
         return out
 
@@ -391,6 +422,26 @@ def tree_cpu() -> tuple[dict[int, float], set[int]]:
             if "--build" in process.cmdline():
                 builders |= {process.pid, *(c.pid for c in process.children(recursive=True))}
     return out, builders
+
+
+def long_calls(client: redis.Redis, seconds: float, building: str) -> dict[str, Any]:
+    """The store's calls of at least ``LONG_CALL_US`` since the last look (its slow log, read
+    and emptied), and how long they held the store: in all, and those that wrote a version
+    being built (a key of theirs names its namespace)."""
+    entries: Any = client.slowlog_get(-1)
+    client.slowlog_reset()
+    ms = [e["duration"] / 1000 for e in entries]
+    mark = building.encode()
+    built = [e["duration"] / 1000 for e in entries if mark and mark in e["command"]]
+    return {
+        "calls": len(ms),
+        "held_pct": round(sum(ms) / 10 / max(seconds, 1e-9), 1),
+        "p50_ms": percentile(ms, 50) if ms else 0,
+        "max_ms": max(ms, default=0),
+        "building_calls": len(built),
+        "building_held_pct": round(sum(built) / 10 / max(seconds, 1e-9), 1),
+        "building_max_ms": max(built, default=0),
+    }
 
 
 def _progress(client: redis.Redis, since: float, until: float) -> list[tuple[float, Any]]:
@@ -469,6 +520,11 @@ class Plan:
     rate: int = 100
     before_s: float = 30
     """The window before the rebuilds, and the one after them."""
+    lead_in_s: float = LEAD_IN_S
+    """The live writes before the window before the rebuilds: the serving versions' first
+    minutes after the drain are no baseline (their JVM's compilers are still at work, and
+    their batches take up to twice as long as two minutes later), and a live pipeline that
+    readers depend on has been running for longer. Reported as a window of its own."""
     settle_s: float = SETTLE_S
     pipelines: list[str] = field(default_factory=lambda: list(PIPELINES))
     env: dict[str, str] = field(default_factory=lambda: {"LV_REBUILD_GRACE_SECONDS": "60"})
@@ -481,7 +537,8 @@ class Plan:
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(backlog=5_000, before_s=3, settle_s=1, env={"LV_REBUILD_GRACE_SECONDS": "1"})
+        return cls(backlog=5_000, before_s=3, lead_in_s=0, settle_s=1,
+                   env={"LV_REBUILD_GRACE_SECONDS": "1"})  # fmt: skip
 
 
 def measure(plan: Plan, name: str = "rebuild") -> tuple[dict[str, Any], Path]:
@@ -522,6 +579,9 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=100)
     parser.add_argument("--before", type=float, default=30, help="seconds before the rebuilds"
                         " (and after them)")  # fmt: skip
+    parser.add_argument("--lead-in", type=float, default=LEAD_IN_S, metavar="SECONDS",
+                        help="seconds of live writes after the drain, before the window before"
+                        " the rebuilds")  # fmt: skip
     parser.add_argument("--pipelines", default=",".join(PIPELINES),
                         help="comma-separated, rebuilt in this order")  # fmt: skip
     parser.add_argument(
@@ -543,7 +603,7 @@ def main() -> int:
     bad = [e for e in args.env + args.live_env if "=" not in e]
     if bad:
         parser.error(f"{bad[0]}: write NAME=VALUE")
-    plan = Plan(args.backlog, args.rate, args.before, pipelines=pipelines,
+    plan = Plan(args.backlog, args.rate, args.before, args.lead_in, pipelines=pipelines,
                 live_env=dict(e.split("=", 1) for e in args.live_env))  # fmt: skip
     plan.env.update(e.split("=", 1) for e in args.env)
     if args.quick:  # never over the real figures, as the harness does

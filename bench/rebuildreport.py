@@ -52,6 +52,16 @@ def rows(figures: dict[str, Any]) -> list[Row]:
                    + ("met" if push["p99_ms"] <= 500 else "not met") if rebuilding else "",
             baseline=base if rebuilding else "",
         ))  # fmt: skip
+    for w in figures["windows"]:
+        calls = w.get("store_long_calls")
+        if calls:
+            out.append(Row(
+                f"store calls of 5 ms or more, {w['window']}: how long they held the store"
+                " (other clients wait behind each), of which the version being built",
+                f"{calls['calls']} calls, {calls['held_pct']}% of the window, longest"
+                f" {calls['max_ms']:.0f} ms; building {calls['building_calls']} calls,"
+                f" {calls['building_held_pct']}%, longest {calls['building_max_ms']:.0f} ms",
+            ))  # fmt: skip
     for r in figures["rebuilds"]:
         out.append(Row(
             f"rebuild of {r['pipeline']} ({r['events_in_log_at_switch']:,} events in the log at"
