@@ -18,7 +18,7 @@ from streaming.core.settings import Settings
 from streaming.core.storeclient import Client, connect
 from streaming.job.offsetlog import BatchEnds
 from streaming.job.session import QUERY_NAME, SHUFFLE_PARTITIONS
-from streaming.job.sink import ChangeTopicSink
+from streaming.job.sink import BUILD_CALL_OPS, CALL_OPS, ChangeTopicSink
 from streaming.job.source import SOURCE_NAME, screen_option, store_retry
 from streaming.job.views import CHANGE_SCHEMA
 
@@ -78,18 +78,20 @@ def start_pipeline(
     namespace: str = "",
     pipelines: list[str] | None = None,
     max_events: int | None = None,
+    building: bool = False,
 ) -> StreamingQuery:
     """The query of one pipeline version, from its checkpoint: at start, or again after a
     failure. ``namespace`` is the version's (``streaming.core.versions``); ``pipelines`` those
     whose serving versions make up every view's frontier (``app``'s by default); ``max_events``
-    caps its micro-batches (``read_log``)."""
+    caps its micro-batches (``read_log``); a version ``building`` writes in short store calls
+    (``streaming.job.sink.BUILD_CALL_OPS``)."""
     pipeline = app.pipelines[name]
     qualified = name + namespace
     partitions = str(spark.conf.get(SHUFFLE_PARTITIONS))  # LV_SHUFFLE_PARTITIONS or the user's
     sink = ChangeTopicSink(
         client, app, name, settings.change_shards, settings.change_retention,
         pipelines or list(app.pipelines), BatchEnds(spark), namespace,
-        settings.store_ack_replicas,
+        settings.store_ack_replicas, BUILD_CALL_OPS if building else CALL_OPS,
     )  # fmt: skip
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
     # A query takes the session's settings as they are when it starts; a new checkpoint

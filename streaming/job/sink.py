@@ -62,6 +62,10 @@ log = logging.getLogger("liveviews.sink")
 
 CALL_OPS = 5000
 """Row changes per Lua call, about 50-100 ms of store time; a key's changes are never split."""
+BUILD_CALL_OPS = 500
+"""Row changes per call of a version being built: the store runs one call at a time, so the
+serving versions' sinks and the gateways' reads wait behind each; ~10 ms calls keep a rebuild's
+writes from adding to readers' latency (docs/performance/rebuild.md)."""
 
 Group = tuple[str, str]  # (view, key)
 EndOffsets = Callable[[int], dict[int, str]]  # batch id -> entry id read to, per log partition
@@ -90,8 +94,10 @@ class ChangeTopicSink:
         ends: EndOffsets | None = None,
         namespace: str = "",
         ack_replicas: int = 0,
+        call_ops: int = CALL_OPS,
     ) -> None:
         self.client = client
+        self.call_ops = call_ops
         # Replicas that confirm each of the batch's writes before Spark commits it.
         self.ack_replicas = ack_replicas
         self.namespace = namespace
@@ -195,7 +201,7 @@ class ChangeTopicSink:
 
     def _queue_shards(self, pipe: Any, batch: Batch, shards: list[int]) -> None:
         for shard in shards:
-            for calls, chunk in enumerate(_chunks(batch.by_shard[shard])):
+            for calls, chunk in enumerate(_chunks(batch.by_shard[shard], self.call_ops)):
                 if calls and len(pipe) >= 8:
                     pipe.execute()  # let replies flow back while later calls are built
                 self._queue_call(pipe, shard, chunk, batch.id, final=False)
@@ -267,12 +273,12 @@ class Batch:
     read_to: dict[int, str]
 
 
-def _chunks(groups: list[tuple[Group, list[Op]]]) -> list[list[tuple[Group, list[Op]]]]:
-    """Consecutive runs of whole groups with about CALL_OPS row changes each."""
+def _chunks(groups: list[tuple[Group, list[Op]]], most: int) -> list[list[tuple[Group, list[Op]]]]:
+    """Consecutive runs of whole groups with about ``most`` row changes each."""
     out: list[list[tuple[Group, list[Op]]]] = [[]]
     size = 0
     for group in groups:
-        if size and size + len(group[1]) > CALL_OPS:
+        if size and size + len(group[1]) > most:
             out.append([])
             size = 0
         out[-1].append(group)

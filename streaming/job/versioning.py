@@ -58,6 +58,8 @@ class Running:
     query: StreamingQuery
     max_events: int | None = None
     """The cap on its micro-batches while it was being built, kept for its restarts."""
+    building: bool = False
+    """Started while being built: its short store calls are kept for its restarts too."""
 
 
 class Versioning:
@@ -166,18 +168,19 @@ class Versioning:
 
     def _run(self, p: str, version: Version, app: App, building: bool = False) -> None:
         """Start a version's query; one being ``building`` reads short micro-batches
-        (``streaming.job.builder.rebuild_cap``)."""
+        (``streaming.job.builder.rebuild_cap``) and writes in short store calls."""
         cap = rebuild_cap(self.settings, app, p) if building else None
         query = start_pipeline(self.spark, app, self.settings, p, self.client,
-                               version.namespace, list(self.app.pipelines), cap)  # fmt: skip
-        self.running[version.qualified(p)] = Running(p, version, app, query, cap)
+                               version.namespace, list(self.app.pipelines), cap,
+                               building)  # fmt: skip
+        self.running[version.qualified(p)] = Running(p, version, app, query, cap, building)
 
     def restart(self, qualified: str) -> StreamingQuery:
         """The query of a running version again, from its checkpoint (after a set-aside batch)."""
         r = self.running[qualified]
         r.query = start_pipeline(self.spark, r.app, self.settings, r.pipeline, self.client,
                                  r.version.namespace, list(self.app.pipelines),
-                                 r.max_events)  # fmt: skip
+                                 r.max_events, r.building)  # fmt: skip
         return r.query
 
     def rebuild_unrunnable(self, qualified: str) -> bool:

@@ -14,7 +14,7 @@ from streaming.core.changes import (
     shard_for,
 )
 from streaming.core.errors import ConfigurationError
-from streaming.job.sink import ChangeTopicSink
+from streaming.job.sink import BUILD_CALL_OPS, ChangeTopicSink
 from tests.support.sinkrows import make_app, row
 
 SHARDS = 4
@@ -206,10 +206,9 @@ def test_retention_trims_the_change_topic(store):
     assert store.xlen("lv:{c0}:changes") < 300
 
 
-def test_a_batch_cut_short_between_calls_emits_nothing_twice(store, monkeypatch):
+def test_a_batch_cut_short_between_calls_emits_nothing_twice(store):
     """Crash after a shard's change calls but before its final call recorded the batch id."""
-    monkeypatch.setattr("streaming.job.sink.CALL_OPS", 2)
-    sink = ChangeTopicSink(store, make_app(), "q", 1, retention=1000)
+    sink = ChangeTopicSink(store, make_app(), "q", 1, retention=1000, call_ops=2)
     batch = [row("plain", f"k{i}", "r", str(i)) for i in range(7)]
     batch += [row("top", "t", f"r{i}", str(i), float(i)) for i in range(5)]
     sink.write(batch, 0)
@@ -228,3 +227,25 @@ def test_the_lag_is_measured_against_the_log_heads_read_before_the_frontier(stor
     assert store.hget("lv:{m}:frontier:lag", "q") == b"3000"
     sink.write([], 1, {0: "4000-0"})
     assert store.hget("lv:{m}:frontier:lag", "q") == b"0"
+
+
+def test_a_version_being_built_writes_in_short_store_calls(store):
+    """The store runs one call at a time: a rebuild's long calls made every reader wait."""
+    batch = [row("plain", f"k{i}", "r", str(i)) for i in range(2 * BUILD_CALL_OPS + 1)]
+    batch += [row("plain", "big", f"r{i}", str(i)) for i in range(BUILD_CALL_OPS + 7)]
+
+    def calls(sink: ChangeTopicSink, batch_id: int) -> int:
+        before = store.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        sink.write(batch, batch_id)
+        return store.info("commandstats")["cmdstat_evalsha"]["calls"] - before
+
+    serving = ChangeTopicSink(store, make_app(), "q", 1, retention=10_000)
+    building = ChangeTopicSink(store, make_app(), "q", 1, 10_000, namespace="@v2",
+                               call_ops=BUILD_CALL_OPS)  # fmt: skip
+    assert calls(serving, 0) == 2  # every change in one call, and the call recording the batch
+    # A key's changes stay in one call (they are one delta), even above the bound.
+    assert calls(building, 0) == 4 + 1
+    assert (
+        read_snapshot(store, "plain", "big", 1, "@v2").rows
+        == read_snapshot(store, "plain", "big", 1).rows
+    )
