@@ -115,10 +115,14 @@ class Settings:
     """A version being built reads at most this many events per micro-batch, so that its tasks
     are short and the serving versions' batches find a free task slot
     (docs/performance/rebuild.md)."""
-    rebuild_niceness: int = 10
+    rebuild_niceness: int = MAX_NICENESS
     """On a local master, a version being built runs in a process of its own this much nicer
     than the pipeline process (``streaming.job.builder``), so that the kernel gives the cores
     to the serving versions first; 0 builds it in the pipeline process."""
+    rebuild_idle: bool = True
+    """``LV_REBUILD_NICENESS=idle``, the default: the builder also runs in the kernel's idle
+    class (``SCHED_IDLE``), so that a serving thread that wakes takes its core at once
+    (docs/performance/rebuild.md)."""
     store_ack_replicas: int = 0
     """Replicas that must have each acknowledged write (an event's 202, a committed
     micro-batch) before it is acknowledged: ``WAIT N`` after it (``LV_STORE_ACK_REPLICAS``);
@@ -174,6 +178,7 @@ class Settings:
             rebuild_grace_seconds=env_int(env, "LV_REBUILD_GRACE_SECONDS", 60, minimum=0),
             rebuild_max_events_per_batch=env_int(env, "LV_REBUILD_MAX_EVENTS_PER_BATCH", 10_000),
             rebuild_niceness=rebuild_niceness(env),
+            rebuild_idle=rebuild_idle(env),
             store_ack_replicas=env_int(env, "LV_STORE_ACK_REPLICAS", 0, minimum=0),
         )
 
@@ -186,13 +191,23 @@ def default_master() -> str:
 
 
 def rebuild_niceness(env: dict[str, str]) -> int:
-    value = env_int(env, "LV_REBUILD_NICENESS", 10, minimum=0)
-    if value > MAX_NICENESS:
+    if rebuild_idle(env):
+        return MAX_NICENESS
+    try:
+        value = int(env.get("LV_REBUILD_NICENESS") or "")
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_NICENESS:
         raise ConfigurationError(
-            f"LV_REBUILD_NICENESS={value}: write a niceness from 0 (build in the pipeline"
-            f" process) to {MAX_NICENESS} (the lowest CPU priority)."
+            f"LV_REBUILD_NICENESS={env.get('LV_REBUILD_NICENESS')}: write a niceness from 0"
+            f" (build in the pipeline process) to {MAX_NICENESS} (the lowest CPU priority),"
+            " or idle (only the CPU no other process wants)."
         )
     return value
+
+
+def rebuild_idle(env: dict[str, str]) -> bool:
+    return (env.get("LV_REBUILD_NICENESS") or "idle").strip().lower() == "idle"
 
 
 def rebuild_switch(env: dict[str, str]) -> str:

@@ -4,8 +4,10 @@ Spark never preempts a task, and inside one driver the kernel cannot tell a rebu
 and Python workers from the serving queries': on a small machine a rebuild then delays every
 reader's batch (docs/performance/rebuild.md). On a local master the pipeline process therefore
 runs a version being built in a child, ``python -m streaming --build PIPELINE@VERSION``: its
-own driver and Python workers, all ``LV_REBUILD_NICENESS`` nicer, so that the kernel gives the
-cores to the serving queries whenever they want them and the rest to the rebuild.
+own driver and Python workers, all at niceness 19 in the kernel's idle class by default
+(``LV_REBUILD_NICENESS``), so that the kernel gives the cores to the serving queries whenever
+they want them and the rest to the rebuild. Its writes go to the store in short calls
+(``streaming.job.sink.BUILD_CALL_OPS``): the store is shared and runs one call at a time.
 
 Once the version is within the switch distance of the serving one, the pipeline process asks
 the child to stop (the hand-over) and runs the version itself, from the same checkpoint: it
@@ -100,9 +102,10 @@ class Builder:
             [sys.executable, "-m", "streaming", "--build", self.qualified],
             env={**os.environ, PARENT_ENV: str(os.getpid())},
         )
-        log.info("pipeline %r: building version %s in process %d, at niceness +%s",
+        log.info("pipeline %r: building version %s in process %d, at niceness +%s%s",
                  self.pipeline, self.version.version, self.process.pid,
-                 self.settings.rebuild_niceness)  # fmt: skip
+                 self.settings.rebuild_niceness,
+                 " in the idle class" if self.settings.rebuild_idle else "")  # fmt: skip
 
     def exited(self) -> int | None:
         """The child's exit status once it has ended; None while it runs or waits to start."""
@@ -169,6 +172,8 @@ def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
     if parent_gone():  # it ended before the line above
         return None
     os.nice(settings.rebuild_niceness)  # the JVM and its Python workers inherit it
+    if settings.rebuild_idle:  # inherited too; a waking serving thread preempts it at once
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     pipeline, _, version = qualified.partition("@")
     app = load_app(settings.app)
     if pipeline not in app.pipelines:
@@ -202,7 +207,7 @@ def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
 
     def start(_: str = qualified) -> StreamingQuery:
         return start_pipeline(spark, app, settings, pipeline, client, target.namespace,
-                              list(app.pipelines), cap)  # fmt: skip
+                              list(app.pipelines), cap, building=True)  # fmt: skip
 
     queries = {qualified: start()}
     log.info("pipeline %r: building version %s from its checkpoint", pipeline, version)

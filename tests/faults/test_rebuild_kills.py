@@ -27,6 +27,7 @@ import redis
 from streaming.core import versions
 from streaming.core.changes import ACTIVE_KEY, read_snapshot
 from streaming.core.log import EventLog
+from streaming.core.settings import MAX_NICENESS
 from tests.faults.clients import (
     ClientLoop,
     Resumer,
@@ -199,14 +200,17 @@ def test_a_changed_view_is_rebuilt_beside_the_old_one_through_kills(store, store
         reg = versions.read(store, "notes")
         assert reg is not None and reg.next is not None and reg.active is not None
         assert reg.active.namespace == "" and reg.next.namespace == f"@{reg.next.version}"
-        # Built in a process of its own, whose driver and Python workers are nicer.
+        # Built in a process of its own, whose driver and Python workers run at the lowest
+        # priority, in the kernel's idle class.
         (builder,) = builders(pipeline.pid())
         assert f"notes{reg.next.namespace}".encode() in cmdline(builder)
         base = os.getpriority(os.PRIO_PROCESS, pipeline.pid())
         for pid in [builder, spark_jvm(builder), *descendants(builder)]:
             with contextlib.suppress(ProcessLookupError):  # a launcher that has ended since
-                assert os.getpriority(os.PRIO_PROCESS, pid) == base + 10, cmdline(pid)
-        assert os.getpriority(os.PRIO_PROCESS, pipeline.jvm()) == base
+                assert os.getpriority(os.PRIO_PROCESS, pid) == MAX_NICENESS, cmdline(pid)
+                assert os.sched_getscheduler(pid) == os.SCHED_IDLE, cmdline(pid)
+        assert os.getpriority(os.PRIO_PROCESS, pipeline.jvm()) == base < MAX_NICENESS
+        assert os.sched_getscheduler(pipeline.jvm()) == os.SCHED_OTHER
         log.append_batch(_notes(50, written))  # the old version keeps up meanwhile
         written += 50
         _wait("the old version takes new notes",

@@ -67,8 +67,12 @@ def test_a_version_being_built_runs_nicer_apart_on_a_local_master_only(monkeypat
     from streaming.job.builder import builds_apart
 
     environment = Settings.from_env()
-    assert environment.rebuild_niceness == 10 and builds_apart(environment)
-    assert settings(LV_REBUILD_NICENESS="19").rebuild_niceness == 19
+    # By default the lowest priority, in the kernel's idle class.
+    assert environment.rebuild_niceness == 19 and environment.rebuild_idle
+    assert builds_apart(environment)
+    assert settings(LV_REBUILD_NICENESS=" Idle ") == settings()
+    assert settings(LV_REBUILD_NICENESS="10").rebuild_niceness == 10
+    assert not settings(LV_REBUILD_NICENESS="19").rebuild_idle
     # Settings a program made for itself: the child, which reads the environment, would differ.
     assert not builds_apart(settings(LV_DATA_DIR="/tmp/lv-elsewhere"))
     # A second application on a cluster would wait for executors the serving one holds.
@@ -77,7 +81,11 @@ def test_a_version_being_built_runs_nicer_apart_on_a_local_master_only(monkeypat
     monkeypatch.setenv("SPARK_MASTER", "local[2]")
     monkeypatch.setenv("LV_REBUILD_NICENESS", "0")  # built in the pipeline process
     assert not builds_apart(Settings.from_env())
+    monkeypatch.setenv("LV_REBUILD_NICENESS", "idle")
+    assert builds_apart(Settings.from_env())
     monkeypatch.delenv("LV_REBUILD_NICENESS")
     assert builds_apart(Settings.from_env())
     with pytest.raises(ConfigurationError, match="LV_REBUILD_NICENESS=20: write a niceness"):
         settings(LV_REBUILD_NICENESS="20")
+    with pytest.raises(ConfigurationError, match="LV_REBUILD_NICENESS=slow: write a niceness"):
+        settings(LV_REBUILD_NICENESS="slow")
