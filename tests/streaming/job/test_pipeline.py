@@ -316,7 +316,7 @@ def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(spark,
         assert is_checkpoint_mismatch(str(versioning.queries["counts"].exception()))
         assert versioning.rebuild_unrunnable("counts")
         (building,) = versioning.running.values()
-        assert building.max_events == cap
+        assert building.max_events == cap and building.building  # and its store calls short
         deadline = time.monotonic() + 90
         while store.hget(ACTIVE_KEY, "counts") is None or not views_caught_up(
             store, settings.log_partitions
@@ -332,7 +332,8 @@ def test_a_checkpoint_of_other_stateful_operators_says_how_to_start_again(spark,
         # A restart, after a set-aside batch say, starts the query with the same cap.
         building.query.stop()
         versioning.restart(f"counts{reg.active.namespace}")
-        assert versioning.running[f"counts{reg.active.namespace}"].max_events == cap
+        restarted = versioning.running[f"counts{reg.active.namespace}"]
+        assert restarted.max_events == cap and restarted.building
     finally:
         for q in versioning.queries.values():
             q.stop()
