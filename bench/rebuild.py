@@ -169,9 +169,9 @@ class Window:
     wall_end: float = 0.0
     busy_pct: float = 0.0
     jvm_cores: float = 0.0
+    """The driver JVM's CPU in the window, in cores."""
     store_cores: float = 0.0
     """The store's CPU in the window (``INFO cpu``), in cores: its share of ``ours_cores``."""
-    """The driver JVM's CPU in the window, in cores."""
     ours_cores: float = 0.0
     """The CPU of this benchmark's processes (store, pipeline, gateway, clients), in cores;
     the rest of the machine's busy time is other people's."""
