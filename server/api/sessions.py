@@ -400,7 +400,14 @@ class Session:
             raise BadRequest("a publish message needs a 'req' id string.", code="invalid_message")
         self.principal.require(PUBLISH)
         raws = events_of(msg.get("events"), self.gw.settings.max_batch_events)
-        offsets = await self.gw.publisher.publish(self.principal, raws)
+        key = msg.get("idempotency_key")
+        if key is not None and not isinstance(key, str):
+            raise BadRequest(
+                "a publish message's 'idempotency_key' is a string of 1 to 200 visible ASCII "
+                "characters, such as a UUID.",
+                code="invalid_idempotency_key",
+            )
+        offsets = await self.gw.publisher.publish(self.principal, raws, key)
         self.gw.metrics.events_published += len(offsets)
         self.reply(frames.ws_message(
             "published", req=req, offsets=[offset_dict(o) for o in offsets]

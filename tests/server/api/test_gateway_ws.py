@@ -115,6 +115,12 @@ async def test_bad_messages_get_errors_and_the_socket_stays_open(
             ({"type": "publish", "events": []}, "invalid_message"),
             ({"type": "publish", "req": "r", "events": []}, "empty_batch"),
             ({"type": "publish", "req": "r", "events": [{"type": "x"}]}, "unknown_event_type"),
+            ({"type": "publish", "req": "r", "idempotency_key": 7,
+              "events": [{"type": "profile_set", "payload": {"user": "alice", "name": "A"}}]},
+             "invalid_idempotency_key"),
+            ({"type": "publish", "req": "r", "idempotency_key": "has space",
+              "events": [{"type": "profile_set", "payload": {"user": "alice", "name": "A"}}]},
+             "invalid_idempotency_key"),
         ]  # fmt: skip
         for msg, code in cases:
             await sock.ws.send_str(msg if isinstance(msg, str) else json.dumps(msg))
@@ -146,6 +152,36 @@ async def test_golden_client_messages_are_understood(
             await sock.ws.send_str(text)
             assert (await sock.next())["type"] == expect
         await sock.ws.close()
+
+
+async def test_a_publish_sent_again_with_its_idempotency_key_is_appended_once(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    """The golden message sent twice, the second time on another socket (as after a lost
+    answer and a reconnect), is answered with the same offsets; other events under the same
+    key are refused, and the log holds the event once."""
+    text = json.loads((GOLDEN / "client-publish-once.json").read_text())["ws"]["text"]
+    answers = []
+    async with aiohttp.ClientSession() as s:
+        for _ in range(2):
+            sock = await connect(s, gateway, gateway.token("alice"))
+            assert (await sock.next())["type"] == "authenticated"
+            await sock.ws.send_str(text)
+            answers.append(await sock.next())
+            await sock.ws.close()
+        assert answers[0]["type"] == "published" and answers[0]["req"] == "r2"
+        assert answers[1] == answers[0]
+        sock = await connect(s, gateway, gateway.token("alice"))
+        await sock.next()
+        other = json.loads(text) | {
+            "events": [{"type": "profile_set", "payload": {"user": "alice", "name": "Other"}}]
+        }
+        await sock.ws.send_str(json.dumps(other))
+        refused = await sock.next()
+        assert refused["type"] == "error" and refused["req"] == "r2"
+        assert refused["code"] == "idempotency_key_reused"
+        await sock.ws.close()
+    assert sum(store.xlen(log_stream(p)) for p in range(4)) == 1
 
 
 async def test_tokens_are_checked_at_connect_and_can_be_refreshed(
