@@ -11,7 +11,10 @@
  */
 
 import { Emitter } from './emitter.js';
-import { ConnectionError, RequestError, StateError, errorFromResponse, isTokenError } from './errors.js';
+import { fullJitter } from './backoff.js';
+import {
+  ConnectionError, LiveviewsError, RequestError, StateError, errorFromResponse, isTokenError,
+} from './errors.js';
 import { decodeOffsets } from './frames.js';
 import { EventSourceStream } from './eventsource.js';
 import { LogTail } from './log.js';
@@ -30,6 +33,28 @@ export const ClientState = Object.freeze({
 });
 
 const TRANSPORTS = ['auto', 'ws', 'sse'];
+
+/** What the gateway takes as an idempotency key (docs/PROTOCOL.md, section 2). */
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,200}$/;
+
+/** Refusals of a publish over the socket that say nothing was decided about the batch: the
+ *  same batch sent again with its key may go through (over HTTP they come as 5xx). */
+const RESEND_CODES = new Set(['store_unavailable', 'store_full', 'partial_append', 'not_replicated']);
+
+/** A fresh idempotency key: 128 random bits in hex. `getRandomValues` rather than
+ *  `randomUUID`, which a page served over plain http (not localhost) does not have. */
+function newIdempotencyKey() {
+  const bytes = globalThis.crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Whether a failed publish may be sent again with its key: its answer was lost, or the
+ *  gateway or the store could not take it just then. A rate limit (429) is the caller's. */
+function worthResending(error) {
+  if (error instanceof ConnectionError) return true;
+  if (!(error instanceof RequestError)) return false;
+  return (error.status !== null && error.status >= 500) || RESEND_CODES.has(error.code);
+}
 
 const SUBSCRIPTIONS = {
   [QueryShape.KEY]: Subscription,
@@ -60,6 +85,8 @@ export class Client extends Emitter {
    * @param {typeof EventSource} [options.EventSource] read SSE with it instead of fetch (the
    *   token then goes in the query)
    * @param {boolean} [options.watchOnline] follow the browser's online/offline events
+   * @param {number} [options.publishRetries] times a batch whose answer was lost (or a 5xx) is
+   *   sent again with its idempotency key before publish rejects (default 3)
    */
   constructor(options = {}) {
     super();
@@ -79,7 +106,11 @@ export class Client extends Emitter {
       heartbeatTimeout: options.heartbeatTimeout ?? 45_000,
       connectTimeout: options.connectTimeout ?? 10_000,
       watchOnline: options.watchOnline ?? true,
+      publishRetries: options.publishRetries ?? 3,
     });
+    if (!Number.isInteger(this.options.publishRetries) || this.options.publishRetries < 0) {
+      throw new TypeError('publishRetries must be a whole number of retries, 0 or more');
+    }
     this._fetch = options.fetch ?? globalThis.fetch?.bind(globalThis);
     if (typeof this._fetch !== 'function') throw new TypeError('no fetch here: pass options.fetch');
     this._WebSocket = options.WebSocket ?? globalThis.WebSocket ?? null;
@@ -132,18 +163,40 @@ export class Client extends Emitter {
     return sub;
   }
 
-  /** Append one event; resolves with its offset `{partition, id, token}`. */
-  async publish(event) {
-    const [offset] = await this.publishBatch([event]);
+  /** Append one event, once; resolves with its offset `{partition, id, token}`. */
+  async publish(event, options = {}) {
+    const [offset] = await this.publishBatch([event], options);
     return offset;
   }
 
-  /** Append events all or nothing; resolves with one offset per event, in order. */
-  async publishBatch(events) {
+  /**
+   * Append events all or nothing, and once; resolves with one offset per event, in order.
+   *
+   * The batch goes with an idempotency key (`options.idempotencyKey`, or a new one). When its
+   * answer is lost (the connection dropped) or the gateway answers 5xx, it is sent again with
+   * that key, over whichever way is open then, up to `publishRetries` times: the gateway
+   * appends it at most once. An error that ends the publish carries the key as
+   * `idempotencyKey`, so the batch can be sent again later without appending it twice.
+   */
+  async publishBatch(events, { idempotencyKey } = {}) {
     this._requireOpen('publish');
     if (!Array.isArray(events) || events.length === 0) throw new TypeError('publishBatch needs a non-empty array of events');
-    if (this._transport.canPublish()) return this._transport.publish(events);
-    return this._httpPublish(events);
+    const key = idempotencyKey ?? newIdempotencyKey();
+    if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key)) {
+      throw new TypeError('an idempotency key is 1 to 200 visible ASCII characters (no spaces), such as a UUID');
+    }
+    const { minDelay, maxDelay } = this.options.backoff;
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        if (this._transport.canPublish()) return await this._transport.publish(events, key);
+        return await this._httpPublish(events, key);
+      } catch (error) {
+        if (error instanceof LiveviewsError) error.idempotencyKey = key;
+        if (!worthResending(error) || attempt >= this.options.publishRetries || this.state === ClientState.CLOSED) throw error;
+        await new Promise((resolve) => { setTimeout(resolve, fullJitter(attempt, minDelay, maxDelay)); });
+        if (this.state === ClientState.CLOSED) throw error;
+      }
+    }
   }
 
   /** The rows of `view`/`key` once, without following them: `{rows, frontier, lagMs, position}`. */
@@ -310,10 +363,10 @@ export class Client extends Emitter {
     throw error;
   }
 
-  async _httpPublish(events) {
+  async _httpPublish(events, idempotencyKey) {
     const response = await this._request('/v1/events', {
       method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
+      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': idempotencyKey },
       body: JSON.stringify({ events }),
     }, false);
     return decodeOffsets((await response.json()).offsets);

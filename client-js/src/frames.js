@@ -266,6 +266,10 @@ export const encode = Object.freeze({
   /** `query`: `{view, key}`, `{view, prefix}` or `{view, key, limit, after?}`. */
   subscribe: (sub, query, lastEventId = null) => subscribeMessage(sub, query, lastEventId),
   unsubscribe: (sub) => JSON.stringify({ type: 'unsubscribe', sub }),
-  publish: (req, events) => JSON.stringify({ type: 'publish', req, events }),
+  publish: (req, events, idempotencyKey = null) => JSON.stringify(
+    idempotencyKey === null
+      ? { type: 'publish', req, events }
+      : { type: 'publish', req, events, idempotency_key: idempotencyKey },
+  ),
   wait: (sub, offsets) => JSON.stringify({ type: 'wait', sub, offsets: offsets.map(({ partition, id }) => ({ partition, id })) }),
 });

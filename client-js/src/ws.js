@@ -101,12 +101,12 @@ export class WsTransport {
     if (id && this.state === W.OPEN) this._send(encode.wait(id, offsets));
   }
 
-  /** Publish on the open socket; resolves with the offsets. */
-  publish(events) {
+  /** Publish on the open socket, under `idempotencyKey`; resolves with the offsets. */
+  publish(events, idempotencyKey) {
     const req = `r${++this._next}`;
     return new Promise((resolve, reject) => {
       this._requests.set(req, { resolve, reject });
-      this._send(encode.publish(req, events));
+      this._send(encode.publish(req, events, idempotencyKey));
     });
   }
 
@@ -164,11 +164,12 @@ export class WsTransport {
   _drop(reason, state) {
     this._teardown();
     this._setState(state);
-    const lost = new ConnectionError(
+    // One error per publish: each carries its own batch's idempotency key.
+    const lost = () => new ConnectionError(
       'the connection closed before the gateway answered; the events may or may not have been appended',
       { cause: reason },
     );
-    for (const { reject } of this._requests.values()) reject(lost);
+    for (const { reject } of this._requests.values()) reject(lost());
     this._requests.clear();
     for (const sub of this._ids.keys()) sub._lost(reason);
   }

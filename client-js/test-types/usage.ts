@@ -151,6 +151,12 @@ async function publishAndWait(): Promise<void> {
   // @ts-expect-error: an event needs a type
   await client.publish({ payload: {} });
   const offsets: Offset[] = await client.publishBatch([{ type: 'like', payload: {}, time: '2026-11-24T00:00:00Z' }]);
+  try {
+    await client.publishBatch([{ type: 'like', payload: {} }], { idempotencyKey: 'like-1' });
+  } catch (error) {
+    const key: string | undefined = (error as LiveviewsError).idempotencyKey;
+    if (key !== undefined) await client.publish({ type: 'like', payload: {} }, { idempotencyKey: key });
+  }
   const frontier: Frontier = timeline.frontier;
   const done: boolean = covers(frontier, offsets);
   const order: -1 | 0 | 1 = compareEntryIds('1-0', '1-1');

@@ -163,3 +163,63 @@ test('SSE: a malformed last event id starts over with a fresh snapshot, and says
   assert.equal(calls[2].headers['Last-Event-ID'], undefined);
   c.close();
 });
+
+const like = { type: 'profile_set', payload: { user: 'alice', name: 'Alice' } };
+const published = (req) => ({ type: 'published', req, offsets: [{ partition: 2, id: '7-0', token: '2:7-0' }] });
+
+test('publish: a batch whose answer is lost with the socket is sent again with the same key, once', async () => {
+  // The gateway side takes the first publish and then the connection drops, unanswered.
+  const { WebSocket, sockets } = scriptedWebSocket((socket, msg) => {
+    if (msg.type === 'auth') socket.deliver({ type: 'authenticated', subject: 'alice', expires_at: 4102444800 });
+    if (msg.type === 'subscribe') socket.deliver({ sub: msg.sub, type: 'snapshot', id: `${EPOCH}.1-0`, data: snapshot });
+    if (msg.type === 'publish' && sockets.length === 1) socket.onclose?.({ code: 1006, reason: '' });
+    else if (msg.type === 'publish') socket.deliver(published(msg.req));
+  });
+  // While no socket is open the batch goes over HTTP: that way is down too, once.
+  const { fetch, calls } = scriptedFetch([[0, ''], [202, JSON.stringify(published('x'))]]);
+  const c = client({ transport: 'ws', WebSocket, fetch });
+  await c.subscribe('profiles', 'alice').ready(); // the socket opens for a subscription
+  const offset = await c.publish(like);
+  assert.deepEqual(offset, { partition: 2, id: '7-0', token: '2:7-0' });
+  const keys = [
+    ...sockets.flatMap((s) => s.sent.filter((m) => m.type === 'publish').map((m) => m.idempotency_key)),
+    ...calls.map((call) => call.headers['Idempotency-Key']),
+  ];
+  assert.ok(keys.length >= 2, `sent ${keys.length} times`);
+  assert.match(keys[0], /^[0-9a-f]{32}$/);
+  assert.deepEqual(new Set(keys), new Set([keys[0]]), 'every sending carries the one key');
+  c.close();
+});
+
+test('publish over HTTP: a 5xx is sent again with the key; a refusal or a rate limit is not', async () => {
+  const { fetch, calls } = scriptedFetch([
+    [503, '{"code":"store_unavailable","message":"try again"}'],
+    [503, '{"code":"partial_append","message":"some","appended":[null]}'],
+    [202, JSON.stringify(published('x'))],
+    [429, '{"code":"rate_limited","message":"slow down","retry_after":1}'],
+    [422, '{"code":"idempotency_key_reused","message":"other events"}'],
+  ]);
+  const c = client({ transport: 'sse', fetch });
+  const offsets = await c.publishBatch([like], { idempotencyKey: 'batch-1' });
+  assert.deepEqual(offsets, [{ partition: 2, id: '7-0', token: '2:7-0' }]);
+  assert.deepEqual(calls.map((call) => call.headers['Idempotency-Key']), ['batch-1', 'batch-1', 'batch-1']);
+  const limited = await c.publish(like).catch((e) => e);
+  assert.equal(limited.code, 'rate_limited');
+  assert.match(limited.idempotencyKey, /^[0-9a-f]{32}$/, 'the key, to send the batch again later');
+  const reused = await c.publish(like, { idempotencyKey: 'batch-1' }).catch((e) => e);
+  assert.deepEqual([reused.code, reused.idempotencyKey], ['idempotency_key_reused', 'batch-1']);
+  assert.equal(calls.length, 5);
+  await assert.rejects(c.publish(like, { idempotencyKey: 'has space' }), /visible ASCII/);
+  c.close();
+});
+
+test('publish gives up after publishRetries, with the key on the error', async () => {
+  const { fetch, calls } = scriptedFetch([[0, '']]);
+  const c = client({ transport: 'sse', fetch, publishRetries: 2 });
+  const error = await c.publish(like).catch((e) => e);
+  assert.deepEqual([error.code, error.retryable], ['connection_lost', true]);
+  assert.equal(calls.length, 3);
+  assert.equal(error.idempotencyKey, calls[0].headers['Idempotency-Key']);
+  assert.throws(() => client({ publishRetries: -1 }), /publishRetries/);
+  c.close();
+});

@@ -95,7 +95,7 @@ for (const g of golden.filter((x) => x.direction === 'client')) {
       auth: () => encode.auth(i.token),
       subscribe: () => encode.subscribe(i.sub, i, i.last_event_id ?? null),
       unsubscribe: () => encode.unsubscribe(i.sub),
-      publish: () => encode.publish(i.req, i.events),
+      publish: () => encode.publish(i.req, i.events, i.idempotency_key ?? null),
       wait: () => encode.wait(i.sub, i.offsets),
     }[g.kind]();
     assert.equal(text, g.ws.text);

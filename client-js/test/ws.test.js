@@ -61,6 +61,19 @@ test('all subscriptions share one socket, each getting only its own deltas', liv
   assert.match(metrics, /lv_connections\{transport="ws"\} 1\n/);
 });
 
+test('a batch sent on the socket and again over HTTP with its key is appended once', live, async () => {
+  const overSocket = makeClient({ transport: 'ws', token: token('alice') });
+  await overSocket.subscribe('profiles', uniqueKey()).ready();
+  const overHttp = makeClient({ transport: 'sse', token: token('alice') });
+  const idempotencyKey = `k-${uniqueKey()}`;
+  const batch = [{ type: 'profile_set', payload: { user: 'alice', name: idempotencyKey } }];
+  const first = await overSocket.publishBatch(batch, { idempotencyKey });
+  assert.deepEqual(await overHttp.publishBatch(batch, { idempotencyKey }), first);
+  assert.deepEqual(await overSocket.publishBatch(batch, { idempotencyKey }), first);
+  const fresh = await overSocket.publishBatch(batch);
+  assert.notDeepEqual(fresh, first, 'a new key is a new batch');
+});
+
 test('publish goes over the socket and reflects resolves once the view covers it', live, async () => {
   const client = makeClient({ transport: 'ws', token: token('alice') });
   const key = uniqueKey();

@@ -50,5 +50,5 @@ export declare const encode: Readonly<{
   auth(token: string): string;
   subscribe(sub: string, query: Query, lastEventId?: string | null): string;
   unsubscribe(sub: string): string;
-  publish(req: string, events: unknown[]): string;
+  publish(req: string, events: unknown[], idempotencyKey?: string | null): string;
 }>;

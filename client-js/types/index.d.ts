@@ -68,6 +68,15 @@ export interface ClientOptions {
   EventSource?: unknown;
   /** Follow the browser's online/offline events (default true). */
   watchOnline?: boolean;
+  /** Times a batch whose answer was lost (or a 5xx) is sent again with its idempotency key
+   *  before publish rejects (default 3). */
+  publishRetries?: number;
+}
+
+/** How a batch is published: under this idempotency key (1 to 200 visible ASCII characters)
+ *  rather than a new one, e.g. the `idempotencyKey` of an earlier publish's error. */
+export interface PublishOptions {
+  idempotencyKey?: string;
 }
 
 type Listener<T> = (value: T) => void;
@@ -79,6 +88,8 @@ export declare class LiveviewsError extends Error {
   readonly retryable: boolean;
   /** Extra fields of the gateway's answer, e.g. `index` and `field` of a refused event. */
   readonly details: Record<string, unknown>;
+  /** On an error that ended a publish: the batch's key, to send it again without appending it twice. */
+  readonly idempotencyKey?: string;
 }
 export declare class RequestError extends LiveviewsError {}
 export declare class ConnectionError extends LiveviewsError {}
@@ -319,8 +330,8 @@ export declare class Client {
   subscribe<V = unknown>(query: KeyQuery, handlers?: SubscriptionHandlers<V>): Subscription<V>;
   subscribe<V = unknown>(query: PrefixQuery, handlers?: PrefixSubscriptionHandlers<V>): PrefixSubscription<V>;
   subscribe<V = unknown>(query: WindowQuery, handlers?: WindowSubscriptionHandlers<V>): WindowSubscription<V>;
-  publish(event: Event): Promise<Offset>;
-  publishBatch(events: Event[]): Promise<Offset[]>;
+  publish(event: Event, options?: PublishOptions): Promise<Offset>;
+  publishBatch(events: Event[], options?: PublishOptions): Promise<Offset[]>;
   get<V = unknown>(view: string, key: string): Promise<{ rows: Map<string, V>; frontier: Frontier; lagMs: number | null; position: string }>;
   tailLog(options?: { recent?: number; keep?: number }, handlers?: { [E in keyof LogTailEvents]?: Listener<LogTailEvents[E]> }): LogTail;
   setToken(token: string): void;
