@@ -96,6 +96,9 @@ class GatewaySettings:
     store_full_percent: int = 90
     """Publishing is refused while the store uses more than this share of its maxmemory."""
     store_memory_check_ms: int = 500
+    idempotency_seconds: int = 86_400
+    """How long a batch published with an idempotency key is remembered: sent again within it,
+    it is answered with the same offsets and appended no second time."""
     append_retry_seconds: float = 10.0
     """How long a publish retries a log partition through a store cluster's failover before it
     answers 503 (``partial_append`` if other partitions were appended)."""
@@ -220,6 +223,7 @@ class GatewaySettings:
             event_time_max_age_days=env_int(env, "LV_EVENT_TIME_MAX_AGE_DAYS", 3650),
             store_full_percent=env_int(env, "LV_STORE_FULL_PERCENT", 90),
             store_memory_check_ms=env_int(env, "LV_STORE_MEMORY_CHECK_MS", 500, minimum=10),
+            idempotency_seconds=env_int(env, "LV_IDEMPOTENCY_SECONDS", 86_400, minimum=60),
             append_retry_seconds=_float(env, "LV_APPEND_RETRY_SECONDS", 10.0),
             max_connections=env_int(env, "LV_MAX_CONNECTIONS", 10_000),
             max_connections_per_subject=env_int(

@@ -91,6 +91,7 @@ class Publisher:
             max_age_ms=settings.event_time_max_age_days * 86_400_000,
         )
         self.rate = PublishRate(settings.publish_rate, settings.publish_burst)
+        self.idempotency_seconds = settings.idempotency_seconds
         self.appender = Appender(
             client,
             self.partitions,
@@ -109,7 +110,7 @@ class Publisher:
         call when none is given, so that its own retries through a failover never append an
         event twice)."""
         try:
-            idempotency = Idempotency.of(raws, idempotency_key)
+            idempotency = Idempotency.of(raws, idempotency_key, self.idempotency_seconds)
         except InvalidIdempotencyKey as exc:
             raise BadRequest(exc.message, code=exc.code) from None
         self.refuse_unpublishable(raws)

@@ -98,9 +98,10 @@ class Idempotency:
     """The writer chose the key (it may send it again), rather than one made for the batch."""
 
     @classmethod
-    def of(cls, raws: Any, key: str | None = None) -> Idempotency:
+    def of(cls, raws: Any, key: str | None = None, seconds: int = RECORD_SECONDS) -> Idempotency:
         """For the events ``raws`` as sent (before defaults such as the time are filled in, so
-        a retry of the same request has the same digest), under ``key`` or a new one."""
+        a retry of the same request has the same digest), under ``key`` (its record kept
+        ``seconds``) or a new one."""
         if key is None:
             # A key made for this batch never comes with other events: nothing to compare, so
             # no digest to compute (the events may be encoded already, with bytes for names).
@@ -108,7 +109,7 @@ class Idempotency:
             return cls(own, own, OWN_RECORD_SECONDS, given=False)
         body = orjson.dumps(raws, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
                             default=repr)  # fmt: skip
-        return cls(check_key(key), hashlib.sha256(body).hexdigest()[:32], RECORD_SECONDS)
+        return cls(check_key(key), hashlib.sha256(body).hexdigest()[:32], seconds)
 
 
 def record_key(partition: int, key: str) -> str:

@@ -33,6 +33,7 @@ def tight_gateway(store_url: str) -> Iterator[ServedGateway]:
         LV_CORS_ORIGINS="http://chirp.example",
         LV_ENV="production",
         LV_JWT_SECRET="a-test-secret-that-is-long-enough-for-hs256",
+        LV_IDEMPOTENCY_SECONDS="600",
     )
     served = ServedGateway(settings).start()
     yield served

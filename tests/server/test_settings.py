@@ -76,3 +76,10 @@ def test_a_cors_origin_a_browser_never_sends_is_refused(origin: str) -> None:
 def test_listed_origins_are_kept_as_written() -> None:
     listed = settings(LV_CORS_ORIGINS="https://app.example, http://localhost:3000")
     assert listed.cors_origins == ("https://app.example", "http://localhost:3000")
+
+
+def test_idempotency_seconds_default_to_a_day_and_refuse_less_than_a_minute() -> None:
+    assert settings().idempotency_seconds == 86_400
+    assert settings(LV_IDEMPOTENCY_SECONDS="600").idempotency_seconds == 600
+    assert "LV_IDEMPOTENCY_SECONDS" in refusal(LV_IDEMPOTENCY_SECONDS="30")
+    assert "LV_IDEMPOTENCY_SECONDS" in refusal(LV_IDEMPOTENCY_SECONDS="a day")

@@ -49,6 +49,16 @@ async def test_a_batch_sent_again_with_its_key_is_appended_once(
     assert [k for k in store.scan_iter(match="{lv:log:*}:appended:*") if b"k-1" not in k] == []
 
 
+async def test_a_gateway_keeps_a_key_for_its_idempotency_seconds(
+    tight_gateway: ServedGateway, store: redis.Redis
+) -> None:
+    """``LV_IDEMPOTENCY_SECONDS`` (600 on this gateway) is how long the record is kept."""
+    events = profiles(["ann"])
+    status, body = await post(tight_gateway, "ann", events, [("Idempotency-Key", "k-short")])
+    assert status == 202
+    assert 500 < store.ttl(record_key(body["offsets"][0]["partition"], "k-short")) <= 600
+
+
 async def test_a_key_sent_with_other_events_is_refused_and_writes_nothing(
     gateway: ServedGateway, store: redis.Redis
 ) -> None:
