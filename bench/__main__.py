@@ -23,8 +23,8 @@ from bench.common import RESULTS, Report, machine, results_dir
 from bench.moment import describe
 
 BENCHMARKS = [
-    "fanout", "gateways", "floor", "memory", "store", "storecluster", "deadletters", "latency",
-    "browser", "cdc", "pipeline", "rebuild",
+    "fanout", "gateways", "floor", "memory", "store", "publish", "storecluster", "deadletters",
+    "latency", "browser", "cdc", "pipeline", "rebuild",
 ]  # fmt: skip
 """In order: the gateway's own figures first, then the store's, then those with Spark in the
 loop."""
