@@ -198,7 +198,9 @@ async def test_tokens_are_checked_at_connect_and_can_be_refreshed(
         await unauth.send(type="subscribe", sub="a", view="profiles", key="alice")
         assert (await unauth.next())["code"] == "token_missing"
 
-        sock = await connect(s, gateway, gateway.token("alice", ttl=1.5))
+        # A token's expiry is a whole second: ttl=3 leaves it 2 to 3 s, time enough to sign in
+        # on a loaded machine, which a token that could expire within the second did not.
+        sock = await connect(s, gateway, gateway.token("alice", ttl=3))
         await sock.next()
         await sock.send(type="subscribe", sub="a", view="profiles", key="alice")
         await sock.next()
@@ -206,15 +208,15 @@ async def test_tokens_are_checked_at_connect_and_can_be_refreshed(
         assert (await sock.next())["code"] == "subject_changed"
         await sock.send(type="auth", token=gateway.token("alice", ttl=60))
         assert (await sock.next())["type"] == "authenticated"
-        await asyncio.sleep(2)  # past the first token's expiry
+        await asyncio.sleep(3.2)  # past the first token's expiry
         writer.write([("profiles", "alice", "profile", {"name": "still here"})])
         delta = await sock.next()
         assert delta["type"] == "delta" and delta["sub"] == "a"
         await sock.ws.close()
 
-        short = await connect(s, gateway, gateway.token("alice", ttl=1))
-        await short.next()
-        assert (await short.next(timeout=5))["code"] == "token_expired"
+        short = await connect(s, gateway, gateway.token("alice", ttl=2))
+        assert (await short.next())["type"] == "authenticated"
+        assert (await short.next(timeout=6))["code"] == "token_expired"
         assert (await short.next())["code"] == 4401
         assert stored_rows(store, "profiles", "alice", 8)["profile"]["name"] == "still here"
 
