@@ -112,7 +112,7 @@ async def test_an_expiring_token_ends_the_stream_with_a_reason_and_a_resumable_i
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
     async with aiohttp.ClientSession() as s:
-        token = gateway.token("alice", ttl=1.5)
+        token = gateway.token("alice", ttl=3)  # a whole second: it expires in 2 to 3 s
         sse = await open_sse(s, gateway.url + VIEW + "/live",
                              {"Authorization": f"Bearer {token}"})  # fmt: skip
         snap = await sse.next()
