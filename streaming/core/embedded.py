@@ -40,6 +40,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import redis
 
@@ -181,21 +182,48 @@ def answers(url: str, timeout: float = 0.5) -> bool:
 
 
 def reachable(url: str, timeout: float = 0.5) -> bool:
-    """Does the store at ``url`` take commands: a server that answers, or a cluster node whose
-    cluster serves every slot (a cluster being formed answers but refuses keys)."""
+    """Does the store at ``url`` take commands: a server that answers, or a cluster every node
+    of whose slot map says it serves every slot. A cluster being formed answers but refuses
+    keys, and its nodes come to agree one after the other: the node at ``url`` saying so is not
+    enough for a client whose first key lives on another one."""
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
         try:
             info: Any = client.info("cluster")
             if not int(info.get("cluster_enabled", 0)):
                 return True
-            raw: Any = client.execute_command("CLUSTER", "INFO")
-            text = raw.decode() if isinstance(raw, bytes) else str(raw)
-            return "cluster_state:ok" in text
+            if not _cluster_ok(client):
+                return False
+            ranges: Any = client.execute_command("CLUSTER", "SLOTS")
         finally:
             client.close()
+        # Each range is [first, last, primary, replica...], each node [host, port, ...].
+        nodes = {(_text(n[0]), int(n[1])) for r in ranges for n in r[2:]}
+        parts = urlsplit(url)
+        credentials = parts.netloc.rpartition("@")[0]
+        for host, port in sorted(nodes):
+            address = f"{host or parts.hostname}:{port}"
+            netloc = f"{credentials}@{address}" if credentials else address
+            node = redis.Redis.from_url(
+                parts._replace(netloc=netloc).geturl(),
+                socket_connect_timeout=timeout,
+                socket_timeout=timeout,
+            )
+            with node:
+                if not _cluster_ok(node):
+                    return False
+        return True
     except redis.RedisError:
         return False
+
+
+def _cluster_ok(client: redis.Redis) -> bool:
+    raw: Any = client.execute_command("CLUSTER", "INFO")
+    return "cluster_state:ok" in _text(raw)
+
+
+def _text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def fsync_policy(env: Mapping[str, str] | None = None) -> str:

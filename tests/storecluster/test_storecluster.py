@@ -42,6 +42,21 @@ def test_a_write_is_acknowledged_by_a_replica(cluster_store: RedisCluster) -> No
     assert replicas == 1
 
 
+def test_a_cluster_is_reachable_once_every_node_of_its_slot_map_answers(
+    store_cluster: StoreCluster, cluster_store: RedisCluster
+) -> None:
+    """A program started with the cluster (Chirp's writer under ``make run-cluster``) waits
+    until ``reachable``; its first key may live on any node, so the node in its URL answering
+    is not enough while another one does not."""
+    assert reachable(store_cluster.url)
+    with store_cluster.client(1) as other:  # another primary than the URL's
+        other.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+    paused_until = time.monotonic() + 1.5
+    assert not reachable(store_cluster.url)
+    time.sleep(max(0.0, paused_until - time.monotonic()) + 0.2)
+    assert reachable(store_cluster.url)
+
+
 def test_the_command_runs_a_cluster_until_it_is_stopped(tmp_path: Path) -> None:
     """``python -m streaming.core.storecluster``: from LV_EMBEDDED_PORT, with the data
     directory's password, serving every slot, and gone on SIGTERM."""
