@@ -125,6 +125,13 @@ def save_plot(fig: Any, name: str) -> Path:
     return path
 
 
+def store_cpu_s(client: Any) -> float:
+    """The store server's CPU seconds so far (``INFO cpu``: its main thread and its I/O), as
+    the store itself counts them: a child it forks (an AOF rewrite) is not in it."""
+    info: Any = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
 def token(user: str = "bench", scope: str = "read publish", ttl: int = 7200) -> str:
     """A token signed with the gateway's development secret."""
     claims = {"sub": user, "scope": scope, "aud": "liveviews", "exp": int(time.time()) + ttl}

@@ -29,17 +29,12 @@ import aiohttp
 import psutil
 import redis
 
-from bench.common import RESULTS, Report, Row, percentile, save, token
+from bench.common import RESULTS, Report, Row, percentile, save, store_cpu_s, token
 from bench.moment import Moment
 from bench.system import System, running_store
 
 USER = "bench"
 KINDS = ("keyless", "keyed")
-
-
-def _cpu(client: redis.Redis) -> float:
-    info: Any = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 def _memory(client: redis.Redis) -> int:
@@ -73,7 +68,7 @@ async def _post_all(base: str, batches: int, concurrency: int, keyed: bool) -> l
 def measure(system: System, batches: int, concurrency: int, keyed: bool) -> dict[str, Any]:
     assert system.gateway is not None
     gateway = psutil.Process(system.gateway.pid)
-    memory, store_cpu = _memory(system.client), _cpu(system.client)
+    memory, store_cpu = _memory(system.client), store_cpu_s(system.client)
     gateway_cpu = sum(gateway.cpu_times()[:2])
     started = time.perf_counter()
     latencies = asyncio.run(_post_all(system.base, batches, concurrency, keyed))
@@ -83,7 +78,7 @@ def measure(system: System, batches: int, concurrency: int, keyed: bool) -> dict
         "p50_ms": round(percentile(latencies, 50) * 1000, 2),
         "p99_ms": round(percentile(latencies, 99) * 1000, 2),
         "gateway_cpu_us": round((sum(gateway.cpu_times()[:2]) - gateway_cpu) / batches * 1e6, 1),
-        "store_cpu_us": round((_cpu(system.client) - store_cpu) / batches * 1e6, 1),
+        "store_cpu_us": round((store_cpu_s(system.client) - store_cpu) / batches * 1e6, 1),
         "store_bytes": round((_memory(system.client) - memory) / batches, 1),
     }
 

@@ -48,7 +48,7 @@ import psutil
 import redis
 import redis.asyncio as aioredis
 
-from bench.common import RESULTS, Report, percentile, save, token
+from bench.common import RESULTS, Report, percentile, save, store_cpu_s, token
 from bench.latency import USERS, Phase, latency_stats, publish, seed
 from bench.moment import CpuTimes, Moment
 from bench.pipeline import write_backlog
@@ -220,8 +220,7 @@ class Run:
         """End the current window, and begin the one called ``name`` (if any)."""
         now, wall, cpu = time.monotonic(), time.time(), CpuTimes.now()
         jvm = jvm_cpu(self.jvm)["cpu_s"]
-        info: Any = self.system.client.info("cpu")
-        store = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        store = store_cpu_s(self.system.client)
         self.sampled = 0.0
         self.sample()
         ours = dict(self.seen)

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 import redis
 
-from bench.common import Report, Row, free_port, save
+from bench.common import Report, Row, free_port, save, store_cpu_s
 from bench.moment import Moment
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity
@@ -90,11 +90,6 @@ def _rewrites(batches: list[list[dict[str, Any]]], count: int) -> list[list[dict
     ]  # fmt: skip
 
 
-def _cpu(client: redis.Redis) -> float:
-    info: Any = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-
 def measure(allocator: str, batches: list[list[dict[str, Any]]], events: int) -> dict[str, Any]:
     """One fresh store with ``allocator``: CPU µs per row change and per appended event."""
     with tempfile.TemporaryDirectory(prefix="lv-bench-store-") as tmp:
@@ -105,23 +100,23 @@ def measure(allocator: str, batches: list[list[dict[str, Any]]], events: int) ->
             sink = ChangeTopicSink(client, _app(), "bench", shards, retention=1_000_000)
             per_batch, sink_cpu = [], 0.0
             for batch_id, rows in enumerate(batches):
-                before = _cpu(client)
+                before = store_cpu_s(client)
                 sink.write(rows, batch_id)
-                used = _cpu(client) - before
+                used = store_cpu_s(client) - before
                 sink_cpu += used
                 per_batch.append(round(used / len(rows) * 1e6, 2))
             rewrites = _rewrites(batches, 10)
-            before = _cpu(client)
+            before = store_cpu_s(client)
             for batch_id, rows in enumerate(rewrites, start=len(batches)):
                 sink.write(rows, batch_id)
-            rewrite_cpu = _cpu(client) - before
+            rewrite_cpu = store_cpu_s(client) - before
             log = EventLog(client, chirp, 4)
             activity = Activity(users=TIMELINES, seed=1)
             taken = [activity.take(5000) for _ in range(events // 5000)]
-            before, t0 = _cpu(client), time.perf_counter()
+            before, t0 = store_cpu_s(client), time.perf_counter()
             for chunk in taken:
                 log.append_batch(chunk)
-            seconds, cpu = time.perf_counter() - t0, _cpu(client) - before
+            seconds, cpu = time.perf_counter() - t0, store_cpu_s(client) - before
             rows_total = sum(len(b) for b in batches)
             return {
                 "allocator": store.allocator,

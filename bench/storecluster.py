@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import Report, Row, free_port, save
+from bench.common import Report, Row, free_port, save, store_cpu_s
 from bench.moment import Moment
 from bench.store import _app, _batches
 from demo.chirp import app as chirp
@@ -64,8 +64,7 @@ def _writer(url: str, events: int, seed: int, ready: Any, go: Any) -> None:
 
 def _cpu(url: str) -> float:
     with connect(url, socket_timeout=30) as client:  # a node's own CPU: a plain client of it
-        info: Any = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+        return store_cpu_s(client)
 
 
 def _read_change_topic(client: Any) -> int:
