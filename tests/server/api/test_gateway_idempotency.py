@@ -1,9 +1,11 @@
 """Publishing once per Idempotency-Key on a single store server: a batch sent again with its key
-gets the same offsets and appends nothing; the key sent with other events is refused and writes
-nothing in any partition; a key that is not one is refused."""
+gets the same offsets and appends nothing, over HTTP or a WebSocket; the key sent with other
+events is refused and writes nothing in any partition; a key that is not one is refused."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,6 +16,8 @@ from streaming.core.append import RECORD_SECONDS, record_key
 from streaming.core.events import log_stream
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS
+
+GOLDEN = Path(__file__).resolve().parents[3] / "protocol" / "golden"
 
 
 def profiles(users: list[str]) -> list[dict[str, Any]]:
@@ -57,6 +61,32 @@ async def test_a_gateway_keeps_a_key_for_its_idempotency_seconds(
     status, body = await post(tight_gateway, "ann", events, [("Idempotency-Key", "k-short")])
     assert status == 202
     assert 500 < store.ttl(record_key(body["offsets"][0]["partition"], "k-short")) <= 600
+
+
+async def test_a_websocket_publish_sent_again_with_its_key_is_appended_once(
+    gateway: ServedGateway, store: redis.Redis
+) -> None:
+    """The golden message sent twice, the second time on another socket (as after a lost
+    answer and a reconnect), is answered with the same offsets; other events under the same
+    key are refused, and the log holds the event once."""
+    text = json.loads((GOLDEN / "client-publish-once.json").read_text())["ws"]["text"]
+    other = json.loads(text) | {
+        "events": [{"type": "profile_set", "payload": {"user": "alice", "name": "Other"}}]
+    }
+    answers = []
+    async with aiohttp.ClientSession() as s:
+        for message in (text, text, json.dumps(other)):
+            ws = await s.ws_connect(gateway.ws_url, params={"access_token": gateway.token("alice")})
+            assert (await ws.receive_json())["type"] == "authenticated"
+            await ws.send_str(message)
+            answers.append(await ws.receive_json())
+            await ws.close()
+    assert answers[0]["type"] == "published" and answers[0]["req"] == "r2"
+    assert answers[1] == answers[0]
+    refused = answers[2]
+    assert refused["type"] == "error" and refused["req"] == "r2"
+    assert refused["code"] == "idempotency_key_reused"
+    assert log_length(store) == 1
 
 
 async def test_a_key_sent_with_other_events_is_refused_and_writes_nothing(

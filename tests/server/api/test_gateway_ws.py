@@ -154,36 +154,6 @@ async def test_golden_client_messages_are_understood(
         await sock.ws.close()
 
 
-async def test_a_publish_sent_again_with_its_idempotency_key_is_appended_once(
-    gateway: ServedGateway, store: redis.Redis
-) -> None:
-    """The golden message sent twice, the second time on another socket (as after a lost
-    answer and a reconnect), is answered with the same offsets; other events under the same
-    key are refused, and the log holds the event once."""
-    text = json.loads((GOLDEN / "client-publish-once.json").read_text())["ws"]["text"]
-    answers = []
-    async with aiohttp.ClientSession() as s:
-        for _ in range(2):
-            sock = await connect(s, gateway, gateway.token("alice"))
-            assert (await sock.next())["type"] == "authenticated"
-            await sock.ws.send_str(text)
-            answers.append(await sock.next())
-            await sock.ws.close()
-        assert answers[0]["type"] == "published" and answers[0]["req"] == "r2"
-        assert answers[1] == answers[0]
-        sock = await connect(s, gateway, gateway.token("alice"))
-        await sock.next()
-        other = json.loads(text) | {
-            "events": [{"type": "profile_set", "payload": {"user": "alice", "name": "Other"}}]
-        }
-        await sock.ws.send_str(json.dumps(other))
-        refused = await sock.next()
-        assert refused["type"] == "error" and refused["req"] == "r2"
-        assert refused["code"] == "idempotency_key_reused"
-        await sock.ws.close()
-    assert sum(store.xlen(log_stream(p)) for p in range(4)) == 1
-
-
 async def test_tokens_are_checked_at_connect_and_can_be_refreshed(
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
