@@ -40,9 +40,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from streaming.core.errors import ConfigurationError
 from streaming.core.password import embedded_url, password_path, redacted, store_password
@@ -186,44 +187,28 @@ def reachable(url: str, timeout: float = 0.5) -> bool:
     of whose slot map says it serves every slot. A cluster being formed answers but refuses
     keys, and its nodes come to agree one after the other: the node at ``url`` saying so is not
     enough for a client whose first key lives on another one."""
+    options: dict[str, Any] = {"socket_connect_timeout": timeout, "socket_timeout": timeout}
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-        try:
+        with redis.Redis.from_url(url, **options) as client:
             info: Any = client.info("cluster")
             if not int(info.get("cluster_enabled", 0)):
                 return True
             if not _cluster_ok(client):
                 return False
-            ranges: Any = client.execute_command("CLUSTER", "SLOTS")
+        # redis-py's cluster client reads the slot map and knows each node's address and
+        # credentials; it refuses a map that leaves a slot unserved.
+        cluster = RedisCluster.from_url(url, **options)
+        try:
+            return all(_cluster_ok(cluster.get_redis_connection(n)) for n in cluster.get_nodes())
         finally:
-            client.close()
-        # Each range is [first, last, primary, replica...], each node [host, port, ...].
-        nodes = {(_text(n[0]), int(n[1])) for r in ranges for n in r[2:]}
-        parts = urlsplit(url)
-        credentials = parts.netloc.rpartition("@")[0]
-        for host, port in sorted(nodes):
-            address = f"{host or parts.hostname}:{port}"
-            netloc = f"{credentials}@{address}" if credentials else address
-            node = redis.Redis.from_url(
-                parts._replace(netloc=netloc).geturl(),
-                socket_connect_timeout=timeout,
-                socket_timeout=timeout,
-            )
-            with node:
-                if not _cluster_ok(node):
-                    return False
-        return True
-    except redis.RedisError:
+            cluster.close()
+    except (redis.RedisError, RedisClusterException):
         return False
 
 
 def _cluster_ok(client: redis.Redis) -> bool:
     raw: Any = client.execute_command("CLUSTER", "INFO")
-    return "cluster_state:ok" in _text(raw)
-
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
+    return "cluster_state:ok" in (raw.decode() if isinstance(raw, bytes) else str(raw))
 
 
 def fsync_policy(env: Mapping[str, str] | None = None) -> str:
