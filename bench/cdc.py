@@ -410,7 +410,7 @@ def measure(system: System, send: Send, rates: list[int], seconds: float, lead_i
                 page.evaluate("() => { window.__arrivals = []; }")
             phase = Phase(rate, clock=time.time)
             heads = log_heads(system.client, PARTITIONS)
-            since = f"{int(time.time() * 1000)}-0"
+            since = time.time()
             drive(send, phase, rate, seconds, counter)
             time.sleep(5)  # the last changes' frames
             arrivals = page.evaluate("() => window.__arrivals.splice(0)")

@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
 import redis
 
+from bench import progress
 from bench.ceilings import forget_views
 from bench.common import Report, Row, free_port, percentile, save
 from bench.moment import Moment
@@ -35,7 +35,6 @@ from bench.pipeline import write_backlog
 from deploy.spark import HOST, StandaloneCluster
 from streaming.core.embedded import EmbeddedStore
 from streaming.core.log import views_caught_up
-from streaming.job.progress import PIPELINE_PROGRESS_STREAM
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -62,15 +61,9 @@ def master_for(workers: list[int], root: Path) -> Iterator[str]:
         yield cluster.master_url
 
 
-def first_batch_start_ms(client: redis.Redis) -> int:
+def first_batch_start_ms(client: redis.Redis) -> float:
     """When the earliest micro-batch recorded in ``lv:pipeline:progress`` started."""
-    entries: Any = client.xrange(PIPELINE_PROGRESS_STREAM)
-    starts = []
-    for entry_id, fields in entries:
-        ended = int(entry_id.split(b"-")[0])
-        took = orjson.loads(fields[b"duration_ms"]).get("triggerExecution", 0)
-        starts.append(ended - int(took))
-    return min(starts)
+    return min(b.started for b in progress.batches(client)) * 1000
 
 
 def drain(url: str, master: str, data: Path, client: redis.Redis, events: int) -> dict[str, Any]:

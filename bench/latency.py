@@ -37,13 +37,12 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench import ceilings
+from bench import ceilings, progress
 from bench.common import Report, Row, percentile, save, save_plot, token
 from bench.moment import Moment
 from bench.system import UNTUNED, System, jvm_cpu, running_store
 from demo.chirp import app
 from streaming.core.log import EventLog
-from streaming.job.progress import PIPELINE_PROGRESS_STREAM
 
 USERS = 40
 RATES = [10, 100, 1000, 100]
@@ -225,14 +224,13 @@ async def run_phase(base: str, rate: int, seconds: float, label: str) -> Phase:
     return phase
 
 
-def batch_figures(system: System, since: str) -> dict[str, Any]:
+def batch_figures(system: System, since: float) -> dict[str, Any]:
     """Per query: micro-batch durations and where their time went, from the pipeline's own
-    ``StreamingQueryProgress`` records (``lv:pipeline:progress``)."""
-    per_query: dict[str, list[dict[str, Any]]] = {}
-    entries: Any = system.client.xrange(PIPELINE_PROGRESS_STREAM, min=since)
-    for _, f in entries:
-        if int(f[b"events"]) > 0:
-            per_query.setdefault(f[b"query"].decode(), []).append(orjson.loads(f[b"duration_ms"]))
+    ``StreamingQueryProgress`` records since ``since`` (seconds since the epoch)."""
+    per_query: dict[str, list[dict[str, float]]] = {}
+    for b in progress.batches(system.client, since):
+        if b.events > 0:
+            per_query.setdefault(b.query, []).append(b.duration_ms)
     out = {}
     for query, batches in per_query.items():
         phases = sorted({k for b in batches for k in b})
@@ -255,7 +253,7 @@ def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds:
         jvm = system.driver_jvm()
         out = []
         for i, rate in enumerate(rates):
-            since = f"{int(time.time() * 1000)}-0"
+            since = time.time()
             after_s = time.monotonic() - started
             before = jvm_cpu(jvm) if jvm else None
             label = f"{name[0]}{i}r{rate}x"  # unique per phase: a name reflects one rename

@@ -48,6 +48,7 @@ import psutil
 import redis
 import redis.asyncio as aioredis
 
+from bench import progress
 from bench.common import RESULTS, Report, percentile, save, store_cpu_s, token
 from bench.latency import USERS, Phase, latency_stats, publish, seed
 from bench.moment import CpuTimes, Moment
@@ -59,7 +60,6 @@ from streaming.core import versions
 from streaming.core.changes import ACTIVE_KEY, read_snapshot
 from streaming.core.events import log_stream
 from streaming.core.settings import Settings
-from streaming.job.progress import PIPELINE_PROGRESS_STREAM
 from streaming.job.session import QUERY_NAME
 
 PIPELINES = ["profiles", "entities", "activity"]
@@ -443,26 +443,19 @@ def long_calls(client: redis.Redis, seconds: float, building: str) -> dict[str, 
     }
 
 
-def _progress(client: redis.Redis, since: float, until: float) -> list[tuple[float, Any]]:
-    entries: Any = client.xrange(PIPELINE_PROGRESS_STREAM, min=f"{int(since * 1000)}-0",
-                                 max=f"{int(until * 1000)}-0")  # fmt: skip
-    return [(int(i.split(b"-")[0]) / 1000, f) for i, f in entries]
-
-
 def window_batches(client: redis.Redis, since: float, until: float) -> dict[str, Any]:
     """Per query: its micro-batches that ended in the window, and where their time went."""
-    per_query: dict[str, list[tuple[int, dict[str, int]]]] = defaultdict(list)
-    for _, f in _progress(client, since, until):
-        if int(f[b"events"]) > 0:
-            per_query[f[b"query"].decode()].append((int(f[b"events"]),
-                                                    orjson.loads(f[b"duration_ms"])))  # fmt: skip
+    per_query: dict[str, list[progress.Batch]] = defaultdict(list)
+    for b in progress.batches(client, since, until):
+        if b.events > 0:
+            per_query[b.query].append(b)
     out = {}
     for query, batches in sorted(per_query.items()):
-        total = [float(d.get("triggerExecution", 0)) for _, d in batches]
-        sink = [float(d.get("addBatch", 0)) for _, d in batches]
+        total = [float(b.duration_ms.get("triggerExecution", 0)) for b in batches]
+        sink = [float(b.duration_ms.get("addBatch", 0)) for b in batches]
         out[query] = {
             "batches": len(batches),
-            "events": sum(n for n, _ in batches),
+            "events": sum(b.events for b in batches),
             "batch_ms_p50": percentile(total, 50),
             "batch_ms_p99": percentile(total, 99),
             "batch_ms_max": max(total),
@@ -475,18 +468,16 @@ def window_batches(client: redis.Redis, since: float, until: float) -> dict[str,
 def query_batches(client: redis.Redis, qualified: str, until: float) -> dict[str, Any]:
     """The micro-batches of a version's query up to ``until``, and when its first one began."""
     name = f"{QUERY_NAME}.{qualified}"
-    batches = [(at, int(f[b"events"]), orjson.loads(f[b"duration_ms"]))
-               for at, f in _progress(client, 0, until + 5)
-               if f[b"query"].decode() == name and int(f[b"events"]) > 0]  # fmt: skip
+    batches = [b for b in progress.batches(client, 0, until + 5)
+               if b.query == name and b.events > 0]  # fmt: skip
     if not batches:
         return {"first_batch_started": None, "batches": 0}
-    at, _, d = batches[0]
-    total = [float(d.get("triggerExecution", 0)) for _, _, d in batches]
+    total = [float(b.duration_ms.get("triggerExecution", 0)) for b in batches]
     return {
-        "first_batch_started": at - d.get("triggerExecution", 0) / 1000,
+        "first_batch_started": batches[0].started,
         "batches": len(batches),
-        "events": sum(n for _, n, _ in batches),
-        "events_per_batch_max": max(n for _, n, _ in batches),
+        "events": sum(b.events for b in batches),
+        "events_per_batch_max": max(b.events for b in batches),
         "batch_ms_p50": percentile(total, 50),
         "batch_ms_max": max(total),
     }
@@ -498,9 +489,8 @@ def drain(system: System, env: dict[str, str], backlog: int) -> dict[str, Any]:
     system.start_pipeline(env)
     system.wait_until_caught_up(timeout=REBUILD_TIMEOUT_S)
     elapsed = time.monotonic() - started
-    progress = _progress(system.client, wall, time.time())
-    first = min((at - orjson.loads(f[b"duration_ms"]).get("triggerExecution", 0) / 1000
-                 for at, f in progress if int(f[b"events"]) > 0), default=wall)  # fmt: skip
+    first = min((b.started for b in progress.batches(system.client, wall, time.time())
+                 if b.events > 0), default=wall)  # fmt: skip
     from_first = time.time() - first
     return {
         "events": backlog,

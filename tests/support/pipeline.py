@@ -50,13 +50,17 @@ class RunningPipeline:
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for query in self.queries:
-                if query.exception() is not None:
-                    raise AssertionError(f"pipeline {query.name} failed: {query.exception()}")
+            self.assert_running()
             if views_caught_up(client, self.settings.log_partitions):
                 return
             time.sleep(0.05)
         raise AssertionError(f"pipeline did not catch up within {timeout} s")
+
+    def assert_running(self) -> None:
+        """Fail at once, with Spark's reason, if a query has stopped on an error."""
+        for query in self.queries:
+            if query.exception() is not None:
+                raise AssertionError(f"pipeline {query.name} failed: {query.exception()}")
 
     def stop(self) -> None:
         for query in self.queries:
