@@ -32,6 +32,8 @@ from streaming.core.embedded import EmbeddedStore
 KEYS = 50
 TARGET_BYTES = 8 * 1024
 SETTLE_SECONDS = 2.0
+QUICK_SETTLE_SECONDS = 0.2
+"""A quick run's figures mean nothing; it only checks the harness."""
 
 
 def _requests(server: c.Server, kind: str, n: int, first: int) -> list[Request]:
@@ -52,8 +54,9 @@ def _requests(server: c.Server, kind: str, n: int, first: int) -> list[Request]:
 
 
 def grow(
-    contender: contextlib.AbstractContextManager[c.Server], kind: str, steps: list[int]
-) -> list[tuple[int, int]]:
+    contender: contextlib.AbstractContextManager[c.Server], kind: str, steps: list[int],
+    settle: float = SETTLE_SECONDS,
+) -> list[tuple[int, int]]:  # fmt: skip
     """(subscribers, server RSS bytes) after each step."""
     points: list[tuple[int, int]] = []
     with contender as server, contextlib.ExitStack() as clients:
@@ -66,7 +69,7 @@ def grow(
                 if failed:
                     raise RuntimeError(f"{failed} of {n - have} {kind} subscribers were refused")
                 have = n
-            time.sleep(SETTLE_SECONDS)
+            time.sleep(settle)
             points.append((n, c.rss_bytes(server.pids())))
             print(f"{server.name} {kind}: {n} subscribers, RSS {points[-1][1] / 2**20:.1f} MiB",
                   flush=True)  # fmt: skip
@@ -81,8 +84,9 @@ def run(quick: bool = False) -> Report:
     figures: dict[str, Any] = {"subscribers": n, "target_bytes_per_subscriber": TARGET_BYTES}
     with tempfile.TemporaryDirectory() as tmp, EmbeddedStore(Path(tmp), c.free_port()) as url:
         for kind in ("sse", "ws"):
-            points = grow(c.liveviews(url), kind, steps)
-            floor = grow(c.idle_asgi(), kind, steps)
+            settle = QUICK_SETTLE_SECONDS if quick else SETTLE_SECONDS
+            points = grow(c.liveviews(url), kind, steps, settle)
+            floor = grow(c.idle_asgi(), kind, steps, settle)
             figures[kind] = {
                 "points": [{"subscribers": a, "rss_bytes": b} for a, b in points],
                 "bytes_per_subscriber": _per_subscriber(points),

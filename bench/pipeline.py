@@ -196,7 +196,7 @@ def steady(
 def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds: int = 60,
         name: str = "pipeline") -> Report:  # fmt: skip
     if quick:
-        backlog, rate, seconds = 20_000, 100, 5
+        backlog, rate, seconds = 5_000, 100, 5
     moment = Moment()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     figures: dict[str, Any] = {}
