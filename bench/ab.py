@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS
+from bench.processes import guard, stop_descendants
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -70,8 +71,11 @@ def run_once(checkout: Path, name: str, args: list[str], results: Path) -> dict[
     env = {**os.environ, "LV_BENCH_RESULTS": str(results), "PYTHONPATH": str(checkout),
            "PYSPARK_PYTHON": str(python)}  # fmt: skip
     results.mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(python), "-m", f"bench.{name}", *args], cwd=checkout, env=env,
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        subprocess.run([str(python), "-m", f"bench.{name}", *args], cwd=checkout, env=env,
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    finally:  # the other side's run must not share the machine with what this one left
+        stop_descendants()
     figures = json.loads((results / f"{name}.json").read_text())["figures"]
     pattern = re.compile(HEADLINES.get(name, r"."))
     return {k: v for k, v in flatten(figures).items() if pattern.search(k)}
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the harness")
     opts = parser.parse_args(argv)
+    guard()
     before = opts.before.resolve()
     if not (before / "bench").is_dir():
         parser.error(f"{before} is not a Liveviews checkout (it has no bench/)")

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,17 @@ class Report:
     plots: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     moment: dict[str, Any] = field(default_factory=dict)
+
+    def dumps(self) -> bytes:
+        """The report as JSON, for the harness that ran its benchmark in another process."""
+        return orjson.dumps(asdict(self), default=str)
+
+    @classmethod
+    def loads(cls, data: bytes) -> Report:
+        raw = orjson.loads(data)
+        raw["rows"] = [Row(**row) for row in raw["rows"]]
+        raw["plots"] = [Path(plot) for plot in raw["plots"]]
+        return cls(**raw)
 
 
 def save_plot(fig: Any, name: str) -> Path:
