@@ -5,7 +5,8 @@
 Each benchmark runs in a process of its own (``bench.single``) and writes
 ``bench/results/<name>.json`` (its figures, the machine and the versions) and its PNG plots;
 this command then writes ``bench/results/SUMMARY.md`` with each target beside the measured
-figure and the same-run baseline. ``--quick`` runs every benchmark
+figure and the same-run baseline, and, after a full run, the headline times of ``COMPARED``
+against the last recorded run's (``bench.regression``). ``--quick`` runs every benchmark
 at a tiny size, only to show the harness works (the CI runs it); its figures mean nothing and
 go to ``bench/results/quick/`` (or ``$LV_BENCH_RESULTS``).
 
@@ -24,10 +25,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import RESULTS, Report, machine, results_dir
 from bench.moment import describe
 from bench.processes import guard, stop_descendants, stop_tree
+from bench.regression import COMPARED, against_last_run, read_recorded
 from bench.single import error_path
 
 BENCHMARKS = [
@@ -63,7 +66,14 @@ def run_one(name: str, quick: bool, budget: float | None) -> Report | str:
         return Report.loads(report.read_bytes())
 
 
-def summary(reports: list[Report], failures: dict[str, str], quick: bool) -> str:
+def summary(
+    reports: list[Report],
+    failures: dict[str, str],
+    quick: bool,
+    recorded: dict[str, dict[str, Any] | str] | None = None,
+) -> str:
+    """The summary; ``recorded`` is the last recorded run's result file of each benchmark
+    compared with it (``bench.regression``), read before this run overwrote it."""
     m = machine()
     lines = [
         "# Benchmark summary" + (" (quick run: sizes too small to mean anything)" if quick else ""),
@@ -88,6 +98,11 @@ def summary(reports: list[Report], failures: dict[str, str], quick: bool) -> str
             lines += [f"![{plot.stem}]({plot.name})", ""]
     for name, error in failures.items():
         lines += [f"## {name}: failed", "", "```", error.strip()[-2000:], "```", ""]
+    if not quick:  # a quick run's figures mean nothing against a full one's
+        this_run = {
+            r.name: {"figures": r.figures, "moment": r.moment, "machine": m} for r in reports
+        }
+        lines += against_last_run(recorded or {}, this_run)
     return "\n".join(lines)
 
 
@@ -109,9 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     guard()
     reports: list[Report] = []
     failures: dict[str, str] = {}
+    recorded: dict[str, dict[str, Any] | str] = {}
     for name in names:
         started = time.monotonic()
         print(f"== {name}", flush=True)
+        if name in COMPARED and not args.quick:  # before the run overwrites it
+            last = read_recorded(results_dir() / f"{name}.json")
+            if last is not None:
+                recorded[name] = last
         outcome = run_one(name, args.quick, budget)
         if isinstance(outcome, Report):
             reports.append(outcome)
@@ -121,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)  # fmt: skip
         print(f"== {name}: {time.monotonic() - started:.0f} s", flush=True)
     path: Path = results_dir() / "SUMMARY.md"
-    path.write_text(summary(reports, failures, args.quick))
+    path.write_text(summary(reports, failures, args.quick, recorded))
     print(f"summary written to {path}")
     return 1 if failures else 0
 

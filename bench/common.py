@@ -52,6 +52,17 @@ def machine() -> dict[str, Any]:
     ):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[pkg] = metadata.version(pkg)
+    # which code was measured; --no-optional-locks: reading must not rewrite the index, and
+    # bench/results is left out, since a full run rewrites it before its last benchmark ends
+    git = ["git", "--no-optional-locks", "-C", str(RESULTS.parents[1])]
+    commit: dict[str, Any] = {}
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):  # a copy without git
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+        changes = subprocess.run([*git, "status", "--porcelain", "--", ".",
+                                  ":(exclude)bench/results"], capture_output=True, text=True,
+                                 check=True).stdout.strip()  # fmt: skip
+        commit = {"commit": head, "uncommitted_changes": bool(changes)}
     return {
         "cores": os.cpu_count(),
         "memory_gib": round(mem_kib / 1024 / 1024, 1),
@@ -60,6 +71,7 @@ def machine() -> dict[str, Any]:
         "java": java,
         "versions": versions,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **commit,
     }
 
 
