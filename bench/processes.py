@@ -7,9 +7,12 @@ load the machine for every later benchmark and test. A process that calls :func:
 
 - becomes a *subreaper*: a descendant whose parent dies is re-parented to it rather than to
   init, so every process it started, however deep, stays findable among its descendants;
-- receives SIGTERM when the process that started it dies, however that one died (SIGKILL too);
-- turns SIGTERM and SIGHUP into ``SystemExit``, so that the benchmark's ``finally`` blocks and
-  context managers stop what they started the orderly way;
+- with ``die_with_parent``, receives SIGTERM when the process that started it dies, however
+  that one died (SIGKILL too): for a benchmark the harness runs, not for the harness itself,
+  which a person may start in the background of a shell they then leave (``nohup``);
+- turns SIGTERM and SIGHUP into ``SystemExit`` (SIGHUP unless ``nohup`` ignores it), so that
+  the benchmark's ``finally`` blocks and context managers stop what they started the orderly
+  way;
 - at exit, stops every descendant still running: SIGTERM, then SIGKILL after a grace period.
 
 Linux only (``prctl``); elsewhere only the last two hold.
@@ -49,12 +52,14 @@ def _exit_on_signal(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def guard() -> None:
+def guard(*, die_with_parent: bool = False) -> None:
     """Make this process own everything it starts (see the module's docstring)."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if die_with_parent:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _exit_on_signal)
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _exit_on_signal)
     atexit.register(stop_descendants)
 
 

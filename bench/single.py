@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--report", type=Path, required=True)
     args = parser.parse_args(argv)
-    guard()
+    guard(die_with_parent=True)  # the harness's death, even by SIGKILL, ends it too
     try:
         module = importlib.import_module(f"bench.{args.name}")
         report = module.run(quick=args.quick)

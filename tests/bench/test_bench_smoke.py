@@ -124,3 +124,19 @@ def test_a_killed_harness_leaves_nothing_running(tmp_path: Path) -> None:
         stop_tree(proc)
         for p in started_by(tmp_path):  # what the assertion above found, not to load what follows
             p.kill()
+
+
+def test_a_harness_left_in_the_background_runs_to_its_end(tmp_path: Path) -> None:
+    """``nohup python -m bench &`` from a shell that then exits: the harness is not stopped
+    with the shell, only the benchmarks it runs are with it."""
+    env = {**os.environ, "LV_BENCH_RESULTS": str(tmp_path)}
+    env.pop("REDIS_URL", None)
+    # The shell outlives the harness's start by a few seconds, as a person's would.
+    command = f"nohup {sys.executable} -m bench --quick --only store,publish,deadletters >/dev/null 2>&1 & sleep 2"
+    subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, check=True, timeout=30)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "SUMMARY.md").exists():
+        assert time.monotonic() < deadline, "the harness stopped with the shell that started it"
+        time.sleep(0.5)
+    assert "failed" not in (tmp_path / "SUMMARY.md").read_text()
+    no_process_left(tmp_path)
