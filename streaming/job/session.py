@@ -28,6 +28,7 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 WHOLE_STAGE_CODEGEN = "spark.sql.codegen.wholeStage"
+CODEGEN_FACTORY_MODE = "spark.sql.codegen.factoryMode"
 PYTHON_DAEMON = "spark.python.daemon.module"
 FILE_SYSTEM_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -78,6 +79,13 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # start (cold start 17.3 s against 19.1 s, three alternating pairs); a 200k-event
         # drain and the batches at 100 events/s were no slower (docs/PERFORMANCE.md).
         WHOLE_STAGE_CODEGEN: "false",
+        # Projections, orderings and predicates are interpreted too, not generated as Java
+        # source for each task: Spark generates that source again for every task of every
+        # micro-batch to look it up in its cache of compiled classes, and at 100 events/s that
+        # was ~25% of the driver JVM's samples (JFR, Chirp's three queries). An internal
+        # setting of Spark's; LV_SPARK_CONF_spark__sql__codegen__factoryMode=FALLBACK gives
+        # back Spark's default (docs/performance/latency.md).
+        CODEGEN_FACTORY_MODE: "NO_CODEGEN",
         # The events the driver reads for a batch wait in Spark's block manager, serialized,
         # until the batch's tasks take them. Java serialization of each row was ~30% of the
         # driver JVM's samples in a drain; with Kryo the JVM used 8-28% less CPU in three
