@@ -26,7 +26,6 @@ import ctypes
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from types import FrameType
 
@@ -110,16 +109,5 @@ def stop_tree(process: subprocess.Popen[bytes] | subprocess.Popen[str],
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    deadline = time.monotonic() + grace
-    alive = [p for p in tree if _running(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.2)
-        alive = [p for p in alive if _running(p)]
+    _, alive = psutil.wait_procs(tree, timeout=grace)
     stop_processes(alive, grace=5)
-
-
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
