@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run run-cluster test lint bench clean-data faults test-cluster
 
-$(STAMP): pyproject.toml scripts/setup.sh client-js/package-lock.json
+$(STAMP): pyproject.toml setup.py scripts/setup.sh client-js/package-lock.json
 	bash scripts/setup.sh
 	touch $(STAMP)
 
@@ -34,9 +34,9 @@ test-cluster: $(STAMP)
 		$(VENV)/bin/python -m pytest -s -q -p no:cacheprovider tests/cluster
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check server streaming demo deploy tests bench
-	$(VENV)/bin/ruff format --check server streaming demo deploy tests bench
-	$(VENV)/bin/mypy server streaming demo deploy bench
+	$(VENV)/bin/ruff check server streaming demo deploy tests bench setup.py
+	$(VENV)/bin/ruff format --check server streaming demo deploy tests bench setup.py
+	bash scripts/typecheck.sh
 
 clean-data:
 	rm -rf data

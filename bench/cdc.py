@@ -48,10 +48,10 @@ from bench.latency import Phase, batch_figures, latency_stats
 from bench.moment import Moment
 from bench.system import PARTITIONS, ROOT, System, running_store
 from demo.orders.database import create_schema
-from streaming.cdc.embedded import EmbeddedPostgres
-from streaming.core.embedded import free_port
-from streaming.core.events import entry_id_tuple, log_stream
-from streaming.core.log import log_heads
+from liveviews.cdc.embedded import EmbeddedPostgres
+from liveviews.log.eventlog import log_heads
+from liveviews.log.events import entry_id_tuple, log_stream
+from liveviews.store.embedded import free_port
 
 SHOP = "demo.orders:app"
 POSTED = "bench.posted_shop:app"
@@ -111,7 +111,7 @@ def postgres() -> Iterator[str]:
 
 
 class Cdc:
-    """``python -m streaming.cdc`` for the shop, started and stopped as a benchmark needs."""
+    """``python -m liveviews.cdc`` for the shop, started and stopped as a benchmark needs."""
 
     def __init__(self, system: System, url: str) -> None:
         self.env = system.env({"DATABASE_URL": url, "LV_APP": SHOP})
@@ -120,7 +120,7 @@ class Cdc:
 
     def start(self) -> None:
         out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
-        command = [sys.executable, "-m", "streaming.cdc"]
+        command = [sys.executable, "-m", "liveviews.cdc"]
         self.proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out,
                                      stderr=subprocess.STDOUT)  # fmt: skip
 

@@ -49,9 +49,9 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from demo.chirp.views import ENTITY_STATE, USER, entity_input, profile_value
-from streaming.core.app import App
-from streaming.core.events import LOG_PREFIX
-from streaming.job.views import CHANGE_SCHEMA, Changes, log_order
+from liveviews.app import App
+from liveviews.log.events import LOG_PREFIX
+from liveviews.pipeline.views import CHANGE_SCHEMA, Changes, log_order
 
 if TYPE_CHECKING:
     import redis

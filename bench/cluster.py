@@ -3,8 +3,8 @@ worker of two cores, and two workers of one core each.
 
     .venv/bin/python -m bench.cluster [--quick] [--backlog 200000] [--runs 2]
 
-Each variant runs ``python -m streaming`` as its own process over one embedded store holding
-the backlog, from an empty change topic and checkpoint; the cluster variants start a master
+Each variant runs ``python -m liveviews.pipeline`` as its own process over one embedded store
+holding the backlog, from an empty change topic and checkpoint; the cluster variants start a master
 and workers with ``deploy.spark`` first. The drain is timed from the start of the first
 micro-batch (``lv:pipeline:progress``) to the moment every view has caught up with the log, so
 the process's and the executors' start-up is reported apart. Variants alternate, ``--runs``
@@ -33,8 +33,8 @@ from bench.common import Report, Row, free_port, percentile, save
 from bench.moment import Moment
 from bench.pipeline import write_backlog
 from deploy.spark import HOST, StandaloneCluster
-from streaming.core.embedded import EmbeddedStore
-from streaming.core.log import views_caught_up
+from liveviews.log.eventlog import views_caught_up
+from liveviews.store.embedded import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -67,7 +67,7 @@ def first_batch_start_ms(client: redis.Redis) -> float:
 
 
 def drain(url: str, master: str, data: Path, client: redis.Redis, events: int) -> dict[str, Any]:
-    """One drain of the backlog by ``python -m streaming`` on ``master``."""
+    """One drain of the backlog by ``python -m liveviews.pipeline`` on ``master``."""
     forget_views(client)
     env = {
         **os.environ,
@@ -82,7 +82,7 @@ def drain(url: str, master: str, data: Path, client: redis.Redis, events: int) -
     data.mkdir(parents=True, exist_ok=True)
     launched_ms = time.time() * 1000
     with open(data.with_suffix(".log"), "wb") as out:
-        pipeline = subprocess.Popen([sys.executable, "-m", "streaming"], cwd=ROOT, env=env,
+        pipeline = subprocess.Popen([sys.executable, "-m", "liveviews.pipeline"], cwd=ROOT, env=env,
                                     stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         deadline = time.monotonic() + DRAIN_TIMEOUT_S

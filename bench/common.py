@@ -19,8 +19,8 @@ import jwt
 import orjson
 
 from bench.moment import Moment
-from server.settings import DEV_JWT_SECRET
-from streaming.core.embedded import free_port as free_port
+from liveviews.gateway.settings import DEV_JWT_SECRET
+from liveviews.store.embedded import free_port as free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

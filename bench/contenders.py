@@ -1,6 +1,7 @@
 """The servers a fan-out benchmark compares, each started fresh, and how each is published to.
 
-- ``liveviews``: ``python -m server`` (one process, or ``LV_WORKERS`` processes on one port);
+- ``liveviews``: ``python -m liveviews.gateway`` (one process, or ``LV_WORKERS`` processes on one
+port);
 - ``nchan``: nginx with the nchan module, an SSE pub/sub hub in C, published to by HTTP POST;
 - ``naive``: ``bench/baselines/naive_gateway.py``, one ``XREAD BLOCK`` per subscriber.
 
@@ -30,7 +31,7 @@ import redis
 from bench.common import free_port, raise_open_files, token, wait_listening
 from bench.loadclient import marker
 from demo.chirp import app as chirp
-from streaming.job.sink import ChangeTopicSink
+from liveviews.pipeline.sink import ChangeTopicSink
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = Path(__file__).resolve().parent / "baselines"
@@ -117,14 +118,15 @@ def liveviews(store_url: str, workers: int = 1, extra: dict[str, str] | None = N
            **(extra or {})}  # fmt: skip
     name = name or ("liveviews" if workers == 1 else f"liveviews x{workers}")
     auth = {"Authorization": f"Bearer {token(scope='read')}"}
-    return _python_server(name, port, ["-m", "server"], env, auth)
+    return _python_server(name, port, ["-m", "liveviews.gateway"], env, auth)
 
 
 def idle_asgi() -> contextlib.AbstractContextManager[Server]:
     """``bench/baselines/idle_asgi.py`` under the gateway's own uvicorn settings."""
     port = free_port()
-    code = ("from server.settings import GatewaySettings; from server.serve import config, "
-            "raise_open_files; import uvicorn; from bench.baselines.idle_asgi import app; "
+    code = ("from liveviews.gateway.settings import GatewaySettings; "
+            "from liveviews.gateway.serve import config, raise_open_files; import uvicorn; "
+            "from bench.baselines.idle_asgi import app; "
             "raise_open_files(); s = GatewaySettings.from_env(); "
             "uvicorn.Server(config(s, app)).run()")  # fmt: skip
     return _python_server("bare uvicorn", port, ["-c", code], {"LV_PORT": str(port)})

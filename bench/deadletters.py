@@ -4,7 +4,7 @@
 
 Three figures, each the best of a few rounds over Chirp's own activity:
 
-- the source's check of one log entry (``streaming.core.screen.check_entry``), which each
+- the source's check of one log entry (``liveviews.log.screen.check_entry``), which each
   pipeline's source makes of every entry it reads;
 - Chirp's entities processor over a micro-batch, bare and wrapped by ``isolated`` (the state
   writes held back, the rows sorted into log order), per event; their difference is what the
@@ -29,8 +29,8 @@ from bench.moment import Moment
 from demo.chirp import app
 from demo.chirp.generate import Activity
 from demo.chirp.views import BUCKETS, EntityProcessor
-from streaming.core.events import partition_for
-from streaming.core.screen import check_entry
+from liveviews.log.events import partition_for
+from liveviews.log.screen import check_entry
 
 PARTITIONS = 4
 ROUNDS = 5
@@ -91,7 +91,7 @@ def _process(by_bucket: dict[int, list[Any]], wrapped: bool) -> float:
     """Seconds to run one micro-batch of every bucket through a fresh processor."""
     from pyspark.sql.streaming.stateful_processor import TimerValues
 
-    from streaming.job.isolation import isolated
+    from liveviews.pipeline.isolation import isolated
 
     processor = isolated(EntityProcessor()) if wrapped else EntityProcessor()
     processor.init(Handle())  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Views declared as queries (``streaming.job.declared``) over Chirp's events, for the drain
+"""Views declared as queries (``liveviews.pipeline.declared``) over Chirp's events, for the drain
 figures of ``bench.pipeline``: each user's count of events and the type of the newest one.
 
 Two forms of the same aggregation, no Python per event in either; Spark keeps each group's
@@ -17,8 +17,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming.core.app import App
-from streaming.job.declared import log_position, payloads, view_changes
+from liveviews.app import App
+from liveviews.pipeline.declared import log_position, payloads, view_changes
 
 VIEW = "user_activity"
 GROUPINGS = {"key": "the log's key", "user": "a payload field, every payload parsed"}

@@ -27,7 +27,7 @@ from bench import contenders as c
 from bench.common import Report, Row, percentile, raise_open_files, save, save_plot
 from bench.loadclient import Clients
 from bench.moment import Moment
-from streaming.core.embedded import EmbeddedStore
+from liveviews.store.embedded import EmbeddedStore
 
 RATE = 10  # messages per second
 DRAIN_SECONDS = 2.0

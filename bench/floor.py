@@ -12,11 +12,11 @@ between the change feed and that write. This measures each part on its own, on t
 - **the gateway's Python per delivery**: the hub hands deltas to N ``SseSender``s whose
   connection does nothing, so only the Python path is timed (best of 5): for streams on their
   own, as each took its deltas before cohorts and as one out of step still does, and for streams
-  in their key's cohort (``server.fanout.cohort``), each writing to ``/dev/null``: a system call
-  that moves nothing;
+  in their key's cohort (``liveviews.gateway.fanout.cohort``), each writing to ``/dev/null``: a
+  system call that moves nothing;
 - **WebSocket framing**: a delta-sized message framed by the gateway's own RFC 6455 code
-  (``server.wire.rfc6455``) and by the ``websockets`` package's sans-I/O codec, and client
-  messages parsed by each (best of 5): the figures behind keeping the hand-written codec.
+  (``liveviews.gateway.wire.rfc6455``) and by the ``websockets`` package's sans-I/O codec, and
+  client messages parsed by each (best of 5): the figures behind keeping the hand-written codec.
 
 nginx+nchan pays the same system call per delivery; what separates the gateway from it is the
 Python path and what the loop does around the call.
@@ -109,14 +109,14 @@ def write_cost(n: int, rounds: int = ROUNDS) -> dict[str, float]:
 def python_path_cost(n: int, rounds: int = 50, cohort: bool = False) -> float:
     """µs of the hub→stream path per delivery to ``n`` subscribers of one key, without I/O;
     with ``cohort``, the streams are in their key's cohort and write to ``/dev/null``."""
-    from server.fanout.hub import Hub
-    from server.fanout.items import Progress
-    from server.fanout.subscription import Source, Subscription
-    from server.live.sse import SseSender, sse_cohort
-    from server.live.ticker import Ticker
-    from server.metrics import Metrics
-    from server.wire import frames
-    from streaming.core.changes import Delta
+    from liveviews.changes.topic import Delta
+    from liveviews.gateway.fanout.hub import Hub
+    from liveviews.gateway.fanout.items import Progress
+    from liveviews.gateway.fanout.subscription import Source, Subscription
+    from liveviews.gateway.live.sse import SseSender, sse_cohort
+    from liveviews.gateway.live.ticker import Ticker
+    from liveviews.gateway.metrics import Metrics
+    from liveviews.gateway.wire import frames
 
     class IdleTransport:
         """Takes writes and does nothing: only the Python around them is timed."""
@@ -198,7 +198,7 @@ def codec_cost(rounds: int) -> dict[str, float]:
     from websockets.frames import Frame, Opcode
     from websockets.protocol import Protocol, Side, State
 
-    from server.wire import rfc6455
+    from liveviews.gateway.wire import rfc6455
 
     payload = CHUNK[4:-2]
     client = Frame(Opcode.TEXT, b'{"type":"subscribe","sub":"a","view":"v","key":"k"}')

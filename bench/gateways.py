@@ -2,8 +2,8 @@
 
 SSE subscribers on one view key, and a publisher writing one message a micro-batch through the
 real sink, ``rate`` times a second, as in ``bench.fanout``. The subscribers connect to nginx,
-configured by ``deploy/nginx/`` in front of 1, 2 or 4 ``python -m server`` processes on ports
-of their own; once more to one gateway without nginx, the reference. Two loads: one that every
+configured by ``deploy/nginx/`` in front of 1, 2 or 4 ``python -m liveviews.gateway`` processes on
+ports of their own; once more to one gateway without nginx, the reference. Two loads: one that every
 setting delivers whole (its figures are the CPU each delivery costs the gateways and nginx,
 and the latency), and one this machine cannot deliver whole (its figure is deliveries/s).
 
@@ -37,7 +37,7 @@ from bench.common import Report, Row, percentile, raise_open_files, save, wait_l
 from bench.loadclient import Clients
 from bench.moment import Moment
 from deploy.nginx import render
-from streaming.core.embedded import EmbeddedStore
+from liveviews.store.embedded import EmbeddedStore
 
 GATEWAYS = (1, 2, 4)
 ROUNDS = 3

@@ -42,7 +42,7 @@ from bench.common import Report, Row, percentile, save, save_plot, token
 from bench.moment import Moment
 from bench.system import UNTUNED, System, jvm_cpu, running_store
 from demo.chirp import app
-from streaming.core.log import EventLog
+from liveviews.log.eventlog import EventLog
 
 USERS = 40
 RATES = [10, 100, 1000, 100]

@@ -27,7 +27,7 @@ from bench import contenders as c
 from bench.common import Report, Row, raise_open_files, save, save_plot
 from bench.loadclient import Clients, Request, ws_text_frame
 from bench.moment import Moment
-from streaming.core.embedded import EmbeddedStore
+from liveviews.store.embedded import EmbeddedStore
 
 KEYS = 50
 TARGET_BYTES = 8 * 1024

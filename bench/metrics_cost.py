@@ -41,7 +41,7 @@ def bump_cost(number: int) -> dict[str, float]:
     """ns per call of each way to count one delivery (best of ``REPEAT``)."""
     from prometheus_client import CollectorRegistry, Counter
 
-    from server.metrics import Metrics
+    from liveviews.gateway.metrics import Metrics
 
     counter = Counter("lv_bench_total", "A counter of the benchmark.", registry=CollectorRegistry())
     statements: dict[str, tuple[str, dict[str, Any]]] = {
@@ -76,25 +76,25 @@ class _Counting:
 def bumps_per_delivery(n: int, rounds: int, cohort: bool) -> float:
     """Writes of ``deltas_out``, ``frames_out`` and ``bytes_out`` per delivery on a path of
     ``bench.floor``."""
-    import server.metrics
+    import liveviews.gateway.metrics
 
-    plain = server.metrics.Metrics
+    plain = liveviews.gateway.metrics.Metrics
     counting = type("CountingMetrics", (plain,), {
         name: _Counting(name) for name in ("deltas_out", "frames_out", "bytes_out")
     })  # fmt: skip
-    server.metrics.Metrics = counting  # type: ignore[misc,assignment]
+    liveviews.gateway.metrics.Metrics = counting  # type: ignore[misc,assignment]
     try:
         _Counting.writes = 0
         python_path_cost(n, rounds, cohort=cohort)
         # Three writes per Metrics made by its __init__; one Metrics per run.
         return round((_Counting.writes - 3) / (n * rounds * REPEAT), 3)
     finally:
-        server.metrics.Metrics = plain  # type: ignore[misc]
+        liveviews.gateway.metrics.Metrics = plain  # type: ignore[misc]
 
 
 def push_latency_cost(number: int) -> float:
     """µs per ``Metrics.frontier_pushed`` of a 4-partition frontier (best of ``REPEAT``)."""
-    from server.metrics import Metrics
+    from liveviews.gateway.metrics import Metrics
 
     m = Metrics()
     frontier = {str(p): f"{1_732_170_000_000 + p}-0" for p in range(PARTITIONS)}
@@ -111,11 +111,11 @@ async def _scrape_ms(url: str, entries: int) -> dict[str, float]:
     import redis
     import redis.asyncio as aioredis
 
-    from server.metrics import Metrics
-    from streaming.core import versions
-    from streaming.core.changes import FRONTIER_KEY
-    from streaming.core.events import log_stream
-    from streaming.core.lag import EVENT_CAP
+    from liveviews.changes.lag import EVENT_CAP
+    from liveviews.changes.topic import FRONTIER_KEY
+    from liveviews.gateway.metrics import Metrics
+    from liveviews.log.events import log_stream
+    from liveviews.pipeline import versions
 
     sync = redis.Redis.from_url(url)
     sync.flushdb()
@@ -139,7 +139,8 @@ async def _scrape_ms(url: str, entries: int) -> dict[str, float]:
         await metrics.scrape(client, PARTITIONS, ["entities", "activity"], {"profiles": 1})
         wall = min(wall, time.perf_counter() - t0)
         loop = min(loop, time.process_time() - c0)
-    # The alternative: the same counts read back as entries, as ``streaming.core.lag`` reads them.
+    # The alternative: the same counts read back as entries, as ``liveviews.changes.lag`` reads
+    # them.
     read_wall = read_loop = float("inf")
     behind = 3 * PARTITIONS  # every partition of every version but the serving entities
     for _ in range(REPEAT):
@@ -158,7 +159,7 @@ async def _scrape_ms(url: str, entries: int) -> dict[str, float]:
 
 
 def scrape_cost(sizes: list[int]) -> dict[str, dict[str, float]]:
-    from streaming.core.embedded import EmbeddedStore, free_port
+    from liveviews.store.embedded import EmbeddedStore, free_port
 
     with EmbeddedStore(Path(tempfile.mkdtemp(prefix="lv-bench-")), free_port()) as url:
         return {f"scrape_ms_{n}_per_partition": asyncio.run(_scrape_ms(url, n)) for n in sizes}

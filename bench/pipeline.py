@@ -30,10 +30,10 @@ from bench.common import Report, Row, free_port, percentile, save, save_plot, to
 from bench.moment import Moment
 from demo.chirp import app
 from demo.chirp.generate import Activity
-from streaming.core.app import App
-from streaming.core.embedded import EmbeddedStore
-from streaming.core.log import EventLog, views_caught_up
-from streaming.core.settings import Settings
+from liveviews.app import App
+from liveviews.log.eventlog import EventLog, views_caught_up
+from liveviews.pipeline.settings import Settings
+from liveviews.store.embedded import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,7 +72,8 @@ COLD_VARIANTS: dict[str, dict[str, str]] = {
     "no_python_launcher": {"LV_PYTHON_LAUNCHER": "off"},  # Spark's zipped PySpark imported
 }
 """Cold starts measured in turn: the default, and the same-run baselines without the JVM class
-archive, and without the launcher of Spark's Python processes (streaming.tuning.pythonlauncher)."""
+archive, and without the launcher of Spark's Python processes
+(liveviews.pipeline.tuning.pythonlauncher)."""
 
 
 def cold_starts(data: Path, runs: int = COLD_STARTS) -> dict[str, Any]:
@@ -117,7 +118,7 @@ def write_backlog(client: redis.Redis, n: int) -> float:
 def drain(
     spark: Any, settings: Settings, client: redis.Redis, n: int, application: App = app
 ) -> dict[str, Any]:
-    from streaming.job.versioning import start
+    from liveviews.pipeline.versioning import start
 
     t0 = time.monotonic()
     queries = start(spark, application, settings)
@@ -163,7 +164,7 @@ def drain_ceilings(spark: Any, url: str, data: Path, client: redis.Redis, n: int
 def steady(
     spark: Any, settings: Settings, client: redis.Redis, rate: int, seconds: int
 ) -> dict[str, Any]:
-    from streaming.job.versioning import start
+    from liveviews.pipeline.versioning import start
 
     queries = start(spark, app, settings)
     log = EventLog(client, app, 4)
@@ -205,7 +206,7 @@ def run(quick: bool = False, backlog: int = 1_000_000, rate: int = 1000, seconds
         figures["cold_start"] = cold_starts(data, 1 if quick else COLD_STARTS)
         with EmbeddedStore(data / "store", free_port()) as url:
             client = redis.Redis.from_url(url, socket_timeout=60)
-            from streaming.job.session import build_session
+            from liveviews.pipeline.session import build_session
 
             spark = build_session(settings_for(url, data))
             spark.sparkContext.setLogLevel("ERROR")

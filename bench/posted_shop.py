@@ -9,8 +9,8 @@ process Spark starts for the pipeline imports it.
 from __future__ import annotations
 
 from demo.orders.app import COLUMNS, declare_views
-from streaming import App
-from streaming.core.tables import OPERATIONS, declare_table
+from liveviews import App
+from liveviews.tables import OPERATIONS, declare_table
 
 app = App("shop_posted")
 _table = declare_table("orders", COLUMNS, ("id",), None, "")

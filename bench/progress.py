@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from streaming.job.progress import PIPELINE_PROGRESS_STREAM
+from liveviews.pipeline.progress import PIPELINE_PROGRESS_STREAM
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ that is the serving version. Then Chirp users rename themselves through the gate
 ``profiles`` and one of ``activity/global`` (the views those renames change) record what they
 are shown. After a lead-in of those writes (150 s: the serving JVM's first minutes after the
 drain are slower than it stays) and a first window, an operator asks for a rebuild of each
-pipeline in turn (``streaming.core.versions.ask``): the new version is built from offset 0
+pipeline in turn (``liveviews.pipeline.versions.ask``): the new version is built from offset 0
 beside the serving one, which keeps serving and keeping up; readers switch when
 ``lv:{m}:active`` changes, and the replaced version's state is deleted after
 ``LV_REBUILD_GRACE_SECONDS``.
@@ -56,11 +56,11 @@ from bench.pipeline import write_backlog
 from bench.rebuildreport import plot_timeline, rows
 from bench.system import PARTITIONS, System, jvm_cpu, running_store
 from demo.chirp import app
-from streaming.core import versions
-from streaming.core.changes import ACTIVE_KEY, read_snapshot
-from streaming.core.events import log_stream
-from streaming.core.settings import Settings
-from streaming.job.session import QUERY_NAME
+from liveviews.changes.topic import ACTIVE_KEY, read_snapshot
+from liveviews.log.events import log_stream
+from liveviews.pipeline import versions
+from liveviews.pipeline.session import QUERY_NAME
+from liveviews.pipeline.settings import Settings
 
 PIPELINES = ["profiles", "entities", "activity"]
 """Rebuilt one after the other: ``profiles`` serves the view whose latency is measured (its
@@ -176,7 +176,8 @@ class Window:
     """The CPU of this benchmark's processes (store, pipeline, gateway, clients), in cores;
     the rest of the machine's busy time is other people's."""
     builder_cores: float = 0.0
-    """Of ``ours_cores``, the processes building a version apart (``streaming.job.builder``)."""
+    """Of ``ours_cores``, the processes building a version apart
+    (``liveviews.pipeline.builder``)."""
     batches: dict[str, Any] = field(default_factory=dict)
     """Each query's micro-batches that ended in the window (``window_batches``), read at its
     end: the progress stream keeps only the newest entries."""
@@ -411,7 +412,7 @@ def driver_jvm(system: System, timeout: float = 60) -> int:
 
 def tree_cpu() -> tuple[dict[int, float], set[int]]:
     """CPU seconds so far of this process and each of its descendants, by pid; and which of
-    them build a version apart (``streaming.job.builder``: the child, its JVM and workers)."""
+    them build a version apart (``liveviews.pipeline.builder``: the child, its JVM and workers)."""
     me = psutil.Process()
     out, builders = {}, set()
     for process in [me, *me.children(recursive=True)]:

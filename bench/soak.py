@@ -1,8 +1,8 @@
 """Soak: many SSE subscribers for many minutes; does the gateway's memory or fd count creep?
 
-Starts an embedded store and ``python -m server`` as a subprocess, connects N SSE subscribers
-(a lean asyncio client in two worker processes, spread over N/fan-out keys), and writes deltas
-at a steady rate through the real change-topic sink (``ChangeTopicSink``, as the pipeline
+Starts an embedded store and ``python -m liveviews.gateway`` as a subprocess, connects N SSE
+subscribers (a lean asyncio client in two worker processes, spread over N/fan-out keys), and writes
+deltas at a steady rate through the real change-topic sink (``ChangeTopicSink``, as the pipeline
 writes them; no Spark, so that the machine's two cores go to the gateway and its clients), with
 a frontier advance every few seconds. Every ``--sample`` seconds it records the gateway's RSS
 and open file descriptors (/proc), the deliveries per second and a delivery-latency sample.
@@ -36,7 +36,7 @@ import redis
 
 from bench.common import free_port, percentile, raise_open_files, results_dir, save, token
 from bench.moment import Moment
-from streaming.core.embedded import EmbeddedStore
+from liveviews.store.embedded import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -141,7 +141,7 @@ def _client_process(port: int, paths: list[str], pipe: Connection) -> None:
 class Pump:
     def __init__(self, store_url: str, keys: list[str], rate: float, progress_every: float):
         from demo.chirp import app
-        from streaming.job.sink import ChangeTopicSink
+        from liveviews.pipeline.sink import ChangeTopicSink
 
         self.client = redis.Redis.from_url(store_url)
         # Through the sink of the pipeline that writes "likes": its subscribers follow its frontier.
@@ -184,7 +184,7 @@ def start_gateway(store_url: str, port: int, subscribers: int) -> subprocess.Pop
            "LV_MAX_CONNECTIONS_PER_SUBJECT": "0", "LV_MAX_CONNECTIONS_PER_ADDRESS": "0",
            "LV_STATIC_DIR": "off", "LV_CLIENT_JS_DIR": "off", "LV_LOG_FEED": "false"}  # fmt: skip
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "server"], cwd=ROOT, env=env,
+        [sys.executable, "-m", "liveviews.gateway"], cwd=ROOT, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 30
@@ -341,7 +341,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     steady = [s for s in samples if s["t"] >= WARM_UP * samples[-1]["t"]]
     return {
         "command": "python -m bench.soak " + " ".join(sys.argv[1:]),
-        "writes": "deltas through streaming.job.sink.ChangeTopicSink (no Spark)",
+        "writes": "deltas through liveviews.pipeline.sink.ChangeTopicSink (no Spark)",
         "subscribers": args.subscribers,
         "subscribers_connected": connected,
         "connect_seconds": round(connect_s, 1),

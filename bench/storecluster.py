@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.storecluster [--quick]
 
 Each round starts a fresh store of each kind, alternating (the machine's moment drifts): the
-embedded single server, and a local cluster (``streaming.core.storecluster``) of three
+embedded single server, and a local cluster (``liveviews.store.cluster``) of three
 primaries with a replica each, on the same machine, with the same persistence
 (``appendfsync always``). On both:
 
@@ -36,12 +36,12 @@ from bench.moment import Moment
 from bench.store import _app, _batches
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity
-from streaming.core.changes import changes_stream
-from streaming.core.embedded import EmbeddedStore
-from streaming.core.log import EventLog
-from streaming.core.storeclient import connect
-from streaming.core.storecluster import StoreCluster, free_port_range
-from streaming.job.sink import ChangeTopicSink
+from liveviews.changes.topic import changes_stream
+from liveviews.log.eventlog import EventLog
+from liveviews.pipeline.sink import ChangeTopicSink
+from liveviews.store.client import connect
+from liveviews.store.cluster import StoreCluster, free_port_range
+from liveviews.store.embedded import EmbeddedStore
 
 KINDS = ("single", "cluster")
 WRITERS = 4

@@ -17,8 +17,8 @@ import psutil
 import redis
 
 from bench.common import free_port, wait_listening
-from streaming.core.embedded import EmbeddedStore
-from streaming.core.log import views_caught_up
+from liveviews.log.eventlog import views_caught_up
+from liveviews.store.embedded import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,12 +80,12 @@ class System:
     def start_pipeline(self, extra: dict[str, str] | None = None, name: str = "pipeline") -> None:
         log = open(self.data / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         self.pipeline = subprocess.Popen(
-            [sys.executable, "-m", "streaming"], cwd=ROOT, env=self.env(extra),
+            [sys.executable, "-m", "liveviews.pipeline"], cwd=ROOT, env=self.env(extra),
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
     def driver_jvm(self) -> int | None:
-        """The pid of the pipeline's driver JVM, which ``python -m streaming`` starts."""
+        """The pid of the pipeline's driver JVM, which ``python -m liveviews.pipeline`` starts."""
         if self.pipeline is None:
             return None
         try:
@@ -113,7 +113,7 @@ class System:
                         "LV_SUBSCRIBER_BUFFER": "4096", **(extra or {})})  # fmt: skip
         log = open(self.data / "gateway.log", "ab")  # noqa: SIM115 - the child owns it
         self.gateway = subprocess.Popen(
-            [sys.executable, "-m", "server"], cwd=ROOT, env=env, stdout=log,
+            [sys.executable, "-m", "liveviews.gateway"], cwd=ROOT, env=env, stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
         wait_listening(port, self.gateway, 60)

@@ -2,7 +2,7 @@
 # The demo on the cluster pieces, all on this machine (deploy/Procfile.cluster): a Spark
 # standalone master and two workers (deploy/spark/), the pipeline's driver on them, two gateway
 # processes behind nginx (deploy/nginx/), a store cluster of three primaries with a replica
-# each (streaming/core/storecluster.py) and Chirp's writer. The page is at
+# each (streaming/store/cluster.py) and Chirp's writer. The page is at
 # http://127.0.0.1:${LV_PORT:-8000}/ through nginx; docs/SCALING.md maps each piece to a real
 # deployment. Its data is apart from `make run`'s (./data/cluster), so the two never share
 # checkpoints. Ctrl-C stops all of it.
@@ -32,7 +32,7 @@ case "${LV_APP:-demo.chirp:app}" in
      exit 2 ;;
 esac
 command -v nginx >/dev/null || { echo "make run-cluster needs nginx: apt-get install nginx (scripts/setup.sh does it)." >&2; exit 2; }
-python -m streaming --prepare  # Java and the application checked
+python -m liveviews.pipeline --prepare  # Java and the application checked
 off=()
 if [ -n "${REDIS_URL:-}" ]; then off+=(store=0); fi
 formation=()

@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export LV_WAIT_FOR_STORE="${LV_WAIT_FOR_STORE:-30}"
-python -m streaming --prepare  # Java and the application checked, the class archive built once
-tables=$(python -c 'import os; from streaming import load_app
+python -m liveviews.pipeline --prepare  # Java and the application checked, the class archive built once
+tables=$(python -c 'import os; from liveviews import load_app
 print(len(load_app(os.environ.get("LV_APP") or "demo.chirp:app").tables))')
 off=()
 if [ -n "${REDIS_URL:-}" ]; then off+=(store=0); fi

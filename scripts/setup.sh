@@ -5,14 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-# A JDK rather than a JRE: javac compiles the pipeline's local file system (streaming/tuning/localfs.py).
+# A JDK rather than a JRE: javac compiles the pipeline's local file system (streaming/pipeline/tuning/localfs.py).
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser tests drive Debian's Chromium
 # The gateway failover tests and bench.gateways run nginx in front of the gateways.
 command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
-# The embedded store allocates with jemalloc when the machine has it (streaming/core/embedded.py).
+# The embedded store allocates with jemalloc when the machine has it (streaming/store/embedded.py).
 compgen -G '/usr/lib/*-linux-gnu/libjemalloc.so.2' >/dev/null || need_apt+=(libjemalloc2)
 # Change data capture runs an embedded PostgreSQL (streaming/cdc/embedded.py); Debian keeps its
 # programs in /usr/lib/postgresql/<version>/bin, off PATH.
@@ -44,7 +44,7 @@ fi
 
 command -v javac >/dev/null 2>&1 || echo "No javac (a JDK's compiler): the pipeline writes checkpoint files through Hadoop's slower local file system." >&2
 
-# The JVM class archive the pipeline starts from (streaming/tuning/classarchive.py): built once per
+# The JVM class archive the pipeline starts from (streaming/pipeline/tuning/classarchive.py): built once per
 # pyspark installation and JDK, in ~1 min. Without it everything works; the pipeline starts ~4-5 s slower.
-PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/python -m streaming.tuning.classarchive \
+PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/python -m liveviews.pipeline.tuning.classarchive \
   || echo "Continuing without the class archive." >&2

@@ -1,4 +1,5 @@
-"""``python -m server``: serve the gateway with uvicorn (uvloop, httptools) until stopped.
+"""``python -m liveviews.gateway``: serve the gateway with uvicorn (uvloop, httptools) until
+stopped.
 
 With ``LV_WORKERS=n`` (n > 1) it starts n gateway processes that share ``LV_PORT`` through
 ``SO_REUSEPORT``: the kernel spreads new connections over them, and each reads the change
@@ -14,14 +15,14 @@ import sys
 
 import uvicorn
 
-from server._uvicorn import IncompatibleServer
-from server.app import create_app
-from server.serve import config, raise_open_files, supervise
-from server.settings import DEV_JWT_SECRET, GatewaySettings
-from streaming.core import console
-from streaming.core.embedded import wait_for_store
-from streaming.core.errors import ConfigurationError, LiveviewsError
-from streaming.core.password import redacted
+from liveviews import console
+from liveviews.errors import ConfigurationError, LiveviewsError
+from liveviews.gateway._uvicorn import IncompatibleServer
+from liveviews.gateway.app import create_app
+from liveviews.gateway.serve import config, raise_open_files, supervise
+from liveviews.gateway.settings import DEV_JWT_SECRET, GatewaySettings
+from liveviews.store.embedded import wait_for_store
+from liveviews.store.password import redacted
 
 log = logging.getLogger("liveviews.gateway")
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from server.errors import GatewayError, Unavailable
-from server.metrics import Metrics
-from server.settings import GatewaySettings
+from liveviews.gateway.errors import GatewayError, Unavailable
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.settings import GatewaySettings
 
 Transport = Literal["sse", "ws"]
 

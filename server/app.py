@@ -15,16 +15,16 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
-from server._uvicorn import SERVER_SEND
-from server.api import operator, rest, sessions, streams
-from server.api.cors import GatewayCORS
-from server.api.responses import HELD, Rest, json_response
-from server.api.static import static_routes
-from server.errors import INTERNAL_MESSAGE, GatewayError, TooManyRequests, Unavailable
-from server.gateway import Gateway
-from server.settings import GatewaySettings
-from streaming.core.app import App
-from streaming.core.errors import StoreMismatch
+from liveviews.app import App
+from liveviews.errors import StoreMismatch
+from liveviews.gateway._uvicorn import SERVER_SEND
+from liveviews.gateway.api import operator, rest, sessions, streams
+from liveviews.gateway.api.cors import GatewayCORS
+from liveviews.gateway.api.responses import HELD, Rest, json_response
+from liveviews.gateway.api.static import static_routes
+from liveviews.gateway.errors import INTERNAL_MESSAGE, GatewayError, TooManyRequests, Unavailable
+from liveviews.gateway.gateway import Gateway
+from liveviews.gateway.settings import GatewaySettings
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -32,7 +32,7 @@ HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 def routes(dev_tokens: bool, log_feed: bool = True) -> list[BaseRoute]:
-    """The API's routes; static files (``server.api.static``) come after them."""
+    """The API's routes; static files (``liveviews.gateway.api.static``) come after them."""
     out: list[BaseRoute] = [
         Route("/v1/events", rest.post_events, methods=["POST"]),
         # A key may hold a '/' (written %2F), which the routes, matching the decoded path, see
@@ -89,12 +89,12 @@ class GatewayApp(Starlette):
     """The Starlette application, which also keeps the server's own ``send`` in the scope, and
     runs the rest of a started SSE stream or WebSocket once Starlette has returned.
 
-    SSE streams write straight to the connection under uvicorn (``server.live``); every
+    SSE streams write straight to the connection under uvicorn (``liveviews.gateway.live``); every
     middleware wraps ``send``, so the server's is taken here, before any of them. A stream's
     head goes out through the middleware (CORS adds its headers there), as does a WebSocket's
     accept; the rest of their life, which for most is waiting, is held here, in one small
     coroutine, rather than under Starlette's stack of middleware, routing and exception
-    wrappers (``server.api.responses.hand_over``).
+    wrappers (``liveviews.gateway.api.responses.hand_over``).
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

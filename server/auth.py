@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import jwt
 from starlette.requests import HTTPConnection
 
-from server.errors import Forbidden, Unauthorized
+from liveviews.gateway.errors import Forbidden, Unauthorized
 
 ALGORITHM = "HS256"
 COOKIE = "lv_token"

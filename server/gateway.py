@@ -11,23 +11,23 @@ import contextlib
 import logging
 from collections import Counter
 
-from server.admission import Admission
-from server.api.publish import Publisher
-from server.auth import Authenticator, Principal
-from server.errors import Forbidden, NotFound
-from server.fanout.hub import Hub
-from server.fanout.subscription import Source
-from server.feed import nodes, store
-from server.feed.changes import ChangeFeed
-from server.feed.log import LogFeed
-from server.feed.queries import Reads
-from server.live.sse import sse_cohort
-from server.live.ticker import Ticker
-from server.metrics import Metrics
-from server.presence import Presence
-from server.settings import GatewaySettings
-from streaming.core.app import App, View, load_app
-from streaming.core.changes import VIEWS_FRONTIER
+from liveviews.app import App, View, load_app
+from liveviews.changes.topic import VIEWS_FRONTIER
+from liveviews.gateway.admission import Admission
+from liveviews.gateway.api.publish import Publisher
+from liveviews.gateway.auth import Authenticator, Principal
+from liveviews.gateway.errors import Forbidden, NotFound
+from liveviews.gateway.fanout.hub import Hub
+from liveviews.gateway.fanout.subscription import Source
+from liveviews.gateway.feed import nodes, store
+from liveviews.gateway.feed.changes import ChangeFeed
+from liveviews.gateway.feed.log import LogFeed
+from liveviews.gateway.feed.queries import Reads
+from liveviews.gateway.live.sse import sse_cohort
+from liveviews.gateway.live.ticker import Ticker
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.presence import Presence
+from liveviews.gateway.settings import GatewaySettings
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -73,7 +73,7 @@ class Gateway:
             self.metrics,
         )
         self.reads = Reads(self.client)
-        """The scripts that read query-shaped subscriptions (``server.fanout.query``)."""
+        """The scripts that read query-shaped subscriptions (``liveviews.gateway.fanout.query``)."""
         self.log_feed = (
             LogFeed(
                 store.connect(settings.store.store_url, blocking=True),

@@ -23,20 +23,21 @@ import orjson
 from prometheus_client import CollectorRegistry, Gauge, Histogram, Metric, generate_latest
 from redis.exceptions import RedisError
 
-from server.feed.nodes import Client as StoreClient
-from streaming.core.changes import FRONTIER_KEY, PROGRESS_STREAM, split_physical
-from streaming.core.events import entry_id_tuple
-from streaming.core.lag import EVENT_CAP, Lag, Plan
-from streaming.core.log import heads_of, queue_heads
-from streaming.core.versions import REGISTRY_KEY, Versions
+from liveviews.changes.lag import EVENT_CAP, Lag, Plan
+from liveviews.changes.topic import FRONTIER_KEY, PROGRESS_STREAM, split_physical
+from liveviews.gateway.feed.nodes import Client as StoreClient
+from liveviews.log.eventlog import heads_of, queue_heads
+from liveviews.log.events import entry_id_tuple
+from liveviews.pipeline.versions import REGISTRY_KEY, Versions
 
 log = logging.getLogger("liveviews.gateway.metrics")
 
 PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
-"""Spark's figures per micro-batch (``streaming.job.progress``, which the gateway does not import:
-it imports Spark)."""
+"""Spark's figures per micro-batch (``liveviews.pipeline.progress``, which the gateway does not
+import: it imports Spark)."""
 QUERY_PREFIX = "liveviews."
-"""A pipeline's streaming query is named ``liveviews.<pipeline version>`` (``streaming.job``)."""
+"""A pipeline's streaming query is named ``liveviews.<pipeline version>``
+(``liveviews.pipeline``)."""
 FIRST_WINDOW_SECONDS = 600.0
 """A process's first scrape reads the pipelines' figures of the last ten minutes."""
 PAGE = 1000
@@ -397,7 +398,7 @@ class _Tail:
 async def measure_all(
     client: StoreClient, partitions: int, frontiers: dict[str, dict[int, str]]
 ) -> dict[str, Lag]:
-    """``streaming.core.lag.measure_all`` with the gateway's asyncio client: the same reads and
+    """``liveviews.changes.lag.measure_all`` with the gateway's asyncio client: the same reads and
     the same figures, on the gateway's one client and loop, with no second connection pool for
     the gateway to manage."""
     if not frontiers:

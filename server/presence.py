@@ -1,7 +1,7 @@
 """This gateway process's report for ``liveviews status``, kept fresh in the store.
 
 Every ``REPORT_SECONDS`` the process writes its field of ``lv:gateways``
-(``streaming.core.gateways``): its connections and its subscribers per view. A process that
+(``liveviews.gateway.report``): its connections and its subscribers per view. A process that
 stops without withdrawing (killed, or cut off from the store) leaves a field that stops being
 refreshed; readers leave it out after ``STALE_SECONDS``, and any gateway deletes it now and
 then, so the hash does not grow with every process that ever ran.
@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from server.feed.nodes import Client as StoreClient
-from server.feed.store import STORE_ERRORS
-from streaming.core.gateways import (
+from liveviews.gateway.feed.nodes import Client as StoreClient
+from liveviews.gateway.feed.store import STORE_ERRORS
+from liveviews.gateway.report import (
     GATEWAYS_KEY,
     REPORT_SECONDS,
     STALE_SECONDS,

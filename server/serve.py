@@ -16,11 +16,11 @@ from typing import Any
 
 import uvicorn
 
-from server import redact
-from server._uvicorn import WebSocketProtocol, check, http_protocol
-from server.app import create_app
-from server.settings import GatewaySettings
-from streaming.core import console
+from liveviews import console
+from liveviews.gateway import redact
+from liveviews.gateway._uvicorn import WebSocketProtocol, check, http_protocol
+from liveviews.gateway.app import create_app
+from liveviews.gateway.settings import GatewaySettings
 
 
 def raise_open_files() -> None:
@@ -53,7 +53,7 @@ def config(settings: GatewaySettings, app: Any, **overrides: Any) -> uvicorn.Con
         ws_ping_interval=settings.heartbeat_seconds,
         ws_ping_timeout=settings.send_timeout_seconds,
         lifespan="on",
-        # uvicorn's lines go through the process's own logging (streaming.core.console), and
+        # uvicorn's lines go through the process's own logging (liveviews.console), and
         # a line per request would bury the console.
         log_config=None,
         access_log=False,

@@ -1,8 +1,8 @@
 """Settings of a gateway process, read once from the environment.
 
 The store fields (``REDIS_URL``, ``LV_APP``, ``LV_LOG_PARTITIONS``, ``LV_CHANGE_SHARDS``, ...) are
-the pipeline's own ``streaming.core.settings.Settings``, so both sides always agree on the layout.
-The gateway adds its own ``LV_*`` variables, each with a default that runs on one machine.
+the pipeline's own ``liveviews.pipeline.settings.Settings``, so both sides always agree on the
+layout. The gateway adds its own ``LV_*`` variables, each with a default that runs on one machine.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from streaming.core.errors import ConfigurationError
-from streaming.core.settings import Settings, env_bool, env_int
+from liveviews.errors import ConfigurationError
+from liveviews.pipeline.settings import Settings, env_bool, env_int
 
 DEV_JWT_SECRET = "liveviews-dev-secret-never-use-in-production"
 """The signing secret in dev mode when ``LV_JWT_SECRET`` is unset; public, so never safe."""

@@ -24,9 +24,9 @@ import psycopg2.extensions
 import pytest
 import redis
 
-from streaming.cdc.embedded import EmbeddedPostgres
-from streaming.core.embedded import EmbeddedStore, free_port
-from streaming.core.settings import Settings
+from liveviews.cdc.embedded import EmbeddedPostgres
+from liveviews.pipeline.settings import Settings
+from liveviews.store.embedded import EmbeddedStore, free_port
 from tests.support.pipeline import RunningPipeline
 
 
@@ -124,7 +124,7 @@ def settings(store_url: str, tmp_path: Path) -> Settings:
 def spark() -> Iterator[Any]:
     """The run's one SparkSession, in local mode."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from streaming.job.session import build_session
+    from liveviews.pipeline.session import build_session
 
     session = build_session(
         Settings.from_env({"LV_DATA_DIR": tempfile.mkdtemp(prefix="lv-spark-")})

@@ -25,9 +25,9 @@ import orjson
 import pytest
 import redis
 
-from streaming.core import deadletters
-from streaming.core.events import MAX_EVENT_TIME_MS, log_stream, partition_for
-from streaming.core.settings import Settings
+from liveviews.log import deadletters
+from liveviews.log.events import MAX_EVENT_TIME_MS, log_stream, partition_for
+from liveviews.pipeline.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -114,7 +114,7 @@ def _tweet(user: str, suffix: str, text: str = "hello") -> dict[str, object]:
 
 
 def _pipeline_pid(root: int) -> int | None:
-    """The ``python -m streaming`` process that ``make run`` (process ``root``) started."""
+    """The ``python -m liveviews.pipeline`` process that ``make run`` (process ``root``) started."""
     out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True)
     parent, args = {}, {}
     for line in out.stdout.splitlines():
@@ -122,7 +122,7 @@ def _pipeline_pid(root: int) -> int | None:
         if len(fields) == 3:
             parent[int(fields[0])], args[int(fields[0])] = int(fields[1]), fields[2]
     for pid, cmd in args.items():
-        if cmd.endswith("-m streaming") and "supervise" not in cmd:
+        if cmd.endswith("-m liveviews.pipeline") and "supervise" not in cmd:
             up = pid
             while up > 1:
                 up = parent.get(up, 0)
@@ -187,7 +187,7 @@ def test_make_run_runs_the_shop_from_postgresql_to_its_views():
     table, and a row changed with SQL reaches the views."""
     import psycopg2
 
-    from streaming.cdc.settings import CdcSettings
+    from liveviews.cdc.settings import CdcSettings
 
     # PostgreSQL, run as the 'postgres' user when the tests run as root, must reach its data:
     # not under pytest's temporary directory, which is its owner's only.

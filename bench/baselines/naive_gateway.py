@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 
-from streaming.core.changes import changes_stream, shard_for
+from liveviews.changes.topic import changes_stream, shard_for
 
 SHARDS = int(os.environ.get("LV_CHANGE_SHARDS", "16"))
 # One pooled connection per waiting subscriber: the pool must not cap them.

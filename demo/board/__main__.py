@@ -13,12 +13,12 @@ import time
 
 from demo.board import app
 from demo.board.activity import SEED_BOARD, Activity, seed_events
-from streaming import EventLog, LiveviewsError
-from streaming.core import console, storeclient
-from streaming.core.embedded import ensure_store
-from streaming.core.log import check_layout
-from streaming.core.password import redacted
-from streaming.core.settings import Settings
+from liveviews import EventLog, LiveviewsError, console
+from liveviews.log.eventlog import check_layout
+from liveviews.pipeline.settings import Settings
+from liveviews.store import client as storeclient
+from liveviews.store.embedded import ensure_store
+from liveviews.store.password import redacted
 
 log = logging.getLogger("board")
 

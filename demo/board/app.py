@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from demo.board.activity import seed_events
 from demo.board.events import declare
-from streaming import App
+from liveviews import App
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

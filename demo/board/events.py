@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streaming import App, Schema, String
+from liveviews import App, Schema, String
 
 COLUMNS = ("todo", "doing", "done")
 """A task's columns, left to right; a new task starts in the first."""

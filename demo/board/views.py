@@ -1,4 +1,4 @@
-"""The board's views, each a Spark query over the log (``streaming.job.declared``): no Python
+"""The board's views, each a Spark query over the log (``liveviews.pipeline.declared``): no Python
 runs per event, and no state processor is written by hand.
 
 - ``tasks``: one row per task, keyed ``<board>/<task>``, with its newest title, column and
@@ -12,8 +12,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from streaming import App
-from streaming.job.declared import payloads, sql, view_changes
+from liveviews import App, payloads, sql, view_changes
 
 TASK_EVENTS = ("task_created", "task_moved", "task_renamed", "task_assigned", "task_deleted")
 

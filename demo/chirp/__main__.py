@@ -13,13 +13,14 @@ import time
 
 from demo.chirp import app
 from demo.chirp.generate import SEED_USERS, Activity, seed_events
-from streaming.core import console, storeclient
-from streaming.core.embedded import ensure_store
-from streaming.core.errors import LiveviewsError
-from streaming.core.events import log_stream
-from streaming.core.log import EventLog, check_layout
-from streaming.core.password import redacted
-from streaming.core.settings import Settings
+from liveviews import console
+from liveviews.errors import LiveviewsError
+from liveviews.log.eventlog import EventLog, check_layout
+from liveviews.log.events import log_stream
+from liveviews.pipeline.settings import Settings
+from liveviews.store import client as storeclient
+from liveviews.store.embedded import ensure_store
+from liveviews.store.password import redacted
 
 log = logging.getLogger("chirp")
 

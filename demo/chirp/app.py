@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from demo.chirp.events import declare
 from demo.chirp.generate import seed_events
-from streaming import App, only_owner
+from liveviews import App, only_owner
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

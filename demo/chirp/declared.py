@@ -17,8 +17,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from streaming.core.app import App
-from streaming.job.declared import payloads, view_changes
+from liveviews import App, payloads, view_changes
 
 LATENESS = "30 seconds"
 WINDOW = "1 minute"
@@ -44,7 +43,7 @@ def profiles(events: DataFrame, app: App) -> DataFrame:
 
 def iso(ts: Column) -> Column:
     """A timestamp as the pipeline's other views write times (``2026-01-01T00:00:00.000Z``); the
-    pipeline's session runs in UTC (``streaming.job.session``)."""
+    pipeline's session runs in UTC (``liveviews.pipeline.session``)."""
     return F.date_format(ts, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
 
 

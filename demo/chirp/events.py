@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streaming import App, Schema, String
+from liveviews import App, Schema, String
 
 USER = String(max_length=32, pattern=r"[a-z0-9_]{1,32}")
 TWEET = String(max_length=80, pattern=r"[a-z0-9_]{1,32}:[A-Za-z0-9_-]{1,46}")

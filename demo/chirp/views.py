@@ -29,9 +29,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from streaming.core.events import iso
-from streaming.job.isolation import isolated
-from streaming.job.views import CHANGE_SCHEMA, Changes, log_order
+from liveviews import CHANGE_SCHEMA, Changes, isolated, log_order
+from liveviews.log.events import iso
 
 TIMELINE_SIZE = 50
 BUCKETS = 256

@@ -1,7 +1,7 @@
 """``python -m demo.orders``: create the shop's table, seed it on first start, then keep it busy.
 
 It writes PostgreSQL only, with plain SQL (``demo.orders.database``): the database named by
-``DATABASE_URL``, or the embedded one (``python -m streaming.cdc.embedded``, which ``make run``
+``DATABASE_URL``, or the embedded one (``python -m liveviews.cdc.embedded``, which ``make run``
 starts). With ``LV_DEMO_ACTIVITY=N`` it makes about N changes per second: orders placed, paid,
 shipped and archived. The CDC process carries each change into the log. Stops on Ctrl-C or
 SIGTERM.
@@ -24,9 +24,9 @@ import psycopg2
 
 from demo.orders.activity import Activity
 from demo.orders.database import create_schema, current_rows, execute, seed_if_empty
-from streaming.cdc.settings import CdcSettings
-from streaming.core import console
-from streaming.core.errors import ConfigurationError, LiveviewsError
+from liveviews import console
+from liveviews.cdc.settings import CdcSettings
+from liveviews.errors import ConfigurationError, LiveviewsError
 
 log = logging.getLogger("shop")
 WAIT_FOR_DATABASE_S = 60.0

@@ -1,6 +1,6 @@
 """The shop application: the ``orders`` table of a PostgreSQL database, and two live views of it.
 
-The table's rows come into the log through change data capture (``python -m streaming.cdc``):
+The table's rows come into the log through change data capture (``python -m liveviews.cdc``):
 nobody publishes them, the database is written with plain SQL (``python -m demo.orders``, or
 ``psql``). ``schema.sql`` creates the table.
 """
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from streaming import App, Integer, String
-from streaming.core.schema import FieldType
+from liveviews import App, FieldType, Integer, String
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

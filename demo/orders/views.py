@@ -28,8 +28,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from streaming.job.isolation import isolated
-from streaming.job.views import CHANGE_SCHEMA, Changes
+from liveviews import CHANGE_SCHEMA, Changes, isolated
 
 BUCKETS = 64
 """Grouping keys of the pipeline: an order's state lives in bucket crc32(key) % BUCKETS, so a

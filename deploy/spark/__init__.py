@@ -6,7 +6,7 @@ started from the installed PySpark's own ``spark-class``.
 
 Workers start in directories of their own, without the caller's ``PYTHONPATH``: the
 application's code reaches their executors only as the driver ships it
-(``streaming.job.shipping``), as on machines that never saw the project.
+(``liveviews.pipeline.shipping``), as on machines that never saw the project.
 """
 
 from __future__ import annotations

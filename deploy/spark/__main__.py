@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from deploy.spark import ClusterError, StandaloneCluster
-from streaming.core import console
+from liveviews import console
 
 STOP_UNDER_A_RUNNER_S = 3.0
 
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster.wait_for_workers(args.workers)
             print(f"Spark master {cluster.master_url} with {args.workers} workers; "
                   f"status at {cluster.ui_url}; logs in {root}", flush=True)  # fmt: skip
-            print(f"Run the pipeline on it: SPARK_MASTER={cluster.master_url} python -m streaming",
+            print(f"Run the pipeline on it: SPARK_MASTER={cluster.master_url} "
+                  "python -m liveviews.pipeline",
                   flush=True)  # fmt: skip
             stop.wait()
             print("Stopping the cluster.", flush=True)

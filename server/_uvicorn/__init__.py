@@ -15,7 +15,7 @@ it imports uvicorn's protocols:
   stops the gateway with a sentence naming what is missing.
 
 Under any other server (or a connection that cannot be taken over) the senders fall back to
-plain ASGI (``server.live.sse``, ``server.live.sockets.AsgiSocket``).
+plain ASGI (``liveviews.gateway.live.sse``, ``liveviews.gateway.live.sockets.AsgiSocket``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 from starlette.types import Scope
 
-from server._uvicorn.compat import TESTED, IncompatibleServer, check
-from server._uvicorn.http import Owner, http_protocol
-from server._uvicorn.websocket import Build, WebSocketProtocol
+from liveviews.gateway._uvicorn.compat import TESTED, IncompatibleServer, check
+from liveviews.gateway._uvicorn.http import Owner, http_protocol
+from liveviews.gateway._uvicorn.websocket import Build, WebSocketProtocol
 
 __all__ = [
     "SERVER_SEND",
@@ -44,8 +44,9 @@ __all__ = [
 ]
 
 SERVER_SEND = "liveviews.server_send"
-"""The scope key under which the application keeps the server's own ``send`` (``server.app``):
-every middleware wraps ``send``, and the takeover needs the server's."""
+"""The scope key under which the application keeps the server's own ``send``
+(``liveviews.gateway.app``): every middleware wraps ``send``, and the takeover needs the
+server's."""
 
 _HTTPTOOLS = "uvicorn.protocols.http.httptools_impl"
 

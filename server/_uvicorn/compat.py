@@ -1,7 +1,7 @@
 """What the gateway takes from uvicorn's and websockets' internals, checked by name.
 
-The connection takeover (``server._uvicorn``) reads and sets attributes that are no part of
-either library's public API. An upgrade that renames one would otherwise show up as an
+The connection takeover (``liveviews.gateway._uvicorn``) reads and sets attributes that are no part
+of either library's public API. An upgrade that renames one would otherwise show up as an
 ``AttributeError`` deep in a live connection, or worse as a stream that silently falls back to
 the slower path. ``missing()`` names every such attribute the installed versions lack, and
 ``check()`` refuses to serve with a sentence that says which one and what to install.

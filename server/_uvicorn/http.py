@@ -28,7 +28,7 @@ uvicorn hands an upgraded WebSocket's transport to another protocol the same way
 
 An open WebSocket takes its connection over from uvicorn's WebSocket protocol the same way,
 once the handshake is done (``WebSocketProtocol.release``): the gateway then frames its
-messages itself (``server.live.sockets``).
+messages itself (``liveviews.gateway.live.sockets``).
 """
 
 from __future__ import annotations

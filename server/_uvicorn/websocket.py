@@ -1,9 +1,10 @@
 """uvicorn's WebSocket protocol, whose open socket can take its connection over.
 
 Once the handshake is done, an uncompressed socket becomes its connection's own protocol
-(``server.live.sockets.OwnedSocket``): uvicorn's per-socket reader task, queue and keepalive
-task go, and an idle socket holds no task at all. What this reaches into (the sans-I/O
-protocol's ``conn``, its parser generator and its queue) is listed in ``server._uvicorn.compat``.
+(``liveviews.gateway.live.sockets.OwnedSocket``): uvicorn's per-socket reader task, queue and
+keepalive task go, and an idle socket holds no task at all. What this reaches into (the sans-I/O
+protocol's ``conn``, its parser generator and its queue) is listed in
+``liveviews.gateway._uvicorn.compat``.
 """
 
 from __future__ import annotations

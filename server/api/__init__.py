@@ -3,6 +3,6 @@
 ``rest`` answers requests (publish events, read a snapshot, health, metrics, the OpenAPI
 document); ``streams`` starts SSE subscriptions; ``sessions`` serves ``/v1/ws``. What they
 share (JSON answers, bounded bodies, publishing, CORS, static files) sits beside them. The
-endpoints check and start; the fan-out (``server.fanout``) and the senders (``server.live``)
-carry a subscription from there.
+endpoints check and start; the fan-out (``liveviews.gateway.fanout``) and the senders
+(``liveviews.gateway.live``) carry a subscription from there.
 """

@@ -7,7 +7,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 
-from server.api.responses import json_response
+from liveviews.gateway.api.responses import json_response
 
 CORS_REFUSED = "cors_refused"
 _DROPPED = {"content-length", "content-type"}

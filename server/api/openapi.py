@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from streaming.core.app import App
-from streaming.core.events import MAX_EVENT_TIME_MS
-from streaming.core.schema import Boolean, FieldType, Float, Json, Schema, String
+from liveviews.app import App
+from liveviews.log.events import MAX_EVENT_TIME_MS
+from liveviews.schema import Boolean, FieldType, Float, Json, Schema, String
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 BEARER: list[dict[str, list[str]]] = [{"bearer": []}, {"accessToken": []}, {"cookie": []}]

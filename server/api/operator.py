@@ -1,5 +1,5 @@
 """The operators' HTTP endpoint: ``GET /v1/operator/views/{view}/{key}?as_of=<partition>:<id>``,
-a key's rows as they were when its view reflected a log offset (``streaming.core.asof``): the
+a key's rows as they were when its view reflected a log offset (``liveviews.changes.asof``): the
 same document as ``liveviews inspect --json --as-of``.
 
 It reads any key of any view, so it is not open to the application's users: it answers only
@@ -18,12 +18,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.api.params import single, single_header, view_and_key, whole_number
-from server.api.responses import json_response
-from server.errors import BadRequest, GatewayError, NotFound, Unauthorized
-from server.gateway import Gateway
-from streaming.core import asof
-from streaming.core.errors import LiveviewsError
+from liveviews.changes import asof
+from liveviews.errors import LiveviewsError
+from liveviews.gateway.api.params import single, single_header, view_and_key, whole_number
+from liveviews.gateway.api.responses import json_response
+from liveviews.gateway.errors import BadRequest, GatewayError, NotFound, Unauthorized
+from liveviews.gateway.gateway import Gateway
 
 TOKEN_VARIABLE = "LV_OPERATOR_TOKEN"
 MAX_DELTAS = 1000

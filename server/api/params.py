@@ -13,7 +13,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import HTTPConnection
 
-from server.errors import BadRequest, NotFound
+from liveviews.gateway.errors import BadRequest, NotFound
 
 # ASCII only: str.isdigit() also takes "²" (which int() refuses) and "٣" (which it reads as 3),
 # and int() itself takes signs, spaces, "_" and any script's digits.

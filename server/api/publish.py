@@ -4,7 +4,7 @@ A body is one event (``{"type", "payload", "time"?}``), an array of events, or
 ``{"events": [...]}``. Every event is validated against the application's schemas, with its
 time near the gateway's clock, and must be authored by the token's subject; the store must have
 room and the subject must be within its publish rate. Only then is anything written, once per
-idempotency key (``streaming.core.append``): on a single server the batch is one MULTI/EXEC,
+idempotency key (``liveviews.log.append``): on a single server the batch is one MULTI/EXEC,
 every event or none; on a store cluster each partition's events are appended at once, and a
 batch some of whose partitions could not be written answers 503 ``partial_append`` with the
 offsets that were, which the same request with the same ``Idempotency-Key`` completes.
@@ -17,9 +17,10 @@ from typing import Any
 import orjson
 from redis.exceptions import OutOfMemoryError
 
-from server.api.ratelimit import PublishRate, retry_after
-from server.auth import Principal
-from server.errors import (
+from liveviews.app import App
+from liveviews.errors import InvalidEvent
+from liveviews.gateway.auth import Principal
+from liveviews.gateway.errors import (
     BadRequest,
     Forbidden,
     PayloadTooLarge,
@@ -27,21 +28,20 @@ from server.errors import (
     Unavailable,
     Unprocessable,
 )
-from server.feed import store
-from server.feed.append import Appender
-from server.feed.memory import StoreMemory, store_full
-from server.metrics import Metrics
-from server.settings import GatewaySettings
-from streaming.core.app import App
-from streaming.core.append import (
+from liveviews.gateway.feed import store
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.publish.append import Appender
+from liveviews.gateway.publish.memory import StoreMemory, store_full
+from liveviews.gateway.publish.ratelimit import PublishRate, retry_after
+from liveviews.gateway.settings import GatewaySettings
+from liveviews.log.append import (
     Idempotency,
     IdempotencyKeyReused,
     InvalidIdempotencyKey,
     NotAcknowledged,
     PartialAppend,
 )
-from streaming.core.errors import InvalidEvent
-from streaming.core.events import Offset, TimeWindow
+from liveviews.log.events import Offset, TimeWindow
 
 
 def parse_body(body: bytes) -> Any:
@@ -161,7 +161,7 @@ class Publisher:
             raise store_full() from None
 
     def refuse_unpublishable(self, raws: list[Any]) -> None:
-        """A declared table's row changes come from its database only (``streaming.cdc``): a
+        """A declared table's row changes come from its database only (``liveviews.cdc``): a
         client's copy could contradict the table the views must equal."""
         for i, raw in enumerate(raws):
             name = raw.get("type") if isinstance(raw, dict) else None

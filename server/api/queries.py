@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from server.auth import Principal
-from server.errors import BadRequest, NotFound
-from server.fanout.query import PrefixSubscription, WindowSubscription
-from server.feed.queries import Rank
-from server.gateway import Gateway
-from server.wire.eventid import PrefixId, WindowId
+from liveviews.gateway.auth import Principal
+from liveviews.gateway.errors import BadRequest, NotFound
+from liveviews.gateway.fanout.query import PrefixSubscription, WindowSubscription
+from liveviews.gateway.feed.queries import Rank
+from liveviews.gateway.gateway import Gateway
+from liveviews.gateway.wire.eventid import PrefixId, WindowId
 
 MAX_PREFIX = 256
 """As long as a key may be."""

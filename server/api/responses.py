@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.api.params import number_over
-from server.errors import PayloadTooLarge, UnsupportedMediaType
+from liveviews.gateway.api.params import number_over
+from liveviews.gateway.errors import PayloadTooLarge, UnsupportedMediaType
 
 
 def json_response(
@@ -58,8 +58,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 HELD = "liveviews.held"
 """The scope key of the list where a started stream leaves the rest of its life for the
-application's outermost call (``server.app``), once its response head has gone out through
-the framework: the connection then waits in a coroutine of its own, not in the framework's
+application's outermost call (``liveviews.gateway.app``), once its response head has gone out
+through the framework: the connection then waits in a coroutine of its own, not in the framework's
 stack of middleware, routing and exception wrappers (~5 KB per idle stream)."""
 
 Rest = Callable[[Receive, Send], Awaitable[None]]

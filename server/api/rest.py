@@ -11,17 +11,17 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from server.api.openapi import document
-from server.api.params import single_header, view_and_key
-from server.api.publish import events_of, offset_dict, parse_body
-from server.api.responses import json_response, read_json
-from server.auth import ALL_SCOPES, COOKIE, PUBLISH, READ, authenticate
-from server.errors import BadRequest
-from server.feed.store import read_snapshot
-from server.gateway import Gateway
-from server.metrics import subscribers_by_view
-from server.wire.eventid import EventId
-from streaming.core import deadletters
+from liveviews.gateway.api.openapi import document
+from liveviews.gateway.api.params import single_header, view_and_key
+from liveviews.gateway.api.publish import events_of, offset_dict, parse_body
+from liveviews.gateway.api.responses import json_response, read_json
+from liveviews.gateway.auth import ALL_SCOPES, COOKIE, PUBLISH, READ, authenticate
+from liveviews.gateway.errors import BadRequest
+from liveviews.gateway.feed.store import read_snapshot
+from liveviews.gateway.gateway import Gateway
+from liveviews.gateway.metrics import subscribers_by_view
+from liveviews.gateway.wire.eventid import EventId
+from liveviews.log import deadletters
 
 DEV_USER_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 DEV_SCOPE_RE = re.compile(r"(read|publish)( (read|publish))?")

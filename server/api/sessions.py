@@ -3,11 +3,11 @@
 Client messages are JSON objects with a ``type``: ``auth``, ``subscribe``, ``unsubscribe``,
 ``publish``, ``wait``. They are handled one at a time, in order, by a task that runs only while some
 wait. Each subscription sends the same frames as SSE, tagged with the client's subscription
-id, through its own sender (``server.live.ws``). Under the gateway's uvicorn protocols the
-socket owns its connection (``server.live.sockets.OwnedSocket``), so an idle socket holds no
-task. The process's ticker (``server.live.ticker``) sends heartbeats, closes sockets whose token
-expired, and runs each socket's keepalive. docs/PROTOCOL.md describes the messages and close
-codes.
+id, through its own sender (``liveviews.gateway.live.ws``). Under the gateway's uvicorn protocols
+the socket owns its connection (``liveviews.gateway.live.sockets.OwnedSocket``), so an idle socket
+holds no task. The process's ticker (``liveviews.gateway.live.ticker``) sends heartbeats, closes
+sockets whose token expired, and runs each socket's keepalive. docs/PROTOCOL.md describes the
+messages and close codes.
 """
 
 from __future__ import annotations
@@ -24,22 +24,22 @@ from redis.exceptions import RedisError
 from starlette.types import Receive, Send
 from starlette.websockets import WebSocket
 
-from server._uvicorn import websocket_protocol
-from server.admission import Slot, client_address
-from server.api.publish import events_of, offset_dict
-from server.api.queries import after_rank, prefix_subscription, window_subscription
-from server.api.responses import hand_over
-from server.auth import PUBLISH, READ, Principal, by_cookie, check_origin, token_from
-from server.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
-from server.fanout.hub import Wanted
-from server.fanout.subscription import Subscription
-from server.gateway import Gateway
-from server.live.sender import log_failure
-from server.live.sockets import AsgiSocket, OwnedSocket, Socket
-from server.live.ws import WsSender
-from server.wire import frames
-from server.wire.eventid import EventId, position_tuple
-from streaming.core.errors import StoreMismatch
+from liveviews.errors import StoreMismatch
+from liveviews.gateway._uvicorn import websocket_protocol
+from liveviews.gateway.admission import Slot, client_address
+from liveviews.gateway.api.publish import events_of, offset_dict
+from liveviews.gateway.api.queries import after_rank, prefix_subscription, window_subscription
+from liveviews.gateway.api.responses import hand_over
+from liveviews.gateway.auth import PUBLISH, READ, Principal, by_cookie, check_origin, token_from
+from liveviews.gateway.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
+from liveviews.gateway.fanout.hub import Wanted
+from liveviews.gateway.fanout.subscription import Subscription
+from liveviews.gateway.gateway import Gateway
+from liveviews.gateway.live.sender import log_failure
+from liveviews.gateway.live.sockets import AsgiSocket, OwnedSocket, Socket
+from liveviews.gateway.live.ws import WsSender
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import EventId, position_tuple
 
 log = logging.getLogger("liveviews.gateway.ws")
 
@@ -104,7 +104,8 @@ def wanted_offsets(raw: Any) -> Wanted:
 class Session:
     """One open socket: its principal, its subscriptions, and the client's messages to handle.
 
-    It is the socket's ``Handler`` (``server.live.sockets``) and one of the ticker's streams.
+    It is the socket's ``Handler`` (``liveviews.gateway.live.sockets``) and one of the ticker's
+    streams.
     """
 
     __slots__ = ("gw", "sock", "slot", "principal", "auth_deadline", "senders", "last_write",
@@ -114,7 +115,7 @@ class Session:
         self.gw = gw
         self.sock = sock
         self.slot = slot
-        """Its place in the process's connection budgets (``server.admission``)."""
+        """Its place in the process's connection budgets (``liveviews.gateway.admission``)."""
         self.principal: Principal | None = None
         self.auth_deadline = time.time() + gw.settings.ws_auth_timeout_seconds
         self.senders: dict[str, WsSender] = {}
@@ -426,7 +427,8 @@ async def socket(websocket: WebSocket) -> None:
             return
     await websocket.accept()
     # A token in the handshake signs the socket in at once, and it takes a connection slot;
-    # without one it waits in the budget of sockets not signed in yet (``server.admission``).
+    # without one it waits in the budget of sockets not signed in yet
+    # (``liveviews.gateway.admission``).
     try:
         token = token_from(websocket)
         principal = gw.auth.verify(token) if token is not None else None
@@ -466,7 +468,8 @@ async def _refuse(websocket: WebSocket, exc: GatewayError, code: int) -> None:
 
 
 def _own_connection(websocket: WebSocket, gw: Gateway) -> OwnedSocket | None:
-    """Make the socket its connection's owner, if its server lets it (``server._uvicorn``)."""
+    """Make the socket its connection's owner, if its server lets it
+    (``liveviews.gateway._uvicorn``)."""
     protocol = websocket_protocol(websocket.scope)
     if protocol is None:
         return None

@@ -17,20 +17,26 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from server.admission import Slot, client_address
-from server.api.params import path_segments, single, single_header, view_and_key, whole_number
-from server.api.queries import after_rank, prefix_subscription, window_subscription
-from server.api.responses import hand_over
-from server.api.rest import get_view
-from server.auth import READ, Principal, authenticate
-from server.errors import BadRequest
-from server.fanout.subscription import Subscription
-from server.feed.log import RECENT, LogListener
-from server.feed.queries import Rank
-from server.gateway import Gateway
-from server.live.sse import begin, body_of, serve
-from server.wire import frames
-from server.wire.eventid import EventId
+from liveviews.gateway.admission import Slot, client_address
+from liveviews.gateway.api.params import (
+    path_segments,
+    single,
+    single_header,
+    view_and_key,
+    whole_number,
+)
+from liveviews.gateway.api.queries import after_rank, prefix_subscription, window_subscription
+from liveviews.gateway.api.responses import hand_over
+from liveviews.gateway.api.rest import get_view
+from liveviews.gateway.auth import READ, Principal, authenticate
+from liveviews.gateway.errors import BadRequest
+from liveviews.gateway.fanout.subscription import Subscription
+from liveviews.gateway.feed.log import RECENT, LogListener
+from liveviews.gateway.feed.queries import Rank
+from liveviews.gateway.gateway import Gateway
+from liveviews.gateway.live.sse import begin, body_of, serve
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import EventId
 
 
 def resume_id(request: Request) -> EventId | None:
@@ -51,8 +57,8 @@ def raw_resume_id(request: Request) -> str | None:
 
 
 class SubscriptionResponse(Response):
-    """A started subscription's stream (``server.live.sse``); always detaches and frees its
-    connection slot."""
+    """A started subscription's stream (``liveviews.gateway.live.sse``); always detaches and frees
+    its connection slot."""
 
     def __init__(self, sub: Subscription, first: list[frames.Frame], principal: Principal,
                  gw: Gateway, slot: Slot) -> None:  # fmt: skip

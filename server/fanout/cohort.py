@@ -10,8 +10,9 @@ it to all of them in one loop (``GroupWrite``), and moves its one cursor. A memb
 connection is closing, or whose socket does not take the whole write, leaves with the cursor it
 had, so it takes the item through its own path, exactly as it would have without the cohort.
 
-The hub owns cohorts (``server.fanout.hub.Cohort``); this is the one kind it makes. Which
-members' bytes and sockets these are is the transport's business (``server.live.sse``).
+The hub owns cohorts (``liveviews.gateway.fanout.subscriber.Cohort``); this is the one kind it
+makes. Which members' bytes and sockets these are is the transport's business
+(``liveviews.gateway.live.sse``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from server.fanout.cursor import Cursor
-from server.fanout.items import FeedDelta, FeedRun, Progress
-from server.fanout.subscriber import Subscriber, SubscriberState
-from server.metrics import Metrics
+from liveviews.gateway.fanout.cursor import Cursor
+from liveviews.gateway.fanout.items import FeedDelta, FeedRun, Progress
+from liveviews.gateway.fanout.subscriber import Subscriber, SubscriberState
+from liveviews.gateway.metrics import Metrics
 
 
 class Member(Protocol):
-    """A sender that may join a cohort (``server.live.sse.SseSender``)."""
+    """A sender that may join a cohort (``liveviews.gateway.live.sse.SseSender``)."""
 
     sub: Cursor
     """The member's own cursor (its ``Subscription``), the cohort's again when it leaves."""

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from server.fanout.items import FeedDelta, Progress
+from liveviews.gateway.fanout.items import FeedDelta, Progress
 
 
 class Cursor:
     """What a subscriber was sent last: the protocol's ordering rules as state.
 
     A ``Subscription`` is one; a cohort of subscriptions in step shares one
-    (``server.fanout.cohort``).
+    (``liveviews.gateway.fanout.cohort``).
     """
 
     __slots__ = ("epoch", "position", "progress_position", "frontier", "last_event_id")

@@ -11,9 +11,9 @@ Everything here runs on the event loop's thread and never awaits, so a delta bat
 out atomically with respect to a subscriber registering.
 
 Subscribers of one key that were sent the same frames and write straight to their connections
-form the key's ``Cohort`` (``server.fanout.cohort``): the hub hands each item to the cohort
-once, and it has every member written to in one loop, with one cursor for all. A member the cohort
-cannot write to as the others (a full socket, a closing connection) is given back to the hub,
+form the key's ``Cohort`` (``liveviews.gateway.fanout.cohort``): the hub hands each item to the
+cohort once, and it has every member written to in one loop, with one cursor for all. A member the
+cohort cannot write to as the others (a full socket, a closing connection) is given back to the hub,
 with its own cursor as it was before the item, and takes the item the usual way; a woken
 subscriber leaves its cohort, since its reader looks at its cursor. A subscriber asks to join
 (``Hub.settle``) when it is up to date, and joins once its cursor is the cohort's.
@@ -25,41 +25,13 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from server.fanout.items import EpochChanged, FeedDelta, FeedRun, Progress
-from server.fanout.subscriber import Subscriber, SubscriberState
-from server.metrics import Metrics
-from streaming.core.changes import VIEWS_FRONTIER, Delta, split_physical
-from streaming.core.versions import composite_epoch
-
-
-class Cohort(Protocol):
-    """Subscribers of one (view, key) in step: each was sent the same frames, so each takes the
-    next item the same way (``server.fanout.cohort.Cohort``)."""
-
-    last_write: float
-    """When the cohort last wrote to its members (the ticker's clock)."""
-
-    def __len__(self) -> int: ...
-
-    def admit(self, sub: Subscriber) -> bool:
-        """Take ``sub`` in if it is in step with the members (the first one always is)."""
-        ...
-
-    def remove(self, sub: Subscriber) -> None:
-        """Let ``sub`` go, its own cursor now the cohort's."""
-        ...
-
-    def deliver(self, items: list[FeedDelta], run: FeedRun | None) -> list[Subscriber]:
-        """Write a key's ``items`` of one read (``run`` if they go as one) to every member; the
-        members it could not write to leave, their cursors as before the items."""
-        ...
-
-    def deliver_progress(self, progress: Progress) -> list[Subscriber]:
-        """The same for a frontier on its own."""
-        ...
-
+from liveviews.changes.topic import VIEWS_FRONTIER, Delta, split_physical
+from liveviews.gateway.fanout.items import EpochChanged, FeedDelta, FeedRun, Progress
+from liveviews.gateway.fanout.subscriber import Cohort, Subscriber, SubscriberState
+from liveviews.gateway.metrics import Metrics
+from liveviews.pipeline.versions import composite_epoch
 
 K = TypeVar("K")
 

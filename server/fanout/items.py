@@ -3,7 +3,7 @@ frontiers, and the notice that the store was replaced.
 
 Each item's frame is encoded once, on first use, and shared by every subscriber that takes it.
 What a transport makes of it (an HTTP chunk, say) is kept in the item's ``encoded``, filled by
-the first sender that needs it (``server.live``): the fan-out itself makes no bytes.
+the first sender that needs it (``liveviews.gateway.live``): the fan-out itself makes no bytes.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from functools import cached_property
 
 import orjson
 
-from server.wire import frames
-from server.wire.eventid import EventId, position_tuple
-from streaming.core.changes import VIEWS_FRONTIER, Delta
+from liveviews.changes.topic import VIEWS_FRONTIER, Delta
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import EventId, position_tuple
 
 
 @dataclass(eq=False)
@@ -28,7 +28,7 @@ class FeedDelta:
     """A frontier that covers this delta and every earlier one of the dispatch, handed out with
     it: a sender that takes both writes them together."""
     encoded: dict[str, bytes] = field(default_factory=dict, repr=False)
-    """The item as each transport writes it, once encoded (``server.live``)."""
+    """The item as each transport writes it, once encoded (``liveviews.gateway.live``)."""
 
     @cached_property
     def frame(self) -> frames.Frame:

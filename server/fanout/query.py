@@ -21,13 +21,21 @@ from collections.abc import Callable
 
 import orjson
 
-from server.fanout.items import FeedDelta, Item
-from server.fanout.subscription import MAX_HISTORY_PAGE, Source, Subscription, replaced
-from server.feed.queries import Around, Rank, Reads, WindowRead, WindowRow, read_prefix, read_window
-from server.feed.store import HistoryGone, read_history, read_shard_history
-from server.wire import frames
-from server.wire.eventid import PrefixId, WindowId, position_tuple
-from streaming.core.changes import shard_for, split_physical
+from liveviews.changes.topic import shard_for, split_physical
+from liveviews.gateway.fanout.items import FeedDelta, Item
+from liveviews.gateway.fanout.subscription import MAX_HISTORY_PAGE, Source, Subscription, replaced
+from liveviews.gateway.feed.queries import (
+    Around,
+    Rank,
+    Reads,
+    WindowRead,
+    WindowRow,
+    read_prefix,
+    read_window,
+)
+from liveviews.gateway.feed.store import HistoryGone, read_history, read_shard_history
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import PrefixId, WindowId, position_tuple
 
 
 class PrefixSubscription(Subscription):

@@ -5,12 +5,9 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from server.fanout.items import FeedRun, Item, Progress
-
-if TYPE_CHECKING:
-    from server.fanout.hub import Cohort, Hub
+from liveviews.gateway.fanout.items import FeedDelta, FeedRun, Item, Progress
 
 
 class SubscriberState(enum.Enum):
@@ -49,7 +46,7 @@ class Subscriber:
         key: str,
         capacity: int,
         frontier_name: str,
-        hub: Hub | None = None,
+        hub: Owner | None = None,
         shared: bool = True,
     ) -> None:
         self.view = view
@@ -151,3 +148,43 @@ class Subscriber:
         progress, self.progress = self.progress, None
         self.woken = False
         return items, progress
+
+
+class Owner(Protocol):
+    """What a subscriber and its sender ask of the hub that holds it
+    (``liveviews.gateway.fanout.hub.Hub``)."""
+
+    def settle(self, sub: Subscriber) -> None:
+        """``sub`` is up to date: let it join its key's cohort once in step."""
+        ...
+
+    def unsettle(self, sub: Subscriber) -> None:
+        """Take ``sub`` out of its cohort, its cursor now its own."""
+        ...
+
+
+class Cohort(Protocol):
+    """Subscribers of one (view, key) in step: each was sent the same frames, so each takes the
+    next item the same way (``liveviews.gateway.fanout.cohort.Cohort``)."""
+
+    last_write: float
+    """When the cohort last wrote to its members (the ticker's clock)."""
+
+    def __len__(self) -> int: ...
+
+    def admit(self, sub: Subscriber) -> bool:
+        """Take ``sub`` in if it is in step with the members (the first one always is)."""
+        ...
+
+    def remove(self, sub: Subscriber) -> None:
+        """Let ``sub`` go, its own cursor now the cohort's."""
+        ...
+
+    def deliver(self, items: list[FeedDelta], run: FeedRun | None) -> list[Subscriber]:
+        """Write a key's ``items`` of one read (``run`` if they go as one) to every member; the
+        members it could not write to leave, their cursors as before the items."""
+        ...
+
+    def deliver_progress(self, progress: Progress) -> list[Subscriber]:
+        """The same for a frontier on its own."""
+        ...

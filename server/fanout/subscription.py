@@ -12,18 +12,18 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from server.errors import SlowConsumer, Unavailable
-from server.fanout.cursor import Cursor
-from server.fanout.hub import Hub, Wanted, add_wait
-from server.fanout.items import EpochChanged, FeedDelta, Item
-from server.fanout.subscriber import Subscriber, SubscriberState
-from server.feed.changes import ChangeFeed
-from server.feed.store import Client, HistoryGone, Layout, read_history, read_snapshot
-from server.metrics import Metrics
-from server.wire import frames
-from server.wire.eventid import EventId, position_tuple
-from streaming.core.changes import split_physical
-from streaming.core.versions import split_epoch
+from liveviews.changes.topic import split_physical
+from liveviews.gateway.errors import SlowConsumer, Unavailable
+from liveviews.gateway.fanout.cursor import Cursor
+from liveviews.gateway.fanout.hub import Hub, Wanted, add_wait
+from liveviews.gateway.fanout.items import EpochChanged, FeedDelta, Item
+from liveviews.gateway.fanout.subscriber import Subscriber, SubscriberState
+from liveviews.gateway.feed.changes import ChangeFeed
+from liveviews.gateway.feed.store import Client, HistoryGone, Layout, read_history, read_snapshot
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import EventId, position_tuple
+from liveviews.pipeline.versions import split_epoch
 
 FEED_START_TIMEOUT = 5.0
 MAX_HISTORY_PAGE = 1000
@@ -58,7 +58,8 @@ class Subscription(Cursor):
 
     direct = True
     """Once up to date, may the hub write the key's shared frames straight to its sender? A
-    query-shaped subscription (``server.fanout.query``) makes frames of its own instead."""
+    query-shaped subscription (``liveviews.gateway.fanout.query``) makes frames of its own
+    instead."""
 
     def __init__(self, source: Source, view: str, key: str, resume: EventId | None) -> None:
         super().__init__()

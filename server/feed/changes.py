@@ -33,21 +33,7 @@ import logging
 import time
 from typing import Any
 
-from server.fanout.hub import Hub
-from server.fanout.items import Progress
-from server.feed import nodes
-from server.feed.store import (
-    CONTROL_KEY,
-    STORE_ERRORS,
-    Client,
-    Layout,
-    Part,
-    decode_frontier,
-    read_cut,
-)
-from server.metrics import Metrics
-from server.wire import frames
-from streaming.core.changes import (
+from liveviews.changes.topic import (
     ACTIVE_KEY,
     NO_POSITION,
     PROGRESS_STREAM,
@@ -56,9 +42,23 @@ from streaming.core.changes import (
     decode_delta,
     split_physical,
 )
-from streaming.core.errors import StoreMismatch
-from streaming.core.upgrade import upgrade_async
-from streaming.core.versions import composite_epoch
+from liveviews.errors import StoreMismatch
+from liveviews.gateway.fanout.hub import Hub
+from liveviews.gateway.fanout.items import Progress
+from liveviews.gateway.feed import nodes
+from liveviews.gateway.feed.store import (
+    CONTROL_KEY,
+    STORE_ERRORS,
+    Client,
+    Layout,
+    Part,
+    decode_frontier,
+    read_cut,
+)
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
+from liveviews.pipeline.versions import composite_epoch
+from liveviews.store.upgrade import upgrade_async
 
 log = logging.getLogger("liveviews.gateway.feed")
 

@@ -23,14 +23,14 @@ import logging
 from collections import deque
 from typing import Any
 
-from server.errors import Unavailable
-from server.feed import nodes
-from server.feed.changes import back_off
-from server.feed.store import STORE_ERRORS, Client, Part, read_cut
-from server.wire import frames
-from server.wire.eventid import position_tuple
-from streaming.core.changes import NO_POSITION
-from streaming.core.events import decode_entry, log_stream
+from liveviews.changes.topic import NO_POSITION
+from liveviews.gateway.errors import Unavailable
+from liveviews.gateway.feed import nodes
+from liveviews.gateway.feed.changes import back_off
+from liveviews.gateway.feed.store import STORE_ERRORS, Client, Part, read_cut
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import position_tuple
+from liveviews.log.events import decode_entry, log_stream
 
 log = logging.getLogger("liveviews.gateway.log")
 

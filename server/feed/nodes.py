@@ -26,7 +26,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as StoreConnectionError
 
-from streaming.core.storeclient import FAILOVER_ERRORS, FAILOVER_SECONDS, SLOTS
+from liveviews.store.client import FAILOVER_ERRORS, FAILOVER_SECONDS, SLOTS
 
 Client = aioredis.Redis | RedisCluster
 T = TypeVar("T")

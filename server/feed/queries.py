@@ -16,8 +16,7 @@ from typing import Any
 
 import orjson
 
-from server.feed.store import CONTROL_KEY, Client, Layout, Part, decode_frontier, read_cut
-from streaming.core.changes import (
+from liveviews.changes.topic import (
     ACTIVE_KEY,
     FRONTIER_KEY,
     FRONTIER_LAG_KEY,
@@ -32,8 +31,16 @@ from streaming.core.changes import (
     shard_for,
     split_physical,
 )
-from streaming.core.errors import StoreMismatch
-from streaming.core.versions import composite_epoch
+from liveviews.errors import StoreMismatch
+from liveviews.gateway.feed.store import (
+    CONTROL_KEY,
+    Client,
+    Layout,
+    Part,
+    decode_frontier,
+    read_cut,
+)
+from liveviews.pipeline.versions import composite_epoch
 
 PREFIX_SNAPSHOT = """
 -- KEYS[1] a view's key index in one shard, KEYS[2] the shard's change stream.

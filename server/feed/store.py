@@ -1,7 +1,7 @@
 """The gateway's reads and writes of the store, with redis.asyncio.
 
-Key names and entry formats come from ``streaming.core.changes``, ``streaming.core.events`` and
-``streaming.core.log``; this module only adds what the gateway reads together: the store's
+Key names and entry formats come from ``liveviews.changes.topic``, ``liveviews.log.events`` and
+``liveviews.log.eventlog``; this module only adds what the gateway reads together: the store's
 epoch with a snapshot, and the stream's retention with a page of history.
 
 A read is of parts, each in one hash slot: the control part (``lv:{m}:``: epoch, layout, the
@@ -25,9 +25,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from server.feed import nodes
-from server.wire.eventid import new_epoch, position_tuple
-from streaming.core.changes import (
+from liveviews.changes.topic import (
     ACTIVE_KEY,
     FRONTIER_KEY,
     FRONTIER_LAG_KEY,
@@ -44,10 +42,12 @@ from streaming.core.changes import (
     split_physical,
     view_key,
 )
-from streaming.core.errors import StoreMismatch
-from streaming.core.log import META_KEY
-from streaming.core.storeclient import cluster_enabled
-from streaming.core.versions import composite_epoch, split_epoch
+from liveviews.errors import StoreMismatch
+from liveviews.gateway.feed import nodes
+from liveviews.gateway.wire.eventid import new_epoch, position_tuple
+from liveviews.log.eventlog import META_KEY
+from liveviews.pipeline.versions import composite_epoch, split_epoch
+from liveviews.store.client import cluster_enabled
 
 Client = nodes.Client
 MAX_STORE_CONNECTIONS = 64

@@ -20,8 +20,9 @@ subscription while it waits. A sender keeps the protocol's rules here, once:
 - ending: overflow, an expired token, a closed connection or the server's shutdown end it, each
   the same way on every transport.
 
-A transport (``server.live.sse``, ``server.live.ws``) supplies only how frames are framed and
-written (the ``_send_*`` methods), how it ends (``_close``), and what its connection's state is.
+A transport (``liveviews.gateway.live.sse``, ``liveviews.gateway.live.ws``) supplies only how frames
+are framed and written (the ``_send_*`` methods), how it ends (``_close``), and what its
+connection's state is.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from server.errors import GatewayError, SlowConsumer
-from server.fanout.items import EpochChanged, FeedDelta, FeedRun, Item, Progress
-from server.fanout.subscriber import SubscriberState
-from server.fanout.subscription import Subscription
-from server.live.ticker import Ticker
-from server.metrics import Metrics
-from server.wire import frames
+from liveviews.gateway.errors import GatewayError, SlowConsumer
+from liveviews.gateway.fanout.items import EpochChanged, FeedDelta, FeedRun, Item, Progress
+from liveviews.gateway.fanout.subscriber import SubscriberState
+from liveviews.gateway.fanout.subscription import Subscription
+from liveviews.gateway.live.ticker import Ticker
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
 
 log = logging.getLogger("liveviews.gateway.live")
 
@@ -51,7 +52,8 @@ DRAIN_POLL_SECONDS = 0.005
 
 
 class Sender:
-    """The hub's sink for one subscription (``server.fanout.subscriber.Sink``) and its task."""
+    """The hub's sink for one subscription (``liveviews.gateway.fanout.subscriber.Sink``) and its
+    task."""
 
     __slots__ = ("sub", "ticker", "metrics", "pending", "ended", "drain_timeout", "_running",
                  "_reading", "_task")  # fmt: skip
@@ -61,7 +63,7 @@ class Sender:
     watches its token for all its subscriptions)."""
 
     joins_cohorts = False
-    """May it join its key's cohort once up to date (``server.fanout.cohort``)?"""
+    """May it join its key's cohort once up to date (``liveviews.gateway.fanout.cohort``)?"""
     exit_frame: bytes | None = None
     """What ``_close`` writes when the server shuts down (None: nothing)."""
     reads: asyncio.Lock | None = None

@@ -1,13 +1,13 @@
-"""An open WebSocket, as the gateway's ``/v1/ws`` session (``server.api.sessions``) writes
-and hears it.
+"""An open WebSocket, as the gateway's ``/v1/ws`` session (``liveviews.gateway.api.sessions``)
+writes and hears it.
 
 Two kinds, one interface (``Socket``):
 
-- ``OwnedSocket``: under the gateway's uvicorn protocols (``server._uvicorn``), once the
+- ``OwnedSocket``: under the gateway's uvicorn protocols (``liveviews.gateway._uvicorn``), once the
   handshake is done and the socket's messages are not compressed, the socket takes its
   connection over from uvicorn's WebSocket protocol and is the connection's protocol: RFC
-  6455 framing of its own (``server.wire.rfc6455``), messages written to the connection at
-  once, keepalive pings, the send timeout and the closing handshake checked by the process's
+  6455 framing of its own (``liveviews.gateway.wire.rfc6455``), messages written to the connection
+  at once, keepalive pings, the send timeout and the closing handshake checked by the process's
   ticker. An idle socket holds no task, timer or buffer.
 - ``AsgiSocket``: any other case (permessage-deflate negotiated, another server, client
   bytes uvicorn had already read at the hand-over): the same through ASGI, with a reader and
@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from server.live.writes import socket_fd, write_now
-from server.wire import rfc6455
+from liveviews.gateway.live.writes import socket_fd, write_now
+from liveviews.gateway.wire import rfc6455
 
 CLOSE_SEND_TIMEOUT = (rfc6455.CLOSE_POLICY, "send timeout")
 FRAMES_PER_CALL = 512
@@ -34,7 +34,7 @@ socket's client cannot hold the loop, and every other subscriber, for longer, wh
 
 
 class Handler(Protocol):
-    """What hears a socket: the gateway's session (``server.api.sessions.Session``)."""
+    """What hears a socket: the gateway's session (``liveviews.gateway.api.sessions.Session``)."""
 
     def received(self, data: bytes) -> None:
         """A complete text or binary message."""
@@ -81,7 +81,7 @@ class OwnedSocket(asyncio.Protocol):
     within ``ping_timeout`` closes the socket (1011), as does a write buffer that stays above
     the transport's high-water mark for ``send_timeout`` (1008). A closing handshake the
     client does not complete within ``send_timeout`` ends with the connection closed anyway
-    (and reset after ``server._uvicorn.http``'s linger if the client takes nothing more).
+    (and reset after ``liveviews.gateway._uvicorn.http``'s linger if the client takes nothing more).
 
     What the client sends is parsed ``FRAMES_PER_CALL`` frames per turn of the event loop at
     most, with reading paused while frames already read wait (``_parse``), and not at all

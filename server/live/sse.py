@@ -1,11 +1,11 @@
 """SSE: a subscription's frames as HTTP/1.1 chunks, written straight to a connection it owns.
 
 After the first frames, the stream takes its connection over from uvicorn's HTTP protocol
-(``server._uvicorn``): the sender is then the connection's owner, and the hub hands each delta
-and progress to it (``server.live.sender``), which writes the frame's shared, pre-encoded chunk
-to the connection at once: to its socket while the transport holds nothing unsent, else through
-the transport, which queues it in order. An idle stream holds no task and none of the HTTP
-protocol's per-connection state. The process's ``Ticker`` writes its heartbeats and notices an
+(``liveviews.gateway._uvicorn``): the sender is then the connection's owner, and the hub hands each
+delta and progress to it (``liveviews.gateway.live.sender``), which writes the frame's shared,
+pre-encoded chunk to the connection at once: to its socket while the transport holds nothing unsent,
+else through the transport, which queues it in order. An idle stream holds no task and none of the
+HTTP protocol's per-connection state. The process's ``Ticker`` writes its heartbeats and notices an
 expired token, a lost connection and the server's shutdown.
 
 A key's streams in step write through their cohort (``group_write``): one chunk, one loop of
@@ -25,17 +25,17 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from server._uvicorn import response_transport
-from server.errors import SlowConsumer
-from server.fanout.cohort import Cohort
-from server.fanout.items import FeedDelta, FeedRun, Progress
-from server.fanout.subscriber import Subscriber
-from server.fanout.subscription import Subscription
-from server.live.sender import TOKEN_EXPIRED, Sender
-from server.live.ticker import Ticker
-from server.live.writes import socket_fd, write_now
-from server.metrics import Metrics
-from server.wire import frames
+from liveviews.gateway._uvicorn import response_transport
+from liveviews.gateway.errors import SlowConsumer
+from liveviews.gateway.fanout.cohort import Cohort
+from liveviews.gateway.fanout.items import FeedDelta, FeedRun, Progress
+from liveviews.gateway.fanout.subscriber import Subscriber
+from liveviews.gateway.fanout.subscription import Subscription
+from liveviews.gateway.live.sender import TOKEN_EXPIRED, Sender
+from liveviews.gateway.live.ticker import Ticker
+from liveviews.gateway.live.writes import socket_fd, write_now
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
 
 log = logging.getLogger("liveviews.gateway.sse")
 
@@ -81,7 +81,8 @@ def progress_chunk(progress: Progress) -> bytes:
 
 class SseSender(Sender):
     """One SSE subscription that owns its connection: the hub's sink for it, and the owner
-    (``server._uvicorn.Owner``) of its connection once the HTTP protocol has released it."""
+    (``liveviews.gateway._uvicorn.Owner``) of its connection once the HTTP protocol has released
+    it."""
 
     __slots__ = ("transport", "fd", "expires_at", "last_write", "_write_raw", "is_closing",
                  "_buffered", "_end")  # fmt: skip
@@ -149,7 +150,7 @@ class SseSender(Sender):
 
     def _close(self, last: bytes | None) -> None:
         """``last`` and the last chunk, unless None; then close the connection (given up after
-        the linger of ``server._uvicorn.http`` if the client does not take the rest)."""
+        the linger of ``liveviews.gateway._uvicorn.http`` if the client does not take the rest)."""
         self.ticker.remove(self)
         transport = self.transport
         if last is not None and not transport.is_closing():
@@ -171,7 +172,7 @@ class SseSender(Sender):
                     exc_info=exc)  # fmt: skip
         self.finish()
 
-    # A cohort's member (``server.fanout.cohort.Member``).
+    # A cohort's member (``liveviews.gateway.fanout.cohort.Member``).
 
     def writes_at_once(self) -> bool:
         """Does the stream write straight to its socket, with nothing queued on its transport,
@@ -209,7 +210,7 @@ class SseSender(Sender):
         if subscriber is not None:
             subscriber.wake()
 
-    # The connection's owner (``server._uvicorn.Owner``).
+    # The connection's owner (``liveviews.gateway._uvicorn.Owner``).
 
     def lost(self) -> None:
         self.exit()
@@ -222,9 +223,9 @@ def group_write(
     members: dict[Subscriber, Any], source: FeedDelta | FeedRun | Progress, with_progress: bool,
     metrics: Metrics,
 ) -> list[tuple[Subscriber, bool]]:  # fmt: skip
-    """A cohort's write (``server.fanout.cohort.GroupWrite``): the one chunk to every member's
-    socket. Those whose connection is closing, or whose socket takes none of it, took nothing;
-    one that took part of it has the rest queued on its transport."""
+    """A cohort's write (``liveviews.gateway.fanout.cohort.GroupWrite``): the one chunk to every
+    member's socket. Those whose connection is closing, or whose socket takes none of it, took
+    nothing; one that took part of it has the rest queued on its transport."""
     if isinstance(source, Progress):
         chunk = progress_chunk(source)
     else:
@@ -340,7 +341,7 @@ async def _disconnected(receive: Receive) -> None:
 
 
 def sse_cohort(ticker: Ticker, metrics: Metrics) -> Cohort:
-    """A cohort of SSE senders: the hub's ``new_cohort`` (``server.gateway``)."""
+    """A cohort of SSE senders: the hub's ``new_cohort`` (``liveviews.gateway.gateway``)."""
 
     def write(
         members: dict[Subscriber, Any], source: FeedDelta | FeedRun | Progress, with_progress: bool

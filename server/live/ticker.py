@@ -15,8 +15,8 @@ import contextlib
 import time
 from typing import Protocol
 
-from server._uvicorn import serving_server
-from server.metrics import Metrics
+from liveviews.gateway._uvicorn import serving_server
+from liveviews.gateway.metrics import Metrics
 
 EXIT_POLL_SECONDS = 0.1
 """How often the ticker looks at the server's ``should_exit`` (uvicorn's own loop does too)."""
@@ -24,7 +24,7 @@ EXIT_POLL_SECONDS = 0.1
 
 class Ticked(Protocol):
     """What the ticker looks after: an SSE sender, or a WebSocket session
-    (``server.api.sessions.Session``)."""
+    (``liveviews.gateway.api.sessions.Session``)."""
 
     def tick(self, now: float, wall: float, heartbeat: float) -> None:
         """Heartbeat, token expiry and connection checks at ``now`` (monotonic), ``wall``."""

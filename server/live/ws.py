@@ -1,9 +1,9 @@
 """A WebSocket subscription's sender: its frames as messages tagged with the client's
 subscription id, on a socket it shares with the session's other subscriptions.
 
-The delivery rules are the shared sender's (``server.live.sender``); this says only how a
-frame becomes a message (``Frame.ws``) and goes to the socket (``server.live.sockets``). A
-subscription whose messages back up past the subscriber buffer (``LV_SUBSCRIBER_BUFFER``) while
+The delivery rules are the shared sender's (``liveviews.gateway.live.sender``); this says only how a
+frame becomes a message (``Frame.ws``) and goes to the socket (``liveviews.gateway.live.sockets``).
+A subscription whose messages back up past the subscriber buffer (``LV_SUBSCRIBER_BUFFER``) while
 the socket has unsent data is a slow consumer; its session and the other subscriptions stay.
 """
 
@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from server.fanout.items import FeedDelta, FeedRun, Progress
-from server.fanout.subscription import Subscription
-from server.live.sender import Sender
-from server.live.sockets import Socket
-from server.live.ticker import Ticker
-from server.metrics import Metrics
-from server.wire import frames
+from liveviews.gateway.fanout.items import FeedDelta, FeedRun, Progress
+from liveviews.gateway.fanout.subscription import Subscription
+from liveviews.gateway.live.sender import Sender
+from liveviews.gateway.live.sockets import Socket
+from liveviews.gateway.live.ticker import Ticker
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
 
 
 class Session(Protocol):
-    """The socket's session the subscription belongs to (``server.api.sessions.Session``)."""
+    """The socket's session the subscription belongs to
+    (``liveviews.gateway.api.sessions.Session``)."""
 
     sock: Socket
     senders: dict[str, WsSender]

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from server.errors import BadRequest
-from streaming.core.events import entry_id_tuple
+from liveviews.gateway.errors import BadRequest
+from liveviews.log.events import entry_id_tuple
 
 # ASCII digits only: ``\d`` would take any script's digits, which ``int`` reads too.
 EVENT_ID_RE = re.compile(r"([A-Za-z0-9_-]{1,64})\.([0-9]{1,20})-([0-9]{1,20})")

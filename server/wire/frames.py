@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from streaming.core.events import LoggedEvent, iso
+from liveviews.log.events import LoggedEvent, iso
 
 SNAPSHOT = "snapshot"
 DELTA = "delta"

@@ -1,9 +1,9 @@
 """RFC 6455 framing for the WebSockets the gateway serves itself once the handshake is done.
 
 The handshake (HTTP/1.1 Upgrade) is uvicorn's; afterwards an open socket owns its connection
-(``server.live.sockets``) and this module is its wire format: server frames are written unmasked
-and unfragmented; client frames are parsed incrementally by a ``Reader``, which enforces what
-the RFC requires of a client (every frame masked, no reserved bits, since no extension is
+(``liveviews.gateway.live.sockets``) and this module is its wire format: server frames are written
+unmasked and unfragmented; client frames are parsed incrementally by a ``Reader``, which enforces
+what the RFC requires of a client (every frame masked, no reserved bits, since no extension is
 negotiated on an owned socket, control frames short and unfragmented, continuations only
 within a fragmented message), the gateway's message size limit, checked on each frame's
 header before its payload is read, and at most ``MAX_FRAGMENTS`` frames per message. A

@@ -1,4 +1,4 @@
-"""``python -m streaming.cdc``: follow the application's declared tables into the log.
+"""``python -m liveviews.cdc``: follow the application's declared tables into the log.
 
 Exit status: 0 when asked to stop (SIGTERM, SIGINT); 2 (``NEEDS_A_PERSON``) when a setting,
 the database's tables or rows, or the slot no longer match, with a sentence saying what to do
@@ -16,12 +16,12 @@ import threading
 import psycopg2
 import redis
 
-from streaming.cdc.capture import run
-from streaming.cdc.settings import CdcSettings
-from streaming.core import console
-from streaming.core.app import load_app
-from streaming.core.errors import LiveviewsError
-from streaming.core.supervise import NEEDS_A_PERSON
+from liveviews import console
+from liveviews.app import load_app
+from liveviews.cdc.capture import run
+from liveviews.cdc.settings import CdcSettings
+from liveviews.errors import LiveviewsError
+from liveviews.supervise import NEEDS_A_PERSON
 
 log = logging.getLogger("liveviews.cdc")
 

@@ -33,9 +33,10 @@ import psycopg2.errors
 import psycopg2.extras
 import redis
 
-from streaming.cdc import catalog
-from streaming.cdc.errors import SourceChanged
-from streaming.cdc.pgoutput import (
+from liveviews.app import App
+from liveviews.cdc import catalog
+from liveviews.cdc.errors import SourceChanged
+from liveviews.cdc.pgoutput import (
     Begin,
     Commit,
     Delete,
@@ -48,16 +49,15 @@ from streaming.cdc.pgoutput import (
     lsn_text,
     parse_lsn,
 )
-from streaming.cdc.position import Position, append_at, read_position
-from streaming.cdc.rows import Follow
-from streaming.cdc.settings import CdcSettings
-from streaming.cdc.snapshot import read_snapshot
-from streaming.core import storeclient
-from streaming.core.app import App
-from streaming.core.errors import ConfigurationError
-from streaming.core.events import Event, Transaction, now_ms
-from streaming.core.log import check_layout
-from streaming.core.tables import Table
+from liveviews.cdc.position import Position, append_at, read_position
+from liveviews.cdc.rows import Follow
+from liveviews.cdc.settings import CdcSettings
+from liveviews.cdc.snapshot import read_snapshot
+from liveviews.errors import ConfigurationError
+from liveviews.log.eventlog import check_layout
+from liveviews.log.events import Event, Transaction, now_ms
+from liveviews.store import client as storeclient
+from liveviews.tables import Table
 
 log = logging.getLogger("liveviews.cdc")
 T = TypeVar("T")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from streaming.cdc.errors import SourceChanged
-from streaming.cdc.rows import Follow
-from streaming.core.tables import Table
+from liveviews.cdc.errors import SourceChanged
+from liveviews.cdc.rows import Follow
+from liveviews.tables import Table
 
 Columns = list[tuple[str, int]]
 """A table's columns in row order: (name, type oid)."""

@@ -10,7 +10,7 @@ into ``$LV_DATA_DIR/postgres/password`` (mode 0600), as the embedded store does.
 PostgreSQL refuses to run as root: started by root, it runs as the ``postgres`` user (which
 Debian's package creates) through ``setpriv``, and its data directory is that user's. The data
 directory's parents must then let that user through (``o+x``); the start says so when not.
-``python -m streaming.cdc.embedded`` runs it in the foreground, as the Procfile's process does,
+``python -m liveviews.cdc.embedded`` runs it in the foreground, as the Procfile's process does,
 and stops it cleanly (a fast shutdown) on SIGTERM or SIGINT.
 """
 
@@ -31,8 +31,8 @@ from types import TracebackType
 
 import psycopg2
 
-from streaming.cdc.settings import DATABASE, embedded_database_url, postgres_dir, postgres_password
-from streaming.core.errors import ConfigurationError
+from liveviews.cdc.settings import DATABASE, embedded_database_url, postgres_dir, postgres_password
+from liveviews.errors import ConfigurationError
 
 log = logging.getLogger("liveviews.postgres")
 
@@ -209,8 +209,8 @@ class EmbeddedPostgres:
 
 
 def main() -> int:
-    from streaming.cdc.settings import CdcSettings
-    from streaming.core import console
+    from liveviews import console
+    from liveviews.cdc.settings import CdcSettings
 
     # Caught from the start, so a stop asked while the server starts still stops it.
     stop = console.stop_requested()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streaming.core.errors import LiveviewsError
+from liveviews.errors import LiveviewsError
 
 
 class SourceChanged(LiveviewsError):

@@ -15,9 +15,10 @@ from typing import Any
 
 import redis
 
-from streaming.cdc.pgoutput import lsn_text, parse_lsn
-from streaming.core.events import Event
-from streaming.core.log import Retention, placements, queue_appends
+from liveviews.cdc.pgoutput import lsn_text, parse_lsn
+from liveviews.log.eventlog import placements, queue_appends
+from liveviews.log.events import Event
+from liveviews.log.retention import Retention
 
 
 def position_key(slot: str) -> str:

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streaming.cdc.errors import SourceChanged
-from streaming.cdc.pgoutput import Delete, Insert, Tuple, Update
-from streaming.cdc.values import BadValue, declare_as, fits, to_json
-from streaming.core.app import App
-from streaming.core.errors import InvalidEvent
-from streaming.core.events import Event
-from streaming.core.tables import OLD_KEY, Table
+from liveviews.app import App
+from liveviews.cdc.errors import SourceChanged
+from liveviews.cdc.pgoutput import Delete, Insert, Tuple, Update
+from liveviews.cdc.values import BadValue, declare_as, fits, to_json
+from liveviews.errors import InvalidEvent
+from liveviews.log.events import Event
+from liveviews.tables import OLD_KEY, Table
 
 TYPE_NAMES = {16: "boolean", 20: "bigint", 21: "smallint", 23: "integer", 25: "text",
               114: "json", 700: "real", 701: "double precision", 1043: "varchar",

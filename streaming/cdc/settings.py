@@ -1,10 +1,10 @@
 """Settings of the change data capture process, read once from the environment.
 
 ``DATABASE_URL`` names the PostgreSQL database to follow; unset, it is the embedded server's
-(``streaming.cdc.embedded``) on ``LV_POSTGRES_PORT``, with the password it made into the data
+(``liveviews.cdc.embedded``) on ``LV_POSTGRES_PORT``, with the password it made into the data
 directory. ``LV_CDC_SLOT`` and ``LV_CDC_PUBLICATION`` name the replication slot and the
 publication it creates if missing. The store and the application are the other processes'
-settings (``streaming.core.settings``).
+settings (``liveviews.pipeline.settings``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from streaming.core.errors import ConfigurationError
-from streaming.core.settings import Settings, env_int
+from liveviews.errors import ConfigurationError
+from liveviews.pipeline.settings import Settings, env_int
 
 DEFAULT_POSTGRES_PORT = 5433
 """Beside a PostgreSQL the machine may already run on 5432."""

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 import psycopg2
 
-from streaming.cdc.catalog import Columns
-from streaming.cdc.pgoutput import Tuple
-from streaming.cdc.rows import Follow
-from streaming.core.app import App
-from streaming.core.events import Event, Transaction
-from streaming.core.tables import Table
+from liveviews.app import App
+from liveviews.cdc.catalog import Columns
+from liveviews.cdc.pgoutput import Tuple
+from liveviews.cdc.rows import Follow
+from liveviews.log.events import Event, Transaction
+from liveviews.tables import Table
 
 
 def read_snapshot(

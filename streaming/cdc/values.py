@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from streaming.core.schema import Boolean, FieldType, Float, Integer, Json, String
+from liveviews.schema import Boolean, FieldType, Float, Integer, Json, String
 
 BOOL, INT8, INT2, INT4, OID, JSON, FLOAT4, FLOAT8 = 16, 20, 21, 23, 26, 114, 700, 701
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, NUMERIC, JSONB = 1082, 1083, 1114, 1184, 1700, 3802

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import click
 
-from streaming.cli import deadletters, inspection, rebuild, status, tail
-from streaming.cli.base import Env, Group
+from liveviews.cli import deadletters, inspection, rebuild, status, tail
+from liveviews.cli.base import Env, Group
 
 __all__ = ["cli", "main"]
 

@@ -16,11 +16,11 @@ import click
 import orjson
 import redis
 
-from streaming.core import storeclient
-from streaming.core.app import App, load_app
-from streaming.core.errors import ConfigurationError, LiveviewsError
-from streaming.core.password import password_path, redacted
-from streaming.core.settings import Settings
+from liveviews.app import App, load_app
+from liveviews.errors import ConfigurationError, LiveviewsError
+from liveviews.pipeline.settings import Settings
+from liveviews.store import client as storeclient
+from liveviews.store.password import password_path, redacted
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,5 +1,5 @@
 """``liveviews deadletters list | show | replay``: what the pipelines set aside, as
-``python -m streaming.core.deadletters`` shows it, in tables."""
+``python -m liveviews.log.deadletters`` shows it, in tables."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import asdict
 import click
 import orjson
 
-from streaming.cli import render
-from streaming.cli.base import Env, Failure, emit, json_option, pass_env
-from streaming.core import deadletters
-from streaming.core.deadletters import DeadLetter
+from liveviews.cli import render
+from liveviews.cli.base import Env, Failure, emit, json_option, pass_env
+from liveviews.log import deadletters
+from liveviews.log.deadletters import DeadLetter
 
 
 @click.group(name="deadletters")

@@ -7,19 +7,19 @@ from typing import Any
 
 import click
 
-from streaming.cli import render
-from streaming.cli.base import Env, Failure, emit, json_option, pass_env
-from streaming.core import asof
-from streaming.core.changes import (
+from liveviews.changes import asof
+from liveviews.changes.topic import (
     Delta,
     changes_stream,
     decode_delta,
     read_snapshot,
     shard_for,
 )
-from streaming.core.errors import LiveviewsError
-from streaming.core.events import Offset
-from streaming.core.storeclient import Client
+from liveviews.cli import render
+from liveviews.cli.base import Env, Failure, emit, json_option, pass_env
+from liveviews.errors import LiveviewsError
+from liveviews.log.events import Offset
+from liveviews.store.client import Client
 
 PAGE = 500
 MAX_SCANNED = 100_000

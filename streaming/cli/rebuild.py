@@ -1,7 +1,7 @@
 """``liveviews rebuild | switch | abort PIPELINE``: ask the pipeline process for a new version,
 for readers to move to it now, or for it to be dropped; then wait until it is done.
 
-A request is recorded in the registry (``streaming.core.versions.ask``) and carried out by the
+A request is recorded in the registry (``liveviews.pipeline.versions.ask``) and carried out by the
 pipeline process within about a second; these commands only watch the registry change.
 """
 
@@ -23,14 +23,14 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from streaming.cli import render
-from streaming.cli.base import Env, Failure, emit, json_option, known_pipeline, pass_env, stderr
-from streaming.cli.status import PROGRESS_STREAM, QUERY_PREFIX
-from streaming.core import versions
-from streaming.core.errors import ConfigurationError
-from streaming.core.events import log_stream
-from streaming.core.storeclient import Client
-from streaming.core.versions import Version, Versions
+from liveviews.cli import render
+from liveviews.cli.base import Env, Failure, emit, json_option, known_pipeline, pass_env, stderr
+from liveviews.cli.status import PROGRESS_STREAM, QUERY_PREFIX
+from liveviews.errors import ConfigurationError
+from liveviews.log.events import log_stream
+from liveviews.pipeline import versions
+from liveviews.pipeline.versions import Version, Versions
+from liveviews.store.client import Client
 
 POLL_SECONDS = 0.25
 TAKE_SECONDS = 30.0
@@ -77,8 +77,8 @@ def wait_until(
 def _not_taken(pipeline: str, kind: str) -> Failure:
     return Failure(
         f"the pipeline process has not taken the {kind} request for {pipeline!r} in "
-        f"{TAKE_SECONDS:.0f} s: start it (python -m streaming, or make run); the request stays "
-        "recorded until it does.",
+        f"{TAKE_SECONDS:.0f} s: start it (python -m liveviews.pipeline, or make run); the "
+        "request stays recorded until it does.",
         code="not_taken",
     )
 

@@ -11,17 +11,19 @@ import click
 import orjson
 from redis.cluster import RedisCluster
 
-from streaming.cli import render
-from streaming.cli.base import Env, emit, json_option, pass_env
-from streaming.core import deadletters, lag, versions
-from streaming.core.changes import read_frontier
-from streaming.core.events import entry_id_tuple, log_stream
-from streaming.core.gateways import read_gateways
-from streaming.core.storeclient import Client
-from streaming.core.versions import Version, Versions
+from liveviews.changes import lag
+from liveviews.changes.topic import read_frontier
+from liveviews.cli import render
+from liveviews.cli.base import Env, emit, json_option, pass_env
+from liveviews.gateway.report import read_gateways
+from liveviews.log import deadletters
+from liveviews.log.events import entry_id_tuple, log_stream
+from liveviews.pipeline import versions
+from liveviews.pipeline.versions import Version, Versions
+from liveviews.store.client import Client
 
-# Written by streaming.job.progress and named by streaming.job.session (QUERY_NAME), which import
-# Spark; the command line reads them without it.
+# Written by liveviews.pipeline.progress and named by liveviews.pipeline.session (QUERY_NAME), which
+# import Spark; the command line reads them without it.
 PROGRESS_STREAM = "lv:pipeline:progress"
 QUERY_PREFIX = "liveviews."
 

@@ -8,9 +8,9 @@ from typing import Any
 import click
 import orjson
 
-from streaming.cli.base import Env, emit, json_option, pass_env
-from streaming.core.events import decode_entry, entry_id_tuple, iso, log_stream
-from streaming.core.storeclient import Client, is_cluster
+from liveviews.cli.base import Env, emit, json_option, pass_env
+from liveviews.log.events import decode_entry, entry_id_tuple, iso, log_stream
+from liveviews.store.client import Client, is_cluster
 
 BLOCK_MS = 1000
 CLUSTER_POLL_S = 0.2

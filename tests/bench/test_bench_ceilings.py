@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from bench import ceilings
-from streaming.job.views import EVENT_SCHEMA
+from liveviews.pipeline.views import EVENT_SCHEMA
 
 T0 = 1_767_225_600_000
 
@@ -59,7 +59,7 @@ def test_drain_bound_counts_each_keys_events_in_log_order(spark: Any) -> None:
 
 
 def test_latency_bounds_are_applications_lv_app_can_name() -> None:
-    from streaming.core.app import load_app
+    from liveviews.app import load_app
 
     for kind in ceilings.LATENCY_KINDS:
         assert load_app(f"bench.ceilings:{kind.upper()}").pipelines.keys() == {kind}
@@ -71,7 +71,7 @@ def test_latency_benchmark_runs_each_bound_on_its_application(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from bench import latency
-    from streaming.core.app import load_app
+    from liveviews.app import load_app
 
     for kind in ceilings.LATENCY_KINDS:
         assert load_app(latency.configuration_env(kind)["LV_APP"]).name == f"bound_{kind}"

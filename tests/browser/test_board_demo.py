@@ -22,7 +22,7 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from demo.board import app as board_app
 from demo.board.activity import event, seed_events
-from streaming import EventLog
+from liveviews import EventLog
 from tests.support.browser import ARTIFACTS, OPEN_PAGES, ROOT
 from tests.support.chirp_system import System
 from tests.support.gateway_settings import PARTITIONS

@@ -18,9 +18,9 @@ import orjson
 import psycopg2
 import redis
 
-from streaming.core.app import App
-from streaming.core.events import log_stream
-from streaming.core.tables import OLD_KEY, Table
+from liveviews.app import App
+from liveviews.log.events import log_stream
+from liveviews.tables import OLD_KEY, Table
 
 PARTITIONS = 4
 SHARDS = 8
@@ -43,7 +43,7 @@ def execute(dsn: str, *statements: str | tuple[str, tuple[Any, ...]]) -> None:
 
 
 class CdcProcess:
-    """``python -m streaming.cdc`` for a test: its output in a file, killed at the end."""
+    """``python -m liveviews.cdc`` for a test: its output in a file, killed at the end."""
 
     def __init__(self, store_url: str, dsn: str, data_dir: Path, app: str, **env: str) -> None:
         self.env = {
@@ -64,7 +64,7 @@ class CdcProcess:
     def start(self) -> CdcProcess:
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streaming.cdc"], env=self.env, cwd=ROOT,
+                [sys.executable, "-m", "liveviews.cdc"], env=self.env, cwd=ROOT,
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.starts += 1

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from streaming import App, Integer, String
+from liveviews import App, Integer, String
 
 app = App("notes")
 notes = app.table(

@@ -3,7 +3,7 @@ column that is not its key (so its deletes need the old row), one by its composi
 
 from __future__ import annotations
 
-from streaming import App, Integer, String
+from liveviews import App, Integer, String
 
 app = App("shop")
 orders = app.table(

@@ -10,7 +10,7 @@ import psycopg2
 import pytest
 import redis
 
-from streaming.cdc.position import position_key
+from liveviews.cdc.position import position_key
 from tests.cdc import shop
 from tests.cdc.harness import (
     CdcProcess,

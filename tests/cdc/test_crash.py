@@ -25,8 +25,8 @@ import psycopg2
 import pytest
 import redis
 
-from streaming.cdc.embedded import EmbeddedPostgres
-from streaming.core.embedded import EmbeddedStore, free_port
+from liveviews.cdc.embedded import EmbeddedPostgres
+from liveviews.store.embedded import EmbeddedStore, free_port
 from tests.cdc import shop
 from tests.cdc.harness import CdcProcess, execute, logged, recompute, table_rows, wait_for
 

@@ -1,4 +1,4 @@
-"""``python -m streaming.cdc.embedded``: initializes PostgreSQL once with logical decoding, runs
+"""``python -m liveviews.cdc.embedded``: initializes PostgreSQL once with logical decoding, runs
 it (as the ``postgres`` user when started by root), stops it cleanly on SIGTERM, and keeps its
 data for the next start."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from streaming.cdc.settings import embedded_database_url
-from streaming.core.embedded import free_port
+from liveviews.cdc.settings import embedded_database_url
+from liveviews.store.embedded import free_port
 from tests.cdc.harness import ROOT, wait_for
 
 
@@ -40,7 +40,7 @@ def answers(url: str) -> bool:
 def run_once(data_dir: Path, port: int, sql: str) -> list[tuple[object, ...]]:
     env = {**os.environ, "LV_DATA_DIR": str(data_dir), "LV_POSTGRES_PORT": str(port)}
     env.pop("DATABASE_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "streaming.cdc.embedded"], env=env, cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "liveviews.cdc.embedded"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     url = embedded_database_url(data_dir, port)
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.cdc.pgoutput import (
+from liveviews.cdc.pgoutput import (
     Begin,
     Commit,
     DecodeError,
@@ -22,7 +22,7 @@ from streaming.cdc.pgoutput import (
     lsn_text,
     parse_lsn,
 )
-from streaming.cdc.values import BadValue, to_json
+from liveviews.cdc.values import BadValue, to_json
 
 GOLDEN = Path(__file__).parent / "golden" / "pgoutput.b64"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.cdc.settings import CdcSettings
-from streaming.core.errors import ConfigurationError
+from liveviews.cdc.settings import CdcSettings
+from liveviews.errors import ConfigurationError
 
 
 def test_defaults_name_the_embedded_database(tmp_path: Path) -> None:

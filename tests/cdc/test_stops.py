@@ -9,7 +9,7 @@ import psycopg2.extensions
 import pytest
 import redis
 
-from streaming.cdc.position import position_key
+from liveviews.cdc.position import position_key
 from tests.cdc import shop
 from tests.cdc.harness import CdcProcess, execute, logged, recompute, table_rows, wait_for
 

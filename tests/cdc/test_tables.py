@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 import redis
 
-from streaming import App, ConfigurationError, Integer, InvalidEvent, Json, String
-from streaming.core.events import log_stream
+from liveviews import App, ConfigurationError, Integer, InvalidEvent, Json, String
+from liveviews.log.events import log_stream
 from tests.cdc import shop
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import settings_for

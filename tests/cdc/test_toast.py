@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from streaming.cdc.position import position_key
+from liveviews.cdc.position import position_key
 from tests.cdc import notes
 from tests.cdc.harness import CdcProcess, execute, logged, wait_for
 

@@ -13,10 +13,10 @@ import redis
 from click.testing import CliRunner, Result
 
 from demo.chirp import app as chirp
-from streaming.cli import cli
-from streaming.core.events import Offset
-from streaming.core.log import EventLog
-from streaming.job.sink import ChangeTopicSink
+from liveviews.cli import cli
+from liveviews.log.eventlog import EventLog
+from liveviews.log.events import Offset
+from liveviews.pipeline.sink import ChangeTopicSink
 
 PARTITIONS = 4
 SHARDS = 8

@@ -1,4 +1,4 @@
-"""``liveviews deadletters``: list, show and replay, as ``python -m streaming.core.deadletters``
+"""``liveviews deadletters``: list, show and replay, as ``python -m liveviews.log.deadletters``
 does them, in tables or JSON."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import redis
 
-from streaming.core import deadletters
-from streaming.core.events import log_stream
+from liveviews.log import deadletters
+from liveviews.log.events import log_stream
 from tests.cli.conftest import Pipelines, Run, profile
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import redis
 
-from streaming.core import versions
-from streaming.core.changes import changes_stream, history_stream, read_snapshot, shard_for
+from liveviews.changes.topic import changes_stream, history_stream, read_snapshot, shard_for
+from liveviews.pipeline import versions
 from tests.cli.conftest import SHARDS, Pipelines, Run, profile
 
 

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 import redis
 
-from streaming.core.changes import history_stream
+from liveviews.changes.topic import history_stream
 from tests.cli.conftest import Pipelines, Run
 from tests.cli.test_inspect import _history
 from tests.support.gateway import ServedGateway

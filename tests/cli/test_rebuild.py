@@ -13,8 +13,8 @@ import orjson
 import pytest
 import redis
 
-from streaming.cli import rebuild
-from streaming.core import versions
+from liveviews.cli import rebuild
+from liveviews.pipeline import versions
 from tests.cli.conftest import SHARDS, Pipelines, Run, profile
 
 Act = Callable[[redis.Redis, str], None]

@@ -11,10 +11,12 @@ import orjson
 import pytest
 import redis
 
-from streaming.core import deadletters, lag, versions
-from streaming.core.changes import FRONTIER_KEY
-from streaming.core.gateways import GATEWAYS_KEY, encode
-from streaming.core.lag import log_heads
+from liveviews.changes import lag
+from liveviews.changes.lag import log_heads
+from liveviews.changes.topic import FRONTIER_KEY
+from liveviews.gateway.report import GATEWAYS_KEY, encode
+from liveviews.log import deadletters
+from liveviews.pipeline import versions
 from tests.cli.conftest import PARTITIONS, SHARDS, Pipelines, Run, profile
 
 PROGRESS = "lv:pipeline:progress"
@@ -114,7 +116,7 @@ def test_an_empty_store_and_the_window_of_batch_durations(
 def test_a_store_that_cannot_be_reached_exits_3(run: Run) -> None:
     from click.testing import CliRunner
 
-    from streaming.cli import cli
+    from liveviews.cli import cli
 
     env = {**run.env, "REDIS_URL": "redis://:hunter2hunter2@127.0.0.1:1/0"}
     result = CliRunner().invoke(cli, ["status", "--json"], env=env)
@@ -129,7 +131,7 @@ def test_a_wrong_setting_is_a_usage_error_and_a_bug_is_a_sentence(
 ) -> None:
     from click.testing import CliRunner
 
-    from streaming.cli import cli, status
+    from liveviews.cli import cli, status
 
     wrong = CliRunner().invoke(cli, ["status"], env={**run.env, "LV_CHANGE_SHARDS": "many"})
     assert wrong.exit_code == 2 and "LV_CHANGE_SHARDS must be a whole number" in wrong.stderr
@@ -148,7 +150,7 @@ def test_an_embedded_store_that_never_ran_here_is_said_without_making_a_password
 ) -> None:
     from click.testing import CliRunner
 
-    from streaming.cli import cli
+    from liveviews.cli import cli
 
     env = {k: v for k, v in run.env.items() if k != "REDIS_URL"}
     env["LV_DATA_DIR"] = str(tmp_path / "elsewhere")

@@ -8,7 +8,7 @@ import time
 import orjson
 import redis
 
-from streaming.core.events import log_stream
+from liveviews.log.events import log_stream
 from tests.cli.conftest import Pipelines, Run, profile
 
 

@@ -25,8 +25,8 @@ import pytest
 import redis
 
 from demo.chirp import app as chirp
-from streaming.core.app import App
-from streaming.core.changes import shard_for
+from liveviews.app import App
+from liveviews.changes.topic import shard_for
 from tests.support.gateway import ServedGateway, Writer, free_port, stored_rows
 from tests.support.gateway_settings import SHARDS, settings_for
 from tests.support.queryapp import app as queryapp

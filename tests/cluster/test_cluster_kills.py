@@ -3,7 +3,7 @@
 A master and two workers of one core each run as processes of their own (``deploy.spark``),
 and their executors run a Python that has the project's dependencies but not the project
 (``tests/support/sparkcluster.py``): the views' code reaches them only as the driver ships it.
-``python -m streaming`` runs with ``SPARK_MASTER`` on that cluster over the run's store while
+``python -m liveviews.pipeline`` runs with ``SPARK_MASTER`` on that cluster over the run's store while
 Chirp activity, bad entries among it, is appended to the log. A worker is SIGKILLed in the middle
 of the stream: its executor exits, Spark runs its tasks on the other one, and a replacement
 worker joins and gets an executor of its own. Then the driver's JVM is SIGKILLed and the
@@ -27,7 +27,7 @@ import pytest
 import redis
 
 from deploy.spark import HOST, StandaloneCluster, Worker
-from streaming.core import deadletters
+from liveviews.log import deadletters
 from tests.faults.harness import (
     PARTITIONS,
     SHARDS,
@@ -63,7 +63,7 @@ def test_the_executors_python_cannot_import_the_project(
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
 
-    for package in ("streaming", "demo"):
+    for package in ("liveviews", "demo"):
         found = run(f"import {package}")
         assert found.returncode != 0, f"the executors' Python imports {package} by itself"
         assert f"No module named '{package}'" in found.stderr

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from deploy.spark import HOST, StandaloneCluster
-from streaming.core.supervise import NEEDS_A_PERSON
+from liveviews.supervise import NEEDS_A_PERSON
 from tests.faults.harness import ROOT
 from tests.support.sparkcluster import executor_python
 
@@ -28,7 +28,7 @@ def test_an_executor_python_without_a_dependency_names_it(
         LV_DRIVER_MEMORY="1g",
     )
     started = subprocess.run(
-        [sys.executable, "-m", "streaming"], cwd=ROOT, env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "liveviews.pipeline"], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=240,
     )  # fmt: skip
     assert started.returncode == NEEDS_A_PERSON, started.stdout + started.stderr

@@ -32,9 +32,9 @@ import pytest
 import redis
 from playwright.sync_api import Page, expect, sync_playwright
 
-from streaming.core.settings import Settings
-from streaming.core.storeclient import Client, connect
-from streaming.core.storecluster import free_port_range
+from liveviews.pipeline.settings import Settings
+from liveviews.store.client import Client, connect
+from liveviews.store.cluster import free_port_range
 from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.gateway import stored_rows
@@ -132,7 +132,7 @@ class ClusterRun:
 
 
 def _gateway(cmd: list[str]) -> bool:
-    return cmd[-2:] == ["-m", "server"] and "streaming.core.supervise" not in cmd
+    return cmd[-2:] == ["-m", "liveviews.gateway"] and "liveviews.supervise" not in cmd
 
 
 def _signed_in(page: Page, url: str, user: str) -> None:

@@ -1,5 +1,5 @@
 """What the driver ships to a cluster's executors, and the errors of an executor that cannot
-run the pipeline (streaming/job/cluster.py)."""
+run the pipeline (streaming/pipeline/cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,32 +9,34 @@ from pathlib import Path
 
 import pytest
 
-from streaming.core.errors import ConfigurationError
-from streaming.core.settings import Settings
-from streaming.job.cluster import (
+from liveviews.errors import ConfigurationError
+from liveviews.pipeline.cluster import (
     _sees,
     executor_failure,
     pack_code,
     shipped_packages,
 )
-from streaming.job.session import PYTHON_DAEMON, spark_conf
+from liveviews.pipeline.session import PYTHON_DAEMON, spark_conf
+from liveviews.pipeline.settings import Settings
 
 
 def test_the_project_and_the_applications_top_level_package_are_shipped() -> None:
-    assert shipped_packages("demo.chirp:app") == ["streaming", "demo"]
-    assert shipped_packages("notes_app:app") == ["streaming", "notes_app"]
-    assert shipped_packages("streaming.examples:app") == ["streaming"]
+    assert shipped_packages("demo.chirp:app") == ["liveviews", "liveviews.gateway", "demo"]
+    assert shipped_packages("notes_app:app") == ["liveviews", "liveviews.gateway", "notes_app"]
+    assert shipped_packages("liveviews.examples:app") == ["liveviews", "liveviews.gateway"]
 
 
 def test_the_shipped_zip_is_what_an_executor_imports(tmp_path: Path, executors_python: Path):
-    archive = pack_code(["streaming", "demo"], tmp_path / "code.zip")
+    archive = pack_code(shipped_packages("demo.chirp:app"), tmp_path / "code.zip")
     names = zipfile.ZipFile(archive).namelist()
-    assert "streaming/job/sink.lua" in names and "demo/chirp/__init__.py" in names
+    assert "liveviews/pipeline/sink.lua" in names and "demo/chirp/__init__.py" in names
+    # In a checkout the gateway is another folder (server/); in the zip it is where it is installed.
+    assert "liveviews/gateway/fanout/hub.py" in names and len(names) == len(set(names))
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # The executors' interpreter imports the views' code from the zip and from nowhere else.
     found = subprocess.run(
         [str(executors_python), "-c",
-         "import sys; sys.path.insert(1, sys.argv[1]); import demo.chirp, streaming.job.views;"
+         "import sys; sys.path.insert(1, sys.argv[1]); import demo.chirp, liveviews.pipeline.views;"
          " print(demo.chirp.__file__)", str(archive)],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -65,7 +67,7 @@ def test_the_worker_daemon_of_local_mode_is_not_asked_of_executors(tmp_path: Pat
     def conf(master: str) -> dict[str, str]:
         return spark_conf(Settings.from_env({"SPARK_MASTER": master, "LV_DATA_DIR": str(tmp_path)}))
 
-    assert conf("local[2]")[PYTHON_DAEMON] == "streaming.tuning.pydaemon"
+    assert conf("local[2]")[PYTHON_DAEMON] == "liveviews.pipeline.tuning.pydaemon"
     assert PYTHON_DAEMON not in conf("spark://127.0.0.1:7077")
 
 

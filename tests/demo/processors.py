@@ -24,9 +24,9 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from demo.chirp.views import profile_value
-from streaming.core.events import iso
-from streaming.job.isolation import isolated
-from streaming.job.views import CHANGE_SCHEMA, Changes, log_order
+from liveviews.log.events import iso
+from liveviews.pipeline.isolation import isolated
+from liveviews.pipeline.views import CHANGE_SCHEMA, Changes, log_order
 
 WINDOW_MS = 60_000
 LATENESS_MS = 30_000

@@ -30,8 +30,8 @@ import pytest
 import redis
 
 from demo.board.activity import event, seed_events
-from streaming import EventLog, load_app
-from streaming.core.settings import Settings
+from liveviews import EventLog, load_app
+from liveviews.pipeline.settings import Settings
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for

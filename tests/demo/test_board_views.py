@@ -17,9 +17,9 @@ from demo.board import app, views
 from demo.board.activity import Activity, seed_events
 from demo.board.app import LEADERS
 from demo.board.events import COLUMNS
-from streaming import EventLog, InvalidEvent
-from streaming.core.events import log_stream
-from streaming.job.views import EVENT_SCHEMA
+from liveviews import EventLog, InvalidEvent
+from liveviews.log.events import log_stream
+from liveviews.pipeline.views import EVENT_SCHEMA
 from tests.support.checks import replayed_views, stored_views
 from tests.support.pipeline import RunningPipeline
 from tests.support.reference import Views

@@ -22,10 +22,10 @@ from pyspark.sql import functions as F
 from demo.chirp import declared
 from demo.chirp.events import declare
 from demo.chirp.generate import Activity
-from streaming import App
-from streaming.core.events import iso
-from streaming.core.log import EventLog
-from streaming.job.views import EVENT_SCHEMA
+from liveviews import App
+from liveviews.log.eventlog import EventLog
+from liveviews.log.events import iso
+from liveviews.pipeline.views import EVENT_SCHEMA
 from tests.demo import processors
 from tests.support.checks import stored_views
 from tests.support.pipeline import RunningPipeline

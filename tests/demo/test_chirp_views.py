@@ -10,8 +10,8 @@ import orjson
 from demo.chirp.app import app
 from demo.chirp.declared import activity, profiles
 from demo.chirp.views import BUCKETS, bucket_of, entities
-from streaming.core.events import partition_for
-from streaming.job.views import EVENT_SCHEMA
+from liveviews.log.events import partition_for
+from liveviews.pipeline.views import EVENT_SCHEMA
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

@@ -3,7 +3,7 @@ streaming query over row-change events in the log, each view compared with a rec
 from the table the changes were made to.
 
 The events are the ones change data capture appends for a table declared with ``App.table``
-(``streaming.core.tables``): here they are appended with ``EventLog``, so these tests need no
+(``liveviews.tables``): here they are appended with ``EventLog``, so these tests need no
 database; tests/browser/test_orders_demo.py runs the whole chain from PostgreSQL.
 """
 
@@ -20,10 +20,10 @@ from demo.orders import app
 from demo.orders.activity import Activity, Change, Order, seed_changes
 from demo.orders.app import BOARD_SIZE, STATUSES
 from demo.orders.views import orders
-from streaming.core.changes import read_snapshot
-from streaming.core.events import Event, Transaction, partition_for
-from streaming.core.log import EventLog
-from streaming.job.views import EVENT_SCHEMA
+from liveviews.changes.topic import read_snapshot
+from liveviews.log.eventlog import EventLog
+from liveviews.log.events import Event, Transaction, partition_for
+from liveviews.pipeline.views import EVENT_SCHEMA
 from tests.support.pipeline import RunningPipeline
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

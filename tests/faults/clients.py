@@ -22,7 +22,7 @@ import aiohttp
 import jwt
 import orjson
 
-from server.settings import DEV_JWT_SECRET
+from liveviews.gateway.settings import DEV_JWT_SECRET
 from tests.support.gateway import SSE, Event, State, position
 
 RETRY_S = 0.1

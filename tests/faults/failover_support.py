@@ -1,6 +1,6 @@
 """Gateways stopped behind nginx while subscribers read through it: the scenario and its checks.
 
-``run_failover`` starts two ``python -m server`` processes and nginx in front of them
+``run_failover`` starts two ``python -m liveviews.gateway`` processes and nginx in front of them
 (``deploy/nginx/liveviews.conf.template``), subscribes Python SSE readers, a Python WebSocket
 and the JavaScript client in Chromium (over WebSocket and over SSE) through nginx only, while a
 source writes deltas. It stops one gateway, waits until every subscription has deltas again,

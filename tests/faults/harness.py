@@ -26,9 +26,9 @@ import redis
 
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity
-from streaming.core.changes import FRONTIER_BATCHES_KEY, batches_key
-from streaming.core.events import MAX_EVENT_TIME_MS, log_stream, partition_for
-from streaming.core.log import EventLog, views_caught_up
+from liveviews.changes.topic import FRONTIER_BATCHES_KEY, batches_key
+from liveviews.log.eventlog import EventLog, views_caught_up
+from liveviews.log.events import MAX_EVENT_TIME_MS, log_stream, partition_for
 from tests.support.processes import spark_jvm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def store_env(store_url: str) -> dict[str, str]:
 
 
 class Pipeline:
-    """``python -m streaming`` as a child process, restartable over the same checkpoint."""
+    """``python -m liveviews.pipeline`` as a child process, restartable over the same checkpoint."""
 
     def __init__(self, store_url: str, workdir: Path) -> None:
         self.store_url = store_url
@@ -91,7 +91,7 @@ class Pipeline:
         assert self.process is None or self.process.poll() is not None
         out = open(self.workdir / "pipeline.log", "ab")  # noqa: SIM115 - the child owns it
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "streaming"], cwd=ROOT, env=self.env,
+            [sys.executable, "-m", "liveviews.pipeline"], cwd=ROOT, env=self.env,
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         out.close()
@@ -161,7 +161,7 @@ def _kill_quietly(pid: int) -> None:
 
 
 class Gateway:
-    """``python -m server`` as a child process on a fixed port, restartable on that port."""
+    """``python -m liveviews.gateway`` as a child process on a fixed port, restartable on that port."""
 
     def __init__(self, store_url: str, workdir: Path, port: int, **env: str) -> None:
         self.port = port
@@ -181,7 +181,7 @@ class Gateway:
     def start(self, timeout: float = 30) -> None:
         out = open(self.workdir / "gateway.log", "ab")  # noqa: SIM115 - the child owns it
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "server"], cwd=ROOT, env=self.env,
+            [sys.executable, "-m", "liveviews.gateway"], cwd=ROOT, env=self.env,
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         out.close()

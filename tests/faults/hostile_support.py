@@ -1,7 +1,7 @@
 """Helpers for hostile-client tests: a gateway subprocess, a delta pump, a reference subscriber,
 raw sockets that misbehave, and a TCP proxy that can turn into a black hole.
 
-The gateway runs as ``python -m server`` in its own process so that its memory (RSS) and open
+The gateway runs as ``python -m liveviews.gateway`` in its own process so that its memory (RSS) and open
 file descriptors can be read from /proc, exactly as an operator would see them.
 """
 
@@ -25,7 +25,7 @@ import jwt
 import orjson
 import redis
 
-from server.settings import DEV_JWT_SECRET
+from liveviews.gateway.settings import DEV_JWT_SECRET
 from tests.support.gateway import Writer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def raise_nofile() -> int:
 
 
 class GatewayProcess:
-    """``python -m server`` over ``store_url`` with ``env`` on top of small test settings."""
+    """``python -m liveviews.gateway`` over ``store_url`` with ``env`` on top of small test settings."""
 
     def __init__(self, store_url: str, **env: str) -> None:
         self.port = free_port()
@@ -83,7 +83,7 @@ class GatewayProcess:
 
     def start(self, timeout: float = 30.0) -> GatewayProcess:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "server"], cwd=ROOT, env=self.env,
+            [sys.executable, "-m", "liveviews.gateway"], cwd=ROOT, env=self.env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         deadline = time.monotonic() + timeout

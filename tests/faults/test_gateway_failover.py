@@ -1,6 +1,6 @@
 """Two gateways behind nginx: stop one under subscribers, each resumes on the other.
 
-The scenario is ``failover_support.run_failover``: two ``python -m server`` processes behind
+The scenario is ``failover_support.run_failover``: two ``python -m liveviews.gateway`` processes behind
 nginx configured by ``deploy/nginx/``; Python SSE and WebSocket subscribers and the JavaScript
 client in Chromium connected through nginx only; one gateway SIGKILLed, started again, then
 the other one, so every subscriber fails over in both directions. At the end each
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import redis
 
-from streaming.core.settings import Settings
+from liveviews.pipeline.settings import Settings
 from tests.faults.failover_support import Plan, run_failover
 from tests.faults.harness import PARTITIONS, RETENTION, SHARDS, Figures, Knobs, LogWriter
 

@@ -1,6 +1,6 @@
 """Crash the gateway: SIGKILL it, restart it on the same port; SIGTERM it, restart it again.
 
-The gateway runs as ``python -m server``. Deltas keep flowing all along, written by the tests'
+The gateway runs as ``python -m liveviews.gateway``. Deltas keep flowing all along, written by the tests'
 ``Writer`` through the real ``ChangeTopicSink`` (what Spark's batches call): the gateway cannot
 tell them from the pipeline's, and the test spends its time on gateway restarts instead of
 JVM starts (the pipeline's own crashes are ``test_pipeline_kills``). Subscribers: SSE readers

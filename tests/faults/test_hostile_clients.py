@@ -54,7 +54,7 @@ CONNECTION_BUDGET = 256 * 1024
 """Generous RSS allowance per hostile connection: buffers, frames, task and protocol state."""
 SLACK = 48 * 1024 * 1024
 POOL = 64
-"""The gateway's store connections may grow up to server.feed.store.MAX_STORE_CONNECTIONS."""
+"""The gateway's store connections may grow up to liveviews.gateway.feed.store.MAX_STORE_CONNECTIONS."""
 HALF_OPEN_SSE = 4
 UNAUTHENTICATED = 256
 """The default ``LV_MAX_UNAUTHENTICATED``."""

@@ -1,6 +1,6 @@
 """Crash the stream processor: SIGKILL the Spark driver JVM at random moments, restart, repeat.
 
-``python -m streaming`` runs as a child process over the run's store with its own checkpoint;
+``python -m liveviews.pipeline`` runs as a child process over the run's store with its own checkpoint;
 Chirp activity is appended to the log all along, with bad entries among it: some that no
 pipeline can decode, and tweets dated in year 9999. Each cycle waits until the restarted
 pipeline has written its first batch, then waits a random (seeded) delay and kills the driver
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from streaming.core import deadletters
+from liveviews.log import deadletters
 from tests.faults.harness import (
     PARTITIONS,
     SHARDS,
@@ -90,5 +90,5 @@ def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path):
     for hang in sorted(tmp_path.glob("launcher-hang-*.txt")):
         print(f"--- {hang.name}\n{hang.read_text()[-4000:]}")
     assert events > 0 and deltas > 0
-    # python -m streaming watches its driver and exits at once when it dies.
+    # python -m liveviews.pipeline watches its driver and exits at once when it dies.
     assert hangs == 0, f"the pipeline process outlived its killed driver {hangs} times"

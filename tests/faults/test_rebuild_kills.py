@@ -24,10 +24,10 @@ import orjson
 import pytest
 import redis
 
-from streaming.core import versions
-from streaming.core.changes import ACTIVE_KEY, read_snapshot
-from streaming.core.log import EventLog
-from streaming.core.settings import MAX_NICENESS
+from liveviews.changes.topic import ACTIVE_KEY, read_snapshot
+from liveviews.log.eventlog import EventLog
+from liveviews.pipeline import versions
+from liveviews.pipeline.settings import MAX_NICENESS
 from tests.faults.clients import (
     ClientLoop,
     Resumer,
@@ -52,8 +52,8 @@ import orjson
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import LongType, StructField, StructType
 
-from streaming import App, Schema, String
-from streaming.job.views import CHANGE_SCHEMA, Changes
+from liveviews import App, Schema, String
+from liveviews.pipeline.views import CHANGE_SCHEMA, Changes
 
 app = App("notes")
 app.event_type("note", Schema({{"user": String(), "text": String()}}), lambda p: p["user"])

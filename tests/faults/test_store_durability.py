@@ -24,9 +24,9 @@ import time
 import pytest
 import redis
 
-from streaming.core.embedded import EmbeddedStore, free_port, fsync_policy
-from streaming.core.errors import ConfigurationError
-from streaming.job.source import _client
+from liveviews.errors import ConfigurationError
+from liveviews.pipeline.source import _client
+from liveviews.store.embedded import EmbeddedStore, free_port, fsync_policy
 
 
 def _sigkill(store: EmbeddedStore) -> None:

@@ -29,8 +29,8 @@ import redis
 import urllib3
 
 from demo.chirp.generate import Activity
-from streaming.core.embedded import EmbeddedStore
-from streaming.core.events import log_stream
+from liveviews.log.events import log_stream
+from liveviews.store.embedded import EmbeddedStore
 from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber
 from tests.faults.harness import (
     PARTITIONS,

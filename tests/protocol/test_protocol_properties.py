@@ -30,15 +30,15 @@ import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from server.api.params import number_over, whole_number
-from server.api.sessions import CLOSE_UNAUTHORIZED, Session
-from server.auth import Principal
-from server.errors import BadRequest
-from server.gateway import Gateway
-from server.settings import GatewaySettings
-from server.wire import frames
-from server.wire.eventid import MAX_PART, EventId, position_tuple
-from streaming.core.embedded import free_port
+from liveviews.gateway.api.params import number_over, whole_number
+from liveviews.gateway.api.sessions import CLOSE_UNAUTHORIZED, Session
+from liveviews.gateway.auth import Principal
+from liveviews.gateway.errors import BadRequest
+from liveviews.gateway.gateway import Gateway
+from liveviews.gateway.settings import GatewaySettings
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import MAX_PART, EventId, position_tuple
+from liveviews.store.embedded import free_port
 from tests.support.gateway import ServedGateway
 from tests.support.params import EVENT_ID_LIKE, EVENT_IDS, NUMBER_LIKE, event_id_ok, number_ok
 
@@ -316,7 +316,7 @@ def test_a_number_is_ascii_digits_up_to_its_maximum_and_nothing_else(
 
 
 class RecordingSocket:
-    """The transport edge of one connection (``server.live.sockets.Socket``): what the gateway
+    """The transport edge of one connection (``liveviews.gateway.live.sockets.Socket``): what the gateway
     sends, and whether it closed."""
 
     def __init__(self) -> None:

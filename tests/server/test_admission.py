@@ -1,4 +1,4 @@
-"""The connection budgets (``server.admission``): slots for signed-in connections, a separate
+"""The connection budgets (``liveviews.gateway.admission``): slots for signed-in connections, a separate
 small budget for WebSockets that have not signed in, and caps per subject and per address.
 
 Bugs: a WebSocket took a connection slot before any token was checked and held it up to the

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import redis
 
-from streaming.core.changes import positions_key, shard_for
+from liveviews.changes.topic import positions_key, shard_for
 from tests.support.gateway import ServedGateway, State, Writer, open_sse, position, stored_rows
 
 KEYS = [f"u{i}" for i in range(6)]

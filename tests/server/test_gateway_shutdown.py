@@ -1,6 +1,6 @@
 """On SIGTERM the gateway ends its open streams at once, and their clients resume elsewhere.
 
-The bug: once SSE frames were written straight to the connection (``server.live.sse``), no
+The bug: once SSE frames were written straight to the connection (``liveviews.gateway.live.sse``), no
 part of the gateway watched for uvicorn's graceful shutdown any more (sse-starlette's response
 used to). An open stream then stayed open until uvicorn's ``timeout_graceful_shutdown`` ran out
 (~5 s) and was cut off, so its clients sat on a dying process instead of resuming on the next.
@@ -8,7 +8,7 @@ The fix: the process's SSE ticker watches for the server's ``should_exit`` and c
 stream cleanly (and any stream opened after it), so ``EventSource`` resumes with
 ``Last-Event-ID``. uvicorn closes WebSockets itself, with 1012 (service restart).
 
-The gateway runs as ``python -m server`` so it gets a real signal, as in production.
+The gateway runs as ``python -m liveviews.gateway`` so it gets a real signal, as in production.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.support.gateway import SSE, Writer, free_port
 PROMPTLY_S = 1.5
 """How soon after SIGTERM each stream must have ended."""
 GRACE_S = 5.0
-"""uvicorn's ``timeout_graceful_shutdown`` (``server.serve``): exiting later means a stream
+"""uvicorn's ``timeout_graceful_shutdown`` (``liveviews.gateway.serve``): exiting later means a stream
 held the process until it was cut off."""
 
 

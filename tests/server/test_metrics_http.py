@@ -8,10 +8,10 @@ import orjson
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.metrics import PIPELINE_PROGRESS_STREAM
-from streaming.core import versions
-from streaming.core.changes import FRONTIER_KEY, PROGRESS_STREAM
-from streaming.core.events import log_stream
+from liveviews.changes.topic import FRONTIER_KEY, PROGRESS_STREAM
+from liveviews.gateway.metrics import PIPELINE_PROGRESS_STREAM
+from liveviews.log.events import log_stream
+from liveviews.pipeline import versions
 from tests.support.gateway import ServedGateway, open_sse
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

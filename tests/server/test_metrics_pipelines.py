@@ -1,4 +1,4 @@
-"""The figures /metrics reads from the store at each scrape (``server.metrics.Figures``), with a
+"""The figures /metrics reads from the store at each scrape (``liveviews.gateway.metrics.Figures``), with a
 fresh ``Metrics`` over the test store, so that every value is known exactly."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from server.metrics import PIPELINE_PROGRESS_STREAM, Metrics, measure_all
-from streaming.core import lag as sync_lag
-from streaming.core import versions
-from streaming.core.changes import FRONTIER_KEY, PROGRESS_STREAM
-from streaming.core.embedded import free_port
-from streaming.core.events import log_stream
+from liveviews.changes import lag as sync_lag
+from liveviews.changes.topic import FRONTIER_KEY, PROGRESS_STREAM
+from liveviews.gateway.metrics import PIPELINE_PROGRESS_STREAM, Metrics, measure_all
+from liveviews.log.events import log_stream
+from liveviews.pipeline import versions
+from liveviews.store.embedded import free_port
 
 PIPELINES = ("entities", "activity")
 PARTITIONS = 4

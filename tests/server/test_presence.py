@@ -1,4 +1,4 @@
-"""``server.presence.Presence``: a gateway's report for ``liveviews status``, written, refreshed,
+"""``liveviews.gateway.presence.Presence``: a gateway's report for ``liveviews status``, written, refreshed,
 pruned of other processes' stale reports and withdrawn, against the real store."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from server.presence import Presence
-from streaming.core.embedded import free_port
-from streaming.core.gateways import GATEWAYS_KEY, GatewayReport, decode, encode, own_name
+from liveviews.gateway.presence import Presence
+from liveviews.gateway.report import GATEWAYS_KEY, GatewayReport, decode, encode, own_name
+from liveviews.store.embedded import free_port
 from tests.support.gateway import wait_for
 
 

@@ -14,7 +14,7 @@ import pytest
 import redis
 from uvicorn.logging import AccessFormatter
 
-from server.redact import redact
+from liveviews.gateway.redact import redact
 from tests.support.gateway import ServedGateway, open_sse, wait_for
 from tests.support.gateway_settings import settings_for
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.settings import DEV_JWT_SECRET, GatewaySettings
-from streaming.core.errors import ConfigurationError
+from liveviews.errors import ConfigurationError
+from liveviews.gateway.settings import DEV_JWT_SECRET, GatewaySettings
 
 SECRET = "a-deployment-secret-that-is-long-enough-for-hs256"
 

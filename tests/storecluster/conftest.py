@@ -1,5 +1,5 @@
 """A store cluster for the tests that run Liveviews on one: three primaries with a replica
-each (``streaming.core.storecluster``), started once per run, flushed for every test."""
+each (``liveviews.store.cluster``), started once per run, flushed for every test."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
-from streaming.core.storeclient import connect
-from streaming.core.storecluster import StoreCluster, free_port_range
+from liveviews.store.client import connect
+from liveviews.store.cluster import StoreCluster, free_port_range
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from streaming.core.append import OWN_RECORD_SECONDS, IdempotencyKeyReused, record_key
-from streaming.core.events import log_stream
-from streaming.core.log import EventLog
+from liveviews.log.append import OWN_RECORD_SECONDS, IdempotencyKeyReused, record_key
+from liveviews.log.eventlog import EventLog
+from liveviews.log.events import log_stream
 from tests.support.gateway_settings import PARTITIONS
 
 

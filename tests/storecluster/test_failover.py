@@ -24,11 +24,11 @@ from redis.cluster import RedisCluster
 
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity, seed_events
-from streaming.core.changes import changes_stream
-from streaming.core.errors import LiveviewsError
-from streaming.core.events import Offset, log_stream
-from streaming.core.log import EventLog
-from streaming.core.storecluster import StoreCluster
+from liveviews.changes.topic import changes_stream
+from liveviews.errors import LiveviewsError
+from liveviews.log.eventlog import EventLog
+from liveviews.log.events import Offset, log_stream
+from liveviews.store.cluster import StoreCluster
 from tests.storecluster.test_pipeline import PARTITIONS, SHARDS, cluster_settings
 from tests.support.checks import assert_views_consistent
 from tests.support.pipeline import RunningPipeline

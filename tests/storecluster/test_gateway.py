@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 from redis.cluster import RedisCluster
 
-from streaming.core.changes import changes_stream, shard_for
-from streaming.core.events import log_stream, partition_for
-from streaming.core.storeclient import connect
-from streaming.core.storecluster import StoreCluster
+from liveviews.changes.topic import changes_stream, shard_for
+from liveviews.log.events import log_stream, partition_for
+from liveviews.store.client import connect
+from liveviews.store.cluster import StoreCluster
 from tests.server.query.support import PrefixState, Socket, WindowState
 from tests.support.gateway import Event, ServedGateway, State, Writer, open_sse
 from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for

@@ -16,10 +16,10 @@ from redis.cluster import RedisCluster
 
 from demo.chirp import app as chirp
 from demo.chirp.generate import Activity, seed_events
-from streaming.core import versions
-from streaming.core.changes import ACTIVE_KEY, read_snapshot
-from streaming.core.log import EventLog
-from streaming.core.settings import Settings
+from liveviews.changes.topic import ACTIVE_KEY, read_snapshot
+from liveviews.log.eventlog import EventLog
+from liveviews.pipeline import versions
+from liveviews.pipeline.settings import Settings
 from tests.support.checks import assert_views_consistent
 from tests.support.pipeline import RunningPipeline
 from tests.support.reference import recompute

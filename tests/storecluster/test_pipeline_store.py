@@ -14,11 +14,10 @@ from click.testing import CliRunner
 from redis.cluster import RedisCluster
 
 from demo.chirp import app as chirp
-from streaming.cdc.capture import run
-from streaming.cdc.settings import CdcSettings
-from streaming.cli import cli
-from streaming.core import lag, versions
-from streaming.core.changes import (
+from liveviews.cdc.capture import run
+from liveviews.cdc.settings import CdcSettings
+from liveviews.changes import lag
+from liveviews.changes.topic import (
     ACTIVE_KEY,
     FRONTIER_KEY,
     VIEWS_FRONTIER,
@@ -29,14 +28,16 @@ from streaming.core.changes import (
     read_snapshot,
     shard_for,
 )
-from streaming.core.errors import ConfigurationError
-from streaming.core.events import log_stream, partition_for
-from streaming.core.settings import Settings
-from streaming.core.storeclient import node_client
-from streaming.job.retired import delete_state
-from streaming.job.sink import ChangeTopicSink
-from streaming.job.source import LogPrefetchReader, screen_option
-from streaming.job.views import DEAD_LETTER_VIEW
+from liveviews.cli import cli
+from liveviews.errors import ConfigurationError
+from liveviews.log.events import log_stream, partition_for
+from liveviews.pipeline import versions
+from liveviews.pipeline.retired import delete_state
+from liveviews.pipeline.settings import Settings
+from liveviews.pipeline.sink import ChangeTopicSink
+from liveviews.pipeline.source import LogPrefetchReader, screen_option
+from liveviews.pipeline.views import DEAD_LETTER_VIEW
+from liveviews.store.client import node_client
 from tests.cdc.shop import app as shop
 from tests.support.sinkrows import make_app, row
 

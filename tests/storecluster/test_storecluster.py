@@ -11,11 +11,11 @@ from pathlib import Path
 
 from redis.cluster import RedisCluster
 
-from streaming.core.changes import ACTIVE_KEY, FRONTIER_KEY, PROGRESS_STREAM, changes_stream
-from streaming.core.embedded import reachable
-from streaming.core.password import embedded_url, store_password
-from streaming.core.storeclient import connect, is_cluster, node_client, queue_acknowledge
-from streaming.core.storecluster import StoreCluster, free_port_range
+from liveviews.changes.topic import ACTIVE_KEY, FRONTIER_KEY, PROGRESS_STREAM, changes_stream
+from liveviews.store.client import connect, is_cluster, node_client, queue_acknowledge
+from liveviews.store.cluster import StoreCluster, free_port_range
+from liveviews.store.embedded import reachable
+from liveviews.store.password import embedded_url, store_password
 
 
 def test_three_primaries_with_a_replica_each(
@@ -58,12 +58,12 @@ def test_a_cluster_is_reachable_once_every_node_of_its_slot_map_answers(
 
 
 def test_the_command_runs_a_cluster_until_it_is_stopped(tmp_path: Path) -> None:
-    """``python -m streaming.core.storecluster``: from LV_EMBEDDED_PORT, with the data
+    """``python -m liveviews.store.cluster``: from LV_EMBEDDED_PORT, with the data
     directory's password, serving every slot, and gone on SIGTERM."""
     port = free_port_range(12)
     env = {**os.environ, "LV_DATA_DIR": str(tmp_path), "LV_EMBEDDED_PORT": str(port)}
     env.pop("REDIS_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "streaming.core.storecluster"], env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "liveviews.store.cluster"], env=env)
     try:
         url = embedded_url(port, store_password(tmp_path))
         deadline = time.monotonic() + 60

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import redis
 
-from streaming.core.changes import (
+from liveviews.changes.topic import (
     Delta,
     changes_stream,
     positions_key,

@@ -17,9 +17,9 @@ import redis
 
 from demo.chirp import app as chirp
 from demo.chirp.generate import SEED_TWEETS, seed_events
-from streaming.core.app import App
-from streaming.core.log import EventLog
-from streaming.core.settings import Settings
+from liveviews.app import App
+from liveviews.log.eventlog import EventLog
+from liveviews.pipeline.settings import Settings
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for
 from tests.support.pipeline import RunningPipeline

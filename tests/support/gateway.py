@@ -20,19 +20,19 @@ import orjson
 import redis
 import uvicorn
 
-from server.app import create_app
-from server.gateway import Gateway
-from server.serve import config as server_config
-from server.settings import GatewaySettings
-from streaming.core.app import App
-from streaming.core.embedded import free_port as free_port
-from streaming.core.storeclient import Client
-from streaming.job.sink import ChangeTopicSink
+from liveviews.app import App
+from liveviews.gateway.app import create_app
+from liveviews.gateway.gateway import Gateway
+from liveviews.gateway.serve import config as server_config
+from liveviews.gateway.settings import GatewaySettings
+from liveviews.pipeline.sink import ChangeTopicSink
+from liveviews.store.client import Client
+from liveviews.store.embedded import free_port as free_port
 
 
 class ServedGateway:
     """``create_app(settings)`` served in a thread of the test process by uvicorn with the
-    gateway's own settings (``server.serve.config``: uvloop, the guarded HTTP protocol)."""
+    gateway's own settings (``liveviews.gateway.serve.config``: uvloop, the guarded HTTP protocol)."""
 
     def __init__(self, settings: GatewaySettings, **overrides: Any) -> None:
         """``overrides`` replace uvicorn's settings (``http="h11"`` serves with another
@@ -257,7 +257,7 @@ def position(event_id: str | None) -> tuple[int, int]:
 
 
 def stored_rows(client: redis.Redis, view: str, key: str, shards: int) -> dict[str, Any]:
-    from streaming.core.changes import read_snapshot
+    from liveviews.changes.topic import read_snapshot
 
     return read_snapshot(client, view, key, shards).rows
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.settings import GatewaySettings
+from liveviews.gateway.settings import GatewaySettings
 from tests.support.gateway import free_port
 
 SHARDS = 8

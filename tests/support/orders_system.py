@@ -1,7 +1,7 @@
 """The whole shop in one test run: PostgreSQL, change data capture, Spark, gateway.
 
-A PostgreSQL of its own (``streaming.cdc.embedded``) holds the shop's table; the CDC process
-(``python -m streaming.cdc``, a child process as ``make run`` starts it) follows it into the
+A PostgreSQL of its own (``liveviews.cdc.embedded``) holds the shop's table; the CDC process
+(``python -m liveviews.cdc``, a child process as ``make run`` starts it) follows it into the
 run's store; the shop's pipeline runs on the run's SparkSession (``RunningPipeline``); a real
 uvicorn gateway serves its views and demo/web. Every write goes to PostgreSQL with plain SQL.
 """
@@ -22,10 +22,10 @@ import redis
 
 from demo.orders import app as shop
 from demo.orders.database import create_schema, seed_if_empty
-from streaming.cdc.embedded import EmbeddedPostgres
-from streaming.core.embedded import free_port
-from streaming.core.events import log_stream
-from streaming.core.settings import Settings
+from liveviews.cdc.embedded import EmbeddedPostgres
+from liveviews.log.events import log_stream
+from liveviews.pipeline.settings import Settings
+from liveviews.store.embedded import free_port
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for
 from tests.support.pipeline import RunningPipeline
@@ -71,7 +71,7 @@ class OrdersSystem:
         finally:
             conn.close()
         log = open(self.dir / "cdc.log", "ab")  # noqa: SIM115 - the child owns it
-        self.cdc = subprocess.Popen([sys.executable, "-m", "streaming.cdc"], cwd=ROOT,
+        self.cdc = subprocess.Popen([sys.executable, "-m", "liveviews.cdc"], cwd=ROOT,
                                     env=self.env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         settings = Settings.from_env(self.env)
         self.pipeline = RunningPipeline(self.spark, settings, shop)

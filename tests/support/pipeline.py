@@ -8,8 +8,8 @@ from typing import Any
 
 import redis
 
-from streaming.core.app import App
-from streaming.core.settings import Settings
+from liveviews.app import App
+from liveviews.pipeline.settings import Settings
 
 
 class RunningPipeline:
@@ -18,7 +18,7 @@ class RunningPipeline:
 
     def __init__(self, spark: Any, settings: Settings, app: App | None = None) -> None:
         from demo.chirp import app as chirp
-        from streaming.job.versioning import start_versions
+        from liveviews.pipeline.versioning import start_versions
 
         self.settings = settings
         self.versioning = start_versions(spark, app or chirp, settings)
@@ -31,7 +31,7 @@ class RunningPipeline:
     def rebuild(self, client: redis.Redis, pipeline: str, timeout: float = 120.0) -> None:
         """Build ``pipeline`` again beside the serving version, as ``liveviews rebuild`` asks,
         and return once readers are switched to the new version."""
-        from streaming.core import versions
+        from liveviews.pipeline import versions
 
         before = versions.read(client, pipeline)
         versions.ask(client, pipeline, "rebuild")
@@ -46,7 +46,7 @@ class RunningPipeline:
 
     def wait_until_caught_up(self, client: redis.Redis, timeout: float = 60.0) -> None:
         """Block until the views reflect every event in the log."""
-        from streaming.core.log import views_caught_up
+        from liveviews.log.eventlog import views_caught_up
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -37,7 +37,7 @@ def cmdline(pid: int) -> list[bytes]:
 
 def builders(pid: int) -> list[int]:
     """The processes building a version that the pipeline process ``pid`` started
-    (``python -m streaming --build``)."""
+    (``python -m liveviews.pipeline --build``)."""
     return [child for child in descendants(pid) if b"--build" in cmdline(child)]
 
 

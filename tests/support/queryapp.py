@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from streaming import App, Integer, Schema, String
+from liveviews import App, Integer, Schema, String
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -36,7 +36,7 @@ app.view("scores", description="Each game's players by points.", limit=10)
 def queries(events: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
-    from streaming.job.declared import payloads, view_changes
+    from liveviews.pipeline.declared import payloads, view_changes
 
     tasks = (
         payloads(events, app, "task_set")

@@ -1,6 +1,6 @@
 """Chirp's views recomputed offline from the whole log, in plain Python.
 
-Independent of the Spark code on purpose: it shares only the log format (``streaming.core.events``)
+Independent of the Spark code on purpose: it shares only the log format (``liveviews.log.events``)
 and the written definition of each view, so a bug in the pipeline cannot hide in both.
 
 Which late events ``activity`` drops depends on where its micro-batches were cut (Spark's
@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 import redis
 
-from streaming.core.changes import ACTIVE_KEY, history_stream
-from streaming.core.events import LoggedEvent, decode_entry, entry_id_tuple, log_stream
+from liveviews.changes.topic import ACTIVE_KEY, history_stream
+from liveviews.log.events import LoggedEvent, decode_entry, entry_id_tuple, log_stream
 
 Views = dict[tuple[str, str], dict[str, Any]]  # (view, key) -> rows
 

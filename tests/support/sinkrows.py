@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streaming.core.app import App
+from liveviews.app import App
 
 
 def make_app() -> App:

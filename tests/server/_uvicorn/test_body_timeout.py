@@ -2,7 +2,7 @@
 
 Bug: only the headers had a time limit. A client that sent a request's headers and then its
 body a byte at a time held its connection, and the request's task, for as long as it kept
-trickling. Fix: ``server._uvicorn.http`` arms a timer when the headers are in; a body not
+trickling. Fix: ``liveviews.gateway._uvicorn.http`` arms a timer when the headers are in; a body not
 complete when it fires is answered 408 ``body_timeout`` and the connection is closed.
 """
 

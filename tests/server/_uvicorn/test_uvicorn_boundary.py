@@ -1,4 +1,4 @@
-"""The uvicorn boundary (``server._uvicorn``): an upgrade that breaks the connection takeover
+"""The uvicorn boundary (``liveviews.gateway._uvicorn``): an upgrade that breaks the connection takeover
 is caught by name, and the pins in pyproject.toml are the versions the takeover is tested with.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from server._uvicorn import compat
+from liveviews.gateway._uvicorn import compat
 
 PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
 

@@ -57,7 +57,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from streaming.core.events import log_stream
+from liveviews.log.events import log_stream
 from tests.support import params
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS
@@ -372,7 +372,7 @@ def test_every_parameter_and_header_with_every_value_of_its_family(
 
 SERVER = Path(__file__).resolve().parents[3] / "server"
 READERS = {"get", "getlist", "single"}
-"""``query_params.get(name)``, ``query_params.getlist(name)`` and ``server.api.params.single``."""
+"""``query_params.get(name)``, ``query_params.getlist(name)`` and ``liveviews.gateway.api.params.single``."""
 
 
 def query_parameters_read() -> dict[str, str]:

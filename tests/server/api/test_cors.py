@@ -14,7 +14,7 @@ import orjson
 import pytest
 import redis
 
-from streaming.core.events import log_stream
+from liveviews.log.events import log_stream
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS
 

@@ -10,7 +10,7 @@ import aiohttp
 import redis
 from starlette.routing import Route
 
-from server.app import routes
+from liveviews.gateway.app import routes
 from tests.support.gateway import ServedGateway, Writer, open_sse
 
 
@@ -123,7 +123,7 @@ async def test_cors_allows_the_configured_origins_only(tight_gateway: ServedGate
 async def test_metrics_count_each_pipelines_dead_letters(
     gateway: ServedGateway, store: redis.Redis
 ) -> None:
-    from streaming.core import deadletters
+    from liveviews.log import deadletters
 
     letters = [deadletters.letter("activity", f"0:{i}-0", deadletters.STAGE_VIEW, "boom")
                for i in (1, 2)]  # fmt: skip

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 import redis
 
-from streaming.core.append import RECORD_SECONDS, record_key
-from streaming.core.events import log_stream
+from liveviews.log.append import RECORD_SECONDS, record_key
+from liveviews.log.events import log_stream
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import PARTITIONS
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from demo.chirp import app as chirp
-from streaming.core.changes import VIEWS_FRONTIER, read_frontier, shard_for
+from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier, shard_for
 from tests.support.gateway import (
     ServedGateway,
     State,
@@ -209,7 +209,7 @@ async def test_an_idle_stream_holds_no_task_and_no_http_protocol(
     gateway: ServedGateway, writer: Writer
 ) -> None:
     """An open stream costs no task and none of uvicorn's per-connection state: once its first
-    frames are out, the stream owns its connection (``server._uvicorn.http``), the request's task ends,
+    frames are out, the stream owns its connection (``liveviews.gateway._uvicorn.http``), the request's task ends,
     and the connection's disconnect is noticed by the stream itself."""
 
     async with aiohttp.ClientSession(headers=gateway.headers()) as s:

@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 import redis
 
-from server.settings import GatewaySettings
-from streaming.core.embedded import EmbeddedStore, free_port
-from streaming.core.errors import ConfigurationError
-from streaming.core.events import decode_entry, log_stream
+from liveviews.errors import ConfigurationError
+from liveviews.gateway.settings import GatewaySettings
+from liveviews.log.events import decode_entry, log_stream
+from liveviews.store.embedded import EmbeddedStore, free_port
 from tests.support.gateway import ServedGateway
 from tests.support.gateway_settings import settings_for
 

@@ -14,9 +14,9 @@ import pytest
 import redis
 from websockets.frames import Close, Frame, Opcode
 
-from server.wire.rfc6455 import OP_CLOSE, OP_PING, OP_PONG, OP_TEXT
-from streaming.core.embedded import free_port
-from streaming.core.events import log_stream
+from liveviews.gateway.wire.rfc6455 import OP_CLOSE, OP_PING, OP_PONG, OP_TEXT
+from liveviews.log.events import log_stream
+from liveviews.store.embedded import free_port
 from tests.support.gateway import ServedGateway, Writer, stored_rows, wait_for
 from tests.support.gateway_settings import settings_for
 
@@ -195,7 +195,7 @@ async def test_an_idle_socket_holds_no_task_and_no_uvicorn_protocol(
     gateway: ServedGateway, writer: Writer
 ) -> None:
     """A socket is accepted through Starlette's middleware and routing, then owns its
-    connection (``server.live.sockets``): an idle socket and its subscriptions cost no task and
+    connection (``liveviews.gateway.live.sockets``): an idle socket and its subscriptions cost no task and
     none of uvicorn's WebSocket state, and the hub still writes each delta to it."""
 
     async with aiohttp.ClientSession() as s:

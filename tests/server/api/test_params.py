@@ -29,9 +29,9 @@ from starlette.requests import Request
 from starlette.types import Message
 from yarl import URL
 
-from server.api.params import number_over, whole_number
-from server.api.responses import read_body
-from server.errors import PayloadTooLarge
+from liveviews.gateway.api.params import number_over, whole_number
+from liveviews.gateway.api.responses import read_body
+from liveviews.gateway.errors import PayloadTooLarge
 from tests.support.gateway import ServedGateway
 
 LOG = "/v1/log/live"

@@ -3,7 +3,7 @@ for a bounded number of subjects."""
 
 from __future__ import annotations
 
-from server.api.ratelimit import PublishRate, retry_after
+from liveviews.gateway.publish.ratelimit import PublishRate, retry_after
 
 
 class Clock:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import aiohttp
 import redis
 
-from streaming.core.changes import FRONTIER_LAG_KEY
-from streaming.core.events import log_stream
+from liveviews.changes.topic import FRONTIER_LAG_KEY
+from liveviews.log.events import log_stream
 from tests.support.gateway import ServedGateway, Writer
 
 URL = "/v1/views/profiles/alice"

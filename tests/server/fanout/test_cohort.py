@@ -1,4 +1,4 @@
-"""A key's SSE streams in step share one cursor and one loop of writes (``server.fanout.cohort``).
+"""A key's SSE streams in step share one cursor and one loop of writes (``liveviews.gateway.fanout.cohort``).
 
 The cohort must change nothing a client sees: each test runs the same hand-out through a hub
 with cohorts and one without, on real loopback connections, and compares what every client
@@ -17,16 +17,16 @@ from typing import Any, cast
 
 import pytest
 
-from server.fanout.hub import Hub
-from server.fanout.items import FeedDelta, Progress
-from server.fanout.subscription import Source, Subscription
-from server.live import sse as sse_module
-from server.live.sse import SseSender, http_chunk, sse_cohort
-from server.live.ticker import Ticker
-from server.metrics import Metrics
-from server.wire import frames
-from server.wire.eventid import position_tuple
-from streaming.core.changes import VIEWS_FRONTIER, Delta
+from liveviews.changes.topic import VIEWS_FRONTIER, Delta
+from liveviews.gateway.fanout.hub import Hub
+from liveviews.gateway.fanout.items import FeedDelta, Progress
+from liveviews.gateway.fanout.subscription import Source, Subscription
+from liveviews.gateway.live import sse as sse_module
+from liveviews.gateway.live.sse import SseSender, http_chunk, sse_cohort
+from liveviews.gateway.live.ticker import Ticker
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import position_tuple
 from tests.support.sockets import LOOPS, connected_pair, read_exactly, run_on, sse_frames
 
 EPOCH = "e"

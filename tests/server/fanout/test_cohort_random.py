@@ -1,4 +1,4 @@
-"""Random hand-outs through a hub with cohorts and one without (``server.fanout.cohort``).
+"""Random hand-outs through a hub with cohorts and one without (``liveviews.gateway.fanout.cohort``).
 
 Each seed scripts 400 steps on 8 real loopback connections, half of them with small socket
 buffers and readers that pause: runs of deltas, batches out of order, old deltas, frontiers
@@ -21,14 +21,14 @@ from typing import Any, cast
 
 import pytest
 
-from server.fanout.hub import Hub
-from server.fanout.items import Progress
-from server.fanout.subscription import Source, Subscription
-from server.live.sse import SseSender, sse_cohort
-from server.live.ticker import Ticker
-from server.metrics import Metrics
-from server.wire import frames
-from streaming.core.changes import VIEWS_FRONTIER, Delta
+from liveviews.changes.topic import VIEWS_FRONTIER, Delta
+from liveviews.gateway.fanout.hub import Hub
+from liveviews.gateway.fanout.items import Progress
+from liveviews.gateway.fanout.subscription import Source, Subscription
+from liveviews.gateway.live.sse import SseSender, sse_cohort
+from liveviews.gateway.live.ticker import Ticker
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
 from tests.support.sockets import LOOPS, connected_pair, run_on, sse_frames
 
 EPOCH = "e"

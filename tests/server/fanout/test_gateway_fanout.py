@@ -18,9 +18,9 @@ import aiohttp
 import pytest
 import redis
 
-from server.live import sse as live_sse
-from server.live import writes as live_writes
-from server.wire import frames
+from liveviews.gateway.live import sse as live_sse
+from liveviews.gateway.live import writes as live_writes
+from liveviews.gateway.wire import frames
 from tests.support.gateway import ServedGateway, State, Writer, open_sse, wait_for
 
 
@@ -124,7 +124,7 @@ async def test_a_keys_deltas_read_together_reach_each_stream_and_socket_in_one_w
         await ws.send_json({"type": "subscribe", "sub": "r", "view": "profiles", "key": "runs"})
         while (await ws.receive_json(timeout=10))["type"] != "snapshot":
             pass
-        # Every write to a socket: a stream's own, or its cohort's (server.live.sse.group_write).
+        # Every write to a socket: a stream's own, or its cohort's (liveviews.gateway.live.sse.group_write).
         monkeypatch.setattr(live_writes, "_os_write", noting)
         monkeypatch.setattr(live_sse, "_os_write", noting)
         # Both batches land while the gateway's loop is held: its feed reads them together.

@@ -14,8 +14,8 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
-from server.fanout.subscription import Source, Subscription
-from server.gateway import Gateway
+from liveviews.gateway.fanout.subscription import Source, Subscription
+from liveviews.gateway.gateway import Gateway
 from tests.support.gateway import Writer
 from tests.support.gateway_settings import settings_for
 
@@ -81,7 +81,7 @@ async def test_deltas_read_around_the_snapshot_arrive_once(
             await gw.feed._read()
 
         client.after = write_and_feed_again
-        from server.wire.eventid import EventId
+        from liveviews.gateway.wire.eventid import EventId
 
         assert resume is not None
         sub = Subscription(source, "likes", "t", EventId.parse(resume))

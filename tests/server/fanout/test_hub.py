@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from server.fanout.hub import Hub
-from server.fanout.items import FeedDelta, FeedRun, Item, Progress
-from server.fanout.subscriber import SubscriberState
-from server.metrics import Metrics
-from server.wire import frames
-from streaming.core.changes import VIEWS_FRONTIER, Delta
+from liveviews.changes.topic import VIEWS_FRONTIER, Delta
+from liveviews.gateway.fanout.hub import Hub
+from liveviews.gateway.fanout.items import FeedDelta, FeedRun, Item, Progress
+from liveviews.gateway.fanout.subscriber import SubscriberState
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
 
 EPOCH = "e"
 

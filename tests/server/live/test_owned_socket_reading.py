@@ -1,4 +1,4 @@
-"""What an owned WebSocket (``server.live.sockets.OwnedSocket``) reads in one turn of the loop.
+"""What an owned WebSocket (``liveviews.gateway.live.sockets.OwnedSocket``) reads in one turn of the loop.
 
 Bug: the socket parsed and acted on every frame of a read at once, answering each ping with its
 own write. A client sending a stream of 6-byte frames held the event loop, and with it every
@@ -17,7 +17,7 @@ import os
 import pytest
 from websockets.frames import Frame, Opcode
 
-from server.live.sockets import OwnedSocket
+from liveviews.gateway.live.sockets import OwnedSocket
 from tests.support.sockets import LOOPS, connected_pair, run_on
 
 FRAMES = 60_000

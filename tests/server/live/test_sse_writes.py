@@ -15,15 +15,15 @@ from typing import Any, cast
 
 import pytest
 
-from server.fanout.hub import Hub
-from server.fanout.items import FeedDelta, Progress
-from server.fanout.subscription import Source, Subscription
-from server.live.sse import SseSender, http_chunk
-from server.live.ticker import Ticker
-from server.metrics import Metrics
-from server.wire import frames
-from server.wire.eventid import position_tuple
-from streaming.core.changes import VIEWS_FRONTIER, Delta
+from liveviews.changes.topic import VIEWS_FRONTIER, Delta
+from liveviews.gateway.fanout.hub import Hub
+from liveviews.gateway.fanout.items import FeedDelta, Progress
+from liveviews.gateway.fanout.subscription import Source, Subscription
+from liveviews.gateway.live.sse import SseSender, http_chunk
+from liveviews.gateway.live.ticker import Ticker
+from liveviews.gateway.metrics import Metrics
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import position_tuple
 from tests.support.sockets import LOOPS, connected_pair, read_exactly, run_on
 
 

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import redis
 
-from streaming.core.changes import index_key, rank_key, rows_key, shard_for
+from liveviews.changes.topic import index_key, rank_key, rows_key, shard_for
 from tests.support.gateway import Event
 from tests.support.gateway_settings import SHARDS
 

@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 import redis
 
-from streaming.job.sink import ChangeTopicSink
+from liveviews.pipeline.sink import ChangeTopicSink
 from tests.server.query.support import PrefixState, Socket, WindowState, stored_keys, stored_window
 from tests.support.gateway import ServedGateway, open_sse
 from tests.support.gateway_settings import SHARDS

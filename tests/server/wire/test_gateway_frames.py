@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from server.errors import BadRequest
-from server.wire import frames
-from server.wire.eventid import EventId
+from liveviews.gateway.errors import BadRequest
+from liveviews.gateway.wire import frames
+from liveviews.gateway.wire.eventid import EventId
 
 GOLDEN = Path(__file__).resolve().parents[3] / "protocol" / "golden"
 FILES = sorted(GOLDEN.glob("*.json"))

@@ -1,4 +1,4 @@
-"""RFC 6455 framing of owned sockets (``server.wire.rfc6455``), checked against the ``websockets``
+"""RFC 6455 framing of owned sockets (``liveviews.gateway.wire.rfc6455``), checked against the ``websockets``
 library's own frame codec: what one writes, the other reads."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from server.wire import rfc6455
+from liveviews.gateway.wire import rfc6455
 
 
 def client_frame(opcode: Opcode, data: bytes, fin: bool = True) -> bytes:

@@ -1,0 +1,273 @@
+"""Dead letters: the log entries a pipeline set aside instead of stopping on them.
+
+An entry is set aside when the pipeline cannot decode it (a field missing, a payload that
+does not match its type's schema, an unknown type: written straight into the log by another
+producer or an older version) or when a view's code raises on it. Each pipeline keeps its own:
+
+``lv:{d}:deadletters:<pipeline>``  hash, field ``<partition>:<entry id>`` -> the record (JSON)
+``lv:{d}:deadletters``             stream of ``pipeline``/``offset`` pairs, in the order recorded
+
+The hash is also the pipeline's quarantine: its source leaves out every entry listed there, so
+a micro-batch replayed after a crash makes the same decision as the first run, and the views
+keep their exactly-once promise. A record is written once (``HSETNX``); a replayed batch that
+records it again changes nothing, and the stream gains an entry only for a new record.
+Replaying a dead letter appends its event to the log again, as a new event; the old entry stays
+set aside, so the log's history and every replay of it stay the same.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback as tb
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from liveviews.log.events import log_stream
+
+if TYPE_CHECKING:  # the views import this module in Spark's workers, which need no client
+    from liveviews.store.client import Client
+
+PREFIX = "lv:{d}:deadletters:"
+ORDER_STREAM = "lv:{d}:deadletters"
+MAX_TRACEBACK = 8192
+"""Characters of a traceback kept: its end, where the failing line is."""
+MAX_FIELD = 65536
+"""Characters of each of the event's fields kept in the record; the log keeps the whole entry."""
+
+STAGE_DECODE = "decode"
+"""The entry could not be read as an event of the application."""
+STAGE_VIEW = "view"
+"""A view's code raised on the event."""
+STAGE_BATCH = "batch"
+"""A micro-batch failed in code that cannot name the event: every entry of the batch is set
+aside, so the pipeline goes on."""
+
+_RECORD = """
+local added = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('XADD', KEYS[2], '*', 'pipeline', ARGV[1], 'offset', ARGV[i])
+    added = added + 1
+  end
+end
+return added
+"""
+
+
+def key_of(pipeline: str) -> str:
+    return f"{PREFIX}{pipeline}"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One set-aside entry: where it is, what it held, and what went wrong."""
+
+    pipeline: str
+    offset: str
+    """``<partition>:<entry id>``, the entry's place in the log."""
+    stage: str
+    error: str
+    traceback: str = ""
+    event: dict[str, str | None] | None = None
+    """The entry's fields as the log holds them (``type``, ``key``, ``time``, ``payload``)."""
+    batch: int | None = None
+    recorded_ms: int = 0
+    replayed_as: str | None = None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> DeadLetter:
+        return cls(**orjson.loads(raw))
+
+
+def letter(
+    pipeline: str,
+    offset: str,
+    stage: str,
+    error: BaseException | str,
+    *,
+    fields: dict[bytes, bytes] | None = None,
+    batch: int | None = None,
+    trace: str | None = None,
+) -> DeadLetter:
+    """A record for ``offset``; the traceback is the current exception's unless given."""
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}"
+        trace = trace if trace is not None else "".join(tb.format_exception(error))
+    else:
+        text = error
+    return DeadLetter(
+        pipeline=pipeline,
+        offset=offset,
+        stage=stage,
+        error=text[:MAX_FIELD],
+        traceback=(trace or "")[-MAX_TRACEBACK:],
+        event=event_fields(fields) if fields is not None else None,
+        batch=batch,
+        recorded_ms=int(time.time() * 1000),
+    )
+
+
+def event_fields(fields: dict[bytes, bytes]) -> dict[str, str | None]:
+    """An entry's fields as text, whatever they hold (undecodable bytes replaced)."""
+    out: dict[str, str | None] = {}
+    for name, value in fields.items():
+        out[name.decode(errors="replace")] = value.decode(errors="replace")[:MAX_FIELD]
+    return out
+
+
+def record(client: Any, letters: Sequence[DeadLetter]) -> None:
+    """Record ``letters`` (all of one pipeline): each once, in one atomic call per pipeline.
+
+    ``client`` may be a pipeline of commands (the sink queues the call with its batch)."""
+    by_pipeline: dict[str, list[DeadLetter]] = {}
+    for d in letters:
+        by_pipeline.setdefault(d.pipeline, []).append(d)
+    for pipeline, group in by_pipeline.items():
+        args: list[Any] = []
+        for d in group:
+            args += [d.offset, d.to_json()]
+        # Both keys share the hash tag {d}: one slot of a store cluster.
+        client.eval(_RECORD, 2, key_of(pipeline), ORDER_STREAM, pipeline, *args)
+
+
+def quarantined(client: Client, pipeline: str) -> frozenset[str]:
+    """The offsets the pipeline has set aside; one small call when there are none."""
+    if not client.hlen(key_of(pipeline)):
+        return frozenset()
+    return frozenset(k.decode() for k in client.hkeys(key_of(pipeline)))  # type: ignore[union-attr]
+
+
+def counts(client: Client, pipelines: Iterable[str]) -> dict[str, int]:
+    names = list(pipelines)
+    with client.pipeline(transaction=False) as pipe:
+        for p in names:
+            pipe.hlen(key_of(p))
+        return dict(zip(names, (int(n) for n in pipe.execute()), strict=True))
+
+
+def listed(client: Client, pipeline: str | None = None, count: int = 100) -> list[DeadLetter]:
+    """The newest ``count`` dead letters (of one pipeline, or of all), oldest first."""
+    out: list[DeadLetter] = []
+    cursor = "+"
+    while len(out) < count:
+        entries: Any = client.xrevrange(ORDER_STREAM, max=cursor, count=max(count, 100))
+        if not entries:
+            break
+        for _, f in entries:
+            name, offset = f[b"pipeline"].decode(), f[b"offset"].decode()
+            if pipeline is None or name == pipeline:
+                found = show(client, name, offset)
+                if found is not None:
+                    out.append(found)
+                    if len(out) == count:
+                        break
+        cursor = f"({entries[-1][0].decode()}"
+    out.reverse()
+    return out
+
+
+def show(client: Client, pipeline: str, offset: str) -> DeadLetter | None:
+    raw: Any = client.hget(key_of(pipeline), offset)
+    return None if raw is None else DeadLetter.from_json(raw)
+
+
+def read_entries(client: Any, offsets: Sequence[str]) -> list[dict[bytes, bytes] | None]:
+    """The log entry at each of ``offsets`` (None where the log no longer has it), in one
+    round trip."""
+    with client.pipeline(transaction=False) as pipe:
+        for offset in offsets:
+            partition, _, entry_id = offset.partition(":")
+            pipe.xrange(log_stream(int(partition)), min=entry_id, max=entry_id, count=1)
+        found: list[Any] = pipe.execute() if offsets else []
+    return [f[0][1] if f else None for f in found]
+
+
+def replay(client: Client, pipeline: str, offset: str) -> str:
+    """Append the dead letter's event to the log again; its new offset.
+
+    The event goes to the partition it came from, with the same fields, so a fixed view sees
+    it as if just published. Replaying twice appends twice: the record says where it went."""
+    found = show(client, pipeline, offset)
+    if found is None:
+        raise KeyError(f"pipeline {pipeline!r} has no dead letter at {offset}.")
+    fields = read_entries(client, [offset])[0]
+    if fields is None:
+        raise KeyError(f"the log no longer holds {offset}; nothing to replay.")
+    partition = int(offset.partition(":")[0])
+    new_id: Any = client.xadd(log_stream(partition), fields)  # type: ignore[arg-type]
+    new_offset = f"{partition}:{new_id.decode()}"
+    updated = DeadLetter(**{**asdict(found), "replayed_as": new_offset})
+    client.hset(key_of(pipeline), offset, updated.to_json())
+    return new_offset
+
+
+def _summary(d: DeadLetter) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.recorded_ms / 1000))
+    replayed = f"  replayed as {d.replayed_as}" if d.replayed_as else ""
+    return f"{when}  {d.pipeline:<12} {d.offset:<24} {d.stage:<6} {d.error[:90]}{replayed}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m liveviews.log.deadletters list|show|replay``: what the pipelines set aside."""
+    import argparse
+    import sys
+
+    import redis
+
+    from liveviews.pipeline.settings import Settings
+    from liveviews.store import client as storeclient
+
+    parser = argparse.ArgumentParser(
+        prog="python -m liveviews.log.deadletters",
+        description="The log entries the pipelines set aside instead of stopping on them.",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    commands = parser.add_subparsers(dest="command", required=True)
+    ls = commands.add_parser("list", help="the newest dead letters, oldest first")
+    ls.add_argument("--pipeline", help="only this pipeline's")
+    ls.add_argument("--count", type=int, default=50, help="how many (default 50)")
+    for name, text in (
+        ("show", "one dead letter, with its event and traceback"),
+        ("replay", "append its event to the log again, once the view is fixed"),
+    ):
+        cmd = commands.add_parser(name, help=text)
+        cmd.add_argument("pipeline")
+        cmd.add_argument("offset", help="<partition>:<entry id>, as 'list' shows it")
+    args = parser.parse_args(argv)
+    client = storeclient.connect(Settings.from_env().store_url)
+    try:
+        if args.command == "list":
+            for d in listed(client, args.pipeline, args.count):
+                print(d.to_json().decode() if args.json else _summary(d))
+            return 0
+        found = show(client, args.pipeline, args.offset)
+        if found is None:
+            print(
+                f"pipeline {args.pipeline!r} has no dead letter at {args.offset}.", file=sys.stderr
+            )
+            return 1
+        if args.command == "show":
+            if args.json:
+                print(found.to_json().decode())
+            else:
+                print(_summary(found))
+                print(orjson.dumps(found.event, option=orjson.OPT_INDENT_2).decode())
+                print(found.traceback)
+            return 0
+        new = replay(client, args.pipeline, args.offset)
+        print(orjson.dumps({"replayed": args.offset, "as": new}).decode() if args.json
+              else f"appended {args.offset} again as {new}")  # fmt: skip
+        return 0
+    except (KeyError, redis.RedisError) as exc:
+        print(f"liveviews: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

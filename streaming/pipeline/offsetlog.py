@@ -1,0 +1,56 @@
+"""How far a micro-batch read the log, from the query's own offset log.
+
+Before a micro-batch runs, Spark writes the source offsets it will read up to into the
+query's checkpoint (the offset log, ``offsets/<batch id>``); a batch replayed after a crash
+reads the same entry. The sink records these offsets as the pipeline's frontier.
+
+Reading them here, rather than having the source emit a row per partition, keeps each
+micro-batch to one scan of the log: a second branch of the query for those rows was a
+second read task, queued behind the stateful tasks on a small machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pyspark.sql import SparkSession
+
+from liveviews.errors import ConfigurationError
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""The local property Spark sets on a query's stream thread, which ``foreachBatch`` runs on."""
+UNREAD = "0-0"
+"""The initial offset of a log partition: nothing read from it yet."""
+
+
+class BatchEnds:
+    """``ends(batch_id)`` from a query's ``foreachBatch`` function: the entry id each log
+    partition was read to by the end of that batch (partitions not read yet are left out)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._context = spark.sparkContext
+        # The session the queries were started from: the session foreachBatch passes along is
+        # a clone whose query manager does not list them.
+        self._queries: Any = spark._jsparkSession.streams()  # type: ignore[attr-defined]
+
+    def __call__(self, batch_id: int) -> dict[int, str]:
+        query_id = self._context.getLocalProperty(QUERY_ID_PROPERTY)
+        query = self._queries.get(query_id) if query_id else None
+        if query is None:
+            raise RuntimeError(f"batch {batch_id} runs outside an active streaming query.")
+        entry = query.streamingQuery().offsetLog().get(batch_id)
+        if entry.isEmpty():
+            raise RuntimeError(f"the offset log of query {query_id} has no batch {batch_id}.")
+        offsets = entry.get().offsets()
+        if offsets.size() != 1:
+            raise ConfigurationError(
+                f"a pipeline query reads {offsets.size()} sources; it must read the log once."
+            )
+        return parse(offsets.apply(0).get().json())
+
+
+def parse(offset_json: str) -> dict[int, str]:
+    """The source's offset (``{"0": "1732170000000-0", ...}``) as entry ids per partition."""
+    offsets: dict[str, str] = orjson.loads(offset_json)
+    return {int(p): entry for p, entry in offsets.items() if entry != UNREAD}

@@ -1,0 +1,148 @@
+"""The console of each process: our lines readable, the libraries' routine lines in a file."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from liveviews import console
+from liveviews.errors import ConfigurationError
+from liveviews.pipeline.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def logging_restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test sets the process's logging up; the next finds it as it was."""
+    monkeypatch.delenv("HONCHO_PROCESS_NAME", raising=False)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in console.CHATTER}
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+    for name, lib_level in levels.items():
+        logging.getLogger(name).setLevel(lib_level)
+    logging.captureWarnings(False)
+
+
+def set_up(tmp_path: Path, level: str = "info") -> tuple[io.StringIO, Path]:
+    settings = Settings.from_env({"LV_DATA_DIR": str(tmp_path), "LV_LOG_LEVEL": level})
+    shown = io.StringIO()
+    path = console.setup("pipeline", settings, stream=shown)
+    assert path == tmp_path / "logs" / "pipeline.log"
+    return shown, path
+
+
+def test_a_line_of_ours_reads_as_time_process_and_sentence(tmp_path: Path) -> None:
+    shown, path = set_up(tmp_path)
+    logging.getLogger("liveviews.pipeline").info("ready: 2 queries running")
+    logging.getLogger("liveviews.pipeline").warning("the store is slow")
+    lines = shown.getvalue().splitlines()
+    assert [line[9:] for line in lines] == [
+        "pipeline  ready: 2 queries running",
+        "pipeline  warning: the store is slow",
+    ]
+    assert lines[0][:8].count(":") == 2  # HH:MM:SS
+    assert "INFO liveviews.pipeline: ready: 2 queries running" in path.read_text()
+
+
+def test_under_honcho_the_line_is_the_sentence_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """honcho starts each line with the time and the process's name already."""
+    monkeypatch.setenv("HONCHO_PROCESS_NAME", "pipeline.1")
+    shown, _ = set_up(tmp_path)
+    logging.getLogger("liveviews.pipeline").info("ready: 2 queries running")
+    assert shown.getvalue() == "ready: 2 queries running\n"
+
+
+def test_py4j_chatter_stays_off_the_console_and_its_errors_do_not(tmp_path: Path) -> None:
+    shown, path = set_up(tmp_path)
+    py4j = logging.getLogger("py4j.clientserver")
+    py4j.info("Received command c on object id p0")
+    py4j.warning("a py4j warning")
+    py4j.error("the Java side is gone")
+    assert shown.getvalue().endswith(" pipeline  error: the Java side is gone\n")
+    assert len(shown.getvalue().splitlines()) == 1
+    logged = path.read_text()
+    assert "Received command" not in logged
+    assert "WARNING py4j.clientserver: a py4j warning" in logged
+    assert "ERROR py4j.clientserver: the Java side is gone" in logged
+
+
+def test_debug_shows_everything_with_the_loggers_name(tmp_path: Path) -> None:
+    shown, path = set_up(tmp_path, "debug")
+    logging.getLogger("py4j.clientserver").debug("Command to send: c")
+    logging.getLogger("liveviews.pipeline").info("ready")
+    assert [line[9:] for line in shown.getvalue().splitlines()] == [
+        "pipeline  debug py4j.clientserver: Command to send: c",
+        "pipeline  info liveviews.pipeline: ready",
+    ]
+    assert "DEBUG py4j.clientserver: Command to send: c" in path.read_text()
+
+
+def test_warning_leaves_the_info_lines_to_the_file(tmp_path: Path) -> None:
+    shown, path = set_up(tmp_path, "WARNING")
+    logging.getLogger("liveviews.pipeline").info("ready")
+    logging.getLogger("liveviews.pipeline").warning("slow")
+    assert shown.getvalue().endswith(" pipeline  warning: slow\n")
+    assert len(shown.getvalue().splitlines()) == 1
+    assert "INFO liveviews.pipeline: ready" in path.read_text()
+
+
+def test_a_second_setup_replaces_the_first(tmp_path: Path) -> None:
+    set_up(tmp_path)
+    shown, _ = set_up(tmp_path)
+    logging.getLogger("liveviews.pipeline").info("once")
+    assert len(shown.getvalue().splitlines()) == 1
+    names = [h.get_name() for h in logging.getLogger().handlers]
+    assert names.count("liveviews.console") == names.count("liveviews.file") == 1
+
+
+def test_a_bad_log_level_is_refused_with_a_sentence() -> None:
+    with pytest.raises(ConfigurationError, match="LV_LOG_LEVEL must be debug, info, warning or"):
+        Settings.from_env({"LV_LOG_LEVEL": "loud"})
+
+
+def test_a_process_started_with_a_bad_log_level_says_what_to_change(tmp_path: Path) -> None:
+    env = {"LV_LOG_LEVEL": "verbose", "LV_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "demo.chirp"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "LV_LOG_LEVEL must be debug, info, warning or error, not 'verbose'" in proc.stderr
+
+
+def test_py4j_lines_through_the_root_logger_are_the_librarys_too(tmp_path: Path) -> None:
+    """py4j reports a retried call with ``logging.info`` on the root logger."""
+    shown, path = set_up(tmp_path)
+    record = logging.LogRecord(
+        "root", logging.INFO, f"{os.sep}site-packages{os.sep}py4j{os.sep}java_gateway.py",
+        1056, "Exception while sending command.", None, None,
+    )  # fmt: skip
+    logging.getLogger().handle(record)
+    assert shown.getvalue() == ""
+    assert "INFO root: Exception while sending command." in path.read_text()
+
+
+def test_once_stopping_the_libraries_errors_go_to_the_file_only(tmp_path: Path) -> None:
+    shown, path = set_up(tmp_path)
+    console.stopping()
+    logging.getLogger("py4j.clientserver").error("Answer from Java side is empty")
+    logging.getLogger("liveviews.pipeline").error("a failure of ours")
+    assert shown.getvalue().endswith(" pipeline  error: a failure of ours\n")
+    assert len(shown.getvalue().splitlines()) == 1
+    assert "Answer from Java side is empty" in path.read_text()
