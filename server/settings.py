@@ -20,8 +20,13 @@ DEV_JWT_SECRET = "liveviews-dev-secret-never-use-in-production"
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_STATIC_DIR = REPO / "demo" / "web"
-DEFAULT_CLIENT_JS_DIR = REPO / "client-js" / "src"
-"""Where a checkout keeps the demo and the JavaScript client; an installed package has neither."""
+"""Where a checkout keeps the demo's pages; an installed package has none, and serves the pages
+of the folder ``LV_STATIC_DIR`` names."""
+PACKAGED_CLIENT_JS = Path(__file__).resolve().parent / "client_js"
+"""The JavaScript client an installed package carries (setup.py copies it in)."""
+DEFAULT_CLIENT_JS_DIR = (
+    PACKAGED_CLIENT_JS if PACKAGED_CLIENT_JS.is_dir() else REPO / "client-js" / "src"
+)
 
 MIN_SECRET_BYTES = 32
 ORIGIN_RE = re.compile(r"https?://[^/\s?#@]+", re.IGNORECASE)

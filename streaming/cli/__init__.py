@@ -1,5 +1,7 @@
-"""``liveviews``: the operators' command line.
+"""``liveviews``: the command line.
 
+``dev`` runs the whole system for an application (``liveviews.cli.dev``); ``serve``,
+``pipeline``, ``cdc`` and ``store`` run one process each (``liveviews.cli.processes``);
 ``status`` (pipelines, versions, lag, gateways), ``rebuild`` / ``switch`` / ``abort`` (pipeline
 versions), ``inspect`` (a key's rows, deltas, and rows as of an offset), ``tail`` (the log as it
 is appended) and ``deadletters``. Each command is a module of this package; docs/CLI.md says
@@ -10,20 +12,27 @@ from __future__ import annotations
 
 import click
 
-from liveviews.cli import deadletters, inspection, rebuild, status, tail
+from liveviews.cli import deadletters, dev, inspection, processes, rebuild, status, tail
 from liveviews.cli.base import Env, Group
 
 __all__ = ["cli", "main"]
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="liveviews", prog_name="liveviews")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
-    """Operate Liveviews: the store is REDIS_URL's (or the embedded one), the application
-    LV_APP's. Exit codes: 0 done, 1 not found or not done, 2 usage, 3 store unreachable."""
+    """Run and operate Liveviews: the store is REDIS_URL's (or the embedded one), the
+    application LV_APP's. Exit codes: 0 done, 1 not found or not done, 2 usage, 3 store
+    unreachable."""
     ctx.ensure_object(Env)
 
 
+cli.add_command(dev.dev)
+cli.add_command(processes.serve)
+cli.add_command(processes.pipeline)
+cli.add_command(processes.cdc)
+cli.add_command(processes.store)
 cli.add_command(status.status)
 cli.add_command(rebuild.rebuild)
 cli.add_command(rebuild.switch)

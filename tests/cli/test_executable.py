@@ -18,7 +18,7 @@ from tests.cli.conftest import Pipelines, profile
 
 EXECUTABLE = Path(sys.executable).parent / "liveviews"
 COMMANDS = [
-    [], ["status"], ["rebuild"], ["switch"], ["abort"], ["inspect"], ["tail"],
+    [], ["dev"], ["serve"], ["pipeline"], ["cdc"], ["store"], ["status"], ["rebuild"], ["switch"], ["abort"], ["inspect"], ["tail"],
     ["deadletters"], ["deadletters", "list"], ["deadletters", "show"], ["deadletters", "replay"],
 ]  # fmt: skip
 
