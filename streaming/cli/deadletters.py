@@ -1,5 +1,5 @@
-"""``liveviews deadletters list | show | replay``: what the pipelines set aside, as
-``python -m liveviews.log.deadletters`` shows it, in tables."""
+"""``liveviews deadletters list | show | replay``: what the pipelines set aside
+(``liveviews.log.deadletters``), in tables or, with ``--json``, as JSON documents."""
 
 from __future__ import annotations
 

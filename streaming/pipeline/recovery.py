@@ -157,6 +157,6 @@ class Recovery:
         count = set_aside(self.client, pipeline, batch_id, start, end, failure)
         self.recovered[pipeline] = batch_id
         log.error("pipeline %r: batch %d failed in the view's code; its %d events are dead"
-                  " letters now (python -m liveviews.log.deadletters list); starting again",
+                  " letters now (liveviews deadletters list); starting again",
                   pipeline, batch_id, count)  # fmt: skip
         return True

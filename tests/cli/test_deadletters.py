@@ -1,11 +1,10 @@
-"""``liveviews deadletters``: list, show and replay, as ``python -m liveviews.log.deadletters``
-does them, in tables or JSON."""
+"""``liveviews deadletters``: list, show and replay, in tables or JSON; the one command line of
+the dead letters."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import redis
 
 from liveviews.log import deadletters
@@ -56,14 +55,3 @@ def test_what_does_not_exist_exits_1(run: Run, store: redis.Redis, pipelines: Pi
     store.xdel(log_stream(int(partition)), entry)
     gone = run("deadletters", "replay", "activity", offsets[1])
     assert gone.exit_code == 1 and "no longer holds" in gone.stderr
-
-
-def test_the_modules_own_command_still_works(
-    store: redis.Redis, pipelines: Pipelines, env: dict[str, str], monkeypatch, capsys
-) -> None:
-    offsets = _letters(store, pipelines)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert deadletters.main(["--json", "list"]) == 0
-    lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [d["offset"] for d in lines] == offsets

@@ -174,11 +174,12 @@ def test_a_processor_error_depending_on_state_sets_aside_exactly_that_event(spar
         assert row == {"n": 9, "last": "f"}
 
         # The operator's command lists it, shows it, and replays it: as the 10th note, kept.
-        listed = _command(settings, "--json", "list", "--pipeline", "notes")
-        assert [orjson.loads(line)["offset"] for line in listed.splitlines()] == [str(offsets[2])]
-        shown = _command(settings, "show", "notes", str(offsets[2]))
-        assert "went boom" in shown and "Traceback" in shown and '\\"boom\\"' in shown
-        replayed = orjson.loads(_command(settings, "--json", "replay", "notes", str(offsets[2])))
+        listed = orjson.loads(_command(settings, "list", "--pipeline", "notes", "--json"))
+        assert [d["offset"] for d in listed] == [str(offsets[2])]
+        shown = orjson.loads(_command(settings, "show", "notes", str(offsets[2]), "--json"))
+        assert "went boom" in shown["error"] and "Traceback" in shown["traceback"]
+        assert "boom" in orjson.dumps(shown["event"]).decode()
+        replayed = orjson.loads(_command(settings, "replay", "notes", str(offsets[2]), "--json"))
         _caught_up(store, settings, queries)
     finally:
         for q in queries:
@@ -188,7 +189,7 @@ def test_a_processor_error_depending_on_state_sets_aside_exactly_that_event(spar
     assert deadletters.show(store, "notes", str(offsets[2])).replayed_as == replayed["as"]
     assert deadletters.counts(store, ["notes"]) == {"notes": 1}
     missing = subprocess.run(
-        [sys.executable, "-m", "liveviews.log.deadletters", "show", "notes", "0:1-1"],
+        [sys.executable, "-m", "liveviews", "deadletters", "show", "notes", "0:1-1"],
         env={**os.environ, "REDIS_URL": settings.store_url}, capture_output=True, text=True,
     )  # fmt: skip
     assert missing.returncode == 1 and "no dead letter at 0:1-1" in missing.stderr
@@ -204,7 +205,7 @@ def _caught_up(store, settings, queries) -> None:
 
 def _command(settings, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "liveviews.log.deadletters", *args],
+        [sys.executable, "-m", "liveviews", "deadletters", *args],
         env={**os.environ, "REDIS_URL": settings.store_url}, capture_output=True, text=True,
         check=True,
     )  # fmt: skip
