@@ -22,30 +22,14 @@ from tests.support.gateway import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
-APP = '''"""Notes: each author's count of notes and their last one, a view written as a query."""
 
-from liveviews import App, Schema, String
+def readme_app() -> str:
+    """The README's example application (the Python block that starts ``# notes_app.py``):
+    what this test runs is what a newcomer reads."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```python\n# notes_app.py")
+    return text[start + len("```python\n") : text.index("```", start + 3)]
 
-app = App("notes")
-app.event_type(
-    "note_added",
-    Schema({"author": String(max_length=32), "text": String(max_length=200)}),
-    partition_key=lambda p: p["author"],
-    author=lambda p: p["author"],
-)
-app.view("notes", description="Each author's count of notes and their last one.")
-
-
-@app.pipeline("notes", views=["notes"])
-def notes(events):
-    from liveviews import sql, view_changes
-
-    rows = sql(events, app, """
-        SELECT author, count(*) AS notes, max_by(text, position) AS last
-        FROM note_added GROUP BY author
-    """)
-    return view_changes(rows, "notes", key="author")
-'''
 
 PAGE = "<!doctype html><title>Notes</title><h1>My notes</h1>\n"
 
@@ -102,7 +86,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 def project(tmp_path: Path) -> Path:
     folder = tmp_path / "my-notes"
     (folder / "web").mkdir(parents=True)
-    (folder / "notes_app.py").write_text(APP)
+    (folder / "notes_app.py").write_text(readme_app())
     (folder / "web" / "index.html").write_text(PAGE)
     return folder
 
