@@ -281,10 +281,19 @@ def app_dir() -> str:
 
 
 def _on_path(directory: str) -> None:
-    """``directory`` first on this process's path and on that of every Python process it starts
-    (the pipeline's Spark workers unpickle the views by module name; a rebuild runs in a child)."""
+    """``directory`` on this process's path, after what is there: an installed package of the
+    same name wins."""
     if directory not in sys.path:
-        sys.path.insert(0, directory)
+        sys.path.append(directory)
+
+
+def _share_path(module: Any, directory: str) -> None:
+    """When ``module`` came from ``directory``, put it on the path of every Python process this
+    one starts too (the pipeline's Spark workers unpickle the views by module name; a rebuild
+    runs in a child)."""
+    origin = getattr(module, "__file__", None) or ""
+    if not origin.startswith(directory + os.sep):
+        return
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if directory not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([directory, *paths])
@@ -294,7 +303,8 @@ def load_app(spec: str) -> App:
     """Import ``"package.module:attribute"``, as ``LV_APP`` names it, from the installed
     packages or the application's folder (``app_dir``)."""
     module_name, _, attr = spec.partition(":")
-    _on_path(app_dir())
+    directory = app_dir()
+    _on_path(directory)
     try:
         module = importlib.import_module(module_name)
         app = getattr(module, attr or "app")
@@ -304,4 +314,5 @@ def load_app(spec: str) -> App:
         ) from exc
     if not isinstance(app, App):
         raise ConfigurationError(f"LV_APP={spec!r} is a {type(app).__name__}, not an App.")
+    _share_path(sys.modules[module_name.partition(".")[0]], directory)
     return app

@@ -44,18 +44,21 @@ def _run(argv: list[str | Path], **kwargs: object) -> subprocess.CompletedProces
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
-          "-w", dist, ROOT], timeout=600)  # fmt: skip
+          "-w", dist, ROOT], timeout=600, env=_clean_env())  # fmt: skip
     (built,) = dist.glob("liveviews-*.whl")
     return built
 
 
 def _venv(path: Path, wheel: Path, extras: str) -> Path:
     """A fresh virtualenv at ``path`` with ``wheel`` and its ``extras`` installed from the
-    package index, as a team installs it; its bin/ folder."""
-    _run([sys.executable, "-m", "venv", path], timeout=300)
+    package index, as a team installs it; its bin/ folder. Outside this run's environment: a
+    path to the checkout would show pip a liveviews installed already."""
+    env = _clean_env()
+    _run([sys.executable, "-m", "venv", path], timeout=300, env=env)
     target = f"{wheel}[{extras}]" if extras else str(wheel)
     _run([path / "bin" / "pip", "install", "-q", "--disable-pip-version-check", target],
-         timeout=900)  # fmt: skip
+         timeout=900, env=env)  # fmt: skip
+    assert (path / "bin" / "liveviews").exists(), f"pip did not install liveviews in {path}"
     return path / "bin"
 
 
