@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from tests.support.gateway import free_port
+from tests.support.running import wait_while_running
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,20 +164,6 @@ def _rows_until(frames: Iterator[tuple[str, dict[str, object]]], wanted: dict[st
     pytest.fail(f"the stream ended before the row was {wanted}")
 
 
-def _wait(what: str, predicate: object, procs: dict[str, subprocess.Popen[bytes]],
-          logs: Path, timeout: float = 300) -> None:  # fmt: skip
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                pytest.fail(f"{name} exited ({proc.returncode}):\n{(logs / name).read_text()}")
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}:\n"
-                + "\n".join((logs / n).read_text()[-4000:] for n in procs))  # fmt: skip
-
-
 def _wait_gone(group: int, timeout: float) -> bool:
     """Wait until no process of the session ``group`` is left; whether some still are."""
     deadline = time.monotonic() + timeout
@@ -213,7 +200,7 @@ def test_an_application_of_its_own_folder_runs_from_the_installed_package(
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         dev = Http(port)
-        _wait("liveviews dev's gateway", dev.ready, procs, logs)
+        wait_while_running("liveviews dev's gateway", dev.ready, procs, logs, timeout=300)
         # The folder's pages and the JavaScript client, from the installed package.
         assert dev.request("GET", "/") == (200, PAGE.encode())
         status, client = dev.request("GET", "/client-js/index.js")
@@ -233,7 +220,7 @@ def test_an_application_of_its_own_folder_runs_from_the_installed_package(
                                                "LV_PORT": str(second)},
             )  # fmt: skip
         gateway = Http(second)
-        _wait("liveviews serve", gateway.ready, procs, logs)
+        wait_while_running("liveviews serve", gateway.ready, procs, logs, timeout=300)
         followed = gateway.follow("notes", "ada", gateway.token("ada"))
         _rows_until(followed, {"notes": 1, "last": "hello"})
         gateway.publish(token, "ada", "from the second gateway")

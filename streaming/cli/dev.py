@@ -33,24 +33,17 @@ def _module(module: str) -> list[str]:
 
 def processes(env: dict[str, str], tables: bool) -> dict[str, list[str]]:
     """Name -> the command of each process to run, in the order they start."""
-    wanted = {
-        "store": "REDIS_URL" not in env,
-        "postgres": tables and "DATABASE_URL" not in env,
-        "cdc": tables,
-        "pipeline": True,
-        "web": True,
-    }
     modules = {
-        "store": "liveviews.store.embedded",
-        "postgres": "liveviews.cdc.embedded",
-        "cdc": "liveviews.cdc",
+        "store": "REDIS_URL" not in env and "liveviews.store.embedded",
+        "postgres": tables and "DATABASE_URL" not in env and "liveviews.cdc.embedded",
+        "cdc": tables and "liveviews.cdc",
         "pipeline": "liveviews.pipeline",
         "web": "liveviews.gateway",
     }
     return {
-        name: [*_module("liveviews.supervise"), name, "--", *_module(modules[name])]
-        for name, on in wanted.items()
-        if on
+        name: [*_module("liveviews.supervise"), name, "--", *_module(module)]
+        for name, module in modules.items()
+        if module
     }
 
 

@@ -11,7 +11,6 @@ client) checks for them first and names the extra to install.
 from __future__ import annotations
 
 import importlib.util
-from typing import NoReturn
 
 import click
 
@@ -37,10 +36,6 @@ def require_extra(command: str) -> None:
         )
 
 
-def _exit(code: int) -> NoReturn:
-    raise SystemExit(code)
-
-
 @click.command("serve")
 def serve() -> None:
     """Serve the gateway: publish, read and follow views over HTTP, SSE and WebSocket.
@@ -50,7 +45,7 @@ def serve() -> None:
     """
     from liveviews.gateway.__main__ import main
 
-    _exit(main())
+    raise SystemExit(main())
 
 
 @click.command("pipeline")
@@ -83,7 +78,7 @@ def cdc() -> None:
     require_extra("cdc")
     from liveviews.cdc.__main__ import main
 
-    _exit(main())
+    raise SystemExit(main())
 
 
 @click.command("store")
@@ -95,4 +90,4 @@ def store() -> None:
     """
     from liveviews.store.embedded import main
 
-    _exit(main())
+    raise SystemExit(main())

@@ -201,10 +201,11 @@ def build_session(settings: Settings, process: str = "pipeline") -> SparkSession
         builder = builder.config(k, v)
     # The log levels are log4j2.properties' (or the user's own configuration's): no
     # setLogLevel here, which would override them.
-    local = is_local(settings.spark_master)
     # Executors import the views' code by name: it goes to them with the session, and the
     # checkpoints must be where they all see them (streaming/pipeline/cluster.py).
-    shipped = None if local else pack_shipped(settings.app, settings.data_dir)
+    shipped = (
+        None if is_local(settings.spark_master) else pack_shipped(settings.app, settings.data_dir)
+    )
     with (
         driver_stderr(settings, process),
         contextlib.nullcontext() if shipped is None else driver_runners_import(shipped),

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -18,21 +17,9 @@ from click.testing import CliRunner
 from liveviews.cli import cli
 from liveviews.cli import processes as process_commands
 from tests.support.gateway import free_port
+from tests.support.running import wait_while_running
 
 EXECUTABLE = Path(sys.executable).parent / "liveviews"
-
-
-def _wait_for(predicate, procs: dict[str, subprocess.Popen[bytes]], logs: Path, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                pytest.fail(f"liveviews {name} exited ({proc.returncode}):\n"
-                            f"{(logs / name).read_text()}")  # fmt: skip
-        if predicate():
-            return
-        time.sleep(0.2)
-    pytest.fail("timed out")
 
 
 def test_store_and_serve_run_a_gateway_on_the_embedded_store_and_stop_on_sigterm(
@@ -48,7 +35,8 @@ def test_store_and_serve_run_a_gateway_on_the_embedded_store_and_stop_on_sigterm
                 procs[command] = subprocess.Popen([str(EXECUTABLE), command], env=env,
                                                   stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
             if command == "store":  # as a process manager would, the gateway after the store
-                _wait_for(lambda: "ready on" in (tmp_path / "store").read_text(), procs, tmp_path)
+                wait_while_running("the store", lambda: "ready on" in (tmp_path / "store").read_text(),
+                                   procs, tmp_path)  # fmt: skip
 
         def ready() -> bool:
             try:
@@ -59,7 +47,7 @@ def test_store_and_serve_run_a_gateway_on_the_embedded_store_and_stop_on_sigterm
             except OSError:
                 return False
 
-        _wait_for(ready, procs, tmp_path)
+        wait_while_running("the gateway", ready, procs, tmp_path)
         # The gateway shuts down gracefully, then uvicorn ends it by the signal it was sent, as a
         # process manager expects; the store exits 0 once its clients are gone.
         for command, stopped in (("serve", -signal.SIGTERM), ("store", 0)):
