@@ -1,4 +1,5 @@
-"""Settings of a gateway process, read once from the environment.
+"""Settings of a gateway process, read once from the environment and the settings file
+(``liveviews.config``).
 
 The store fields (``REDIS_URL``, ``LV_APP``, ``LV_LOG_PARTITIONS``, ``LV_CHANGE_SHARDS``, ...) are
 the pipeline's own ``liveviews.pipeline.settings.Settings``, so both sides always agree on the
@@ -7,13 +8,16 @@ layout. The gateway adds its own ``LV_*`` variables, each with a default that ru
 
 from __future__ import annotations
 
-import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from liveviews.config import catalog as C
+from liveviews.config.declare import Setting
+from liveviews.config.layers import environment
 from liveviews.errors import ConfigurationError
-from liveviews.pipeline.settings import Settings, env_bool, env_int
+from liveviews.pipeline.settings import Settings
 
 DEV_JWT_SECRET = "liveviews-dev-secret-never-use-in-production"
 """The signing secret in dev mode when ``LV_JWT_SECRET`` is unset; public, so never safe."""
@@ -30,51 +34,6 @@ DEFAULT_CLIENT_JS_DIR = (
 
 MIN_SECRET_BYTES = 32
 ORIGIN_RE = re.compile(r"https?://[^/\s?#@]+", re.IGNORECASE)
-ENVIRONMENTS = ("dev", "production")
-
-
-def _float(env: dict[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a number of seconds, not {raw!r}.") from None
-    if value <= 0:
-        raise ConfigurationError(f"{name} must be more than 0, not {value}.")
-    return value
-
-
-def _per_second(env: dict[str, str], name: str, default: float) -> float:
-    """A rate in events per second; ``0`` (or ``off``) means no limit."""
-    raw = (env.get(name) or "").strip().lower()
-    if raw == "":
-        return default
-    if raw == "off":
-        return 0.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(
-            f"{name} must be a number of events per second (0 or off for no limit), not {raw!r}."
-        ) from None
-    if not 0 <= value < float("inf"):
-        raise ConfigurationError(f"{name} must be 0 (no limit) or more, not {raw!r}.")
-    return value
-
-
-def _dir(env: dict[str, str], name: str, default: Path) -> Path | None:
-    """A directory to serve: unset means the default, ``off`` means serve nothing."""
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    if raw.lower() == "off":
-        return None
-    path = Path(raw).resolve()
-    if not path.is_dir():
-        raise ConfigurationError(f"{name} must name a directory; {raw!r} is not one.")
-    return path
 
 
 @dataclass(frozen=True)
@@ -129,16 +88,15 @@ class GatewaySettings:
     log_feed: bool = True
     static_dir: Path | None = DEFAULT_STATIC_DIR
     client_js_dir: Path | None = DEFAULT_CLIENT_JS_DIR
+    operator_token: str | None = None
+    """The bearer token of the operator endpoint (liveviews.gateway.api.operator); None: no
+    such endpoint."""
 
     def __post_init__(self) -> None:
         if self.publish_rate and self.publish_burst < self.max_batch_events:
             raise ConfigurationError(
                 f"LV_PUBLISH_BURST ({self.publish_burst}) must be at least LV_MAX_BATCH_EVENTS "
                 f"({self.max_batch_events}), or a full batch could never be published."
-            )
-        if not 1 <= self.store_full_percent <= 100:
-            raise ConfigurationError(
-                f"LV_STORE_FULL_PERCENT must be from 1 to 100, not {self.store_full_percent}."
             )
 
     @property
@@ -179,20 +137,18 @@ class GatewaySettings:
             )
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> GatewaySettings:
-        env = dict(os.environ if env is None else env)
-        secret = env.get("LV_JWT_SECRET") or ""
-        if secret and not env.get("LV_ENV"):
+    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
+        env = environment(env)
+        secret = C.JWT_SECRET.read(env) or ""
+        if secret and C.ENV.raw(env) is None:
             # A secret is a deployment's; guessing its mode would either hand out dev tokens
             # signed with it or hide the demo from someone trying it out.
             raise ConfigurationError(
                 "LV_JWT_SECRET is set but LV_ENV is not: set LV_ENV=production to serve with "
                 "this secret, or LV_ENV=dev to try it on this machine (without dev tokens)."
             )
-        environment = env.get("LV_ENV") or "dev"
-        if environment not in ENVIRONMENTS:
-            raise ConfigurationError(f"LV_ENV must be 'dev' or 'production', not {environment!r}.")
-        dev = environment == "dev"
+        environment_name = C.ENV.get(env)
+        dev = environment_name == "dev"
         dev_secret = not secret
         if not secret:
             if not dev:
@@ -205,53 +161,52 @@ class GatewaySettings:
             raise ConfigurationError(
                 f"LV_JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes long for HS256."
             )
-        origins = tuple(
-            o.strip() for o in (env.get("LV_CORS_ORIGINS") or "").split(",") if o.strip()
-        )
+        dev_tokens = C.DEV_TOKENS.read(env)
+        log_feed = C.LOG_FEED.read(env)
         settings = cls(
             store=Settings.from_env(env),
-            host=env.get("LV_HOST") or "127.0.0.1",
-            port=env_int(env, "LV_PORT", 8000, minimum=0),
-            environment=environment,
+            host=C.HOST.get(env),
+            port=C.PORT.get(env),
+            environment=environment_name,
             jwt_secret=secret,
-            jwt_audience=env.get("LV_JWT_AUDIENCE") or "liveviews",
-            dev_tokens=env_bool(env, "LV_DEV_TOKENS", dev and dev_secret),
-            dev_token_ttl=env_int(env, "LV_DEV_TOKEN_TTL", 3600),
-            cors_origins=origins,
-            max_body_bytes=env_int(env, "LV_MAX_BODY_BYTES", 1_048_576),
-            max_batch_events=env_int(env, "LV_MAX_BATCH_EVENTS", 1000),
-            publish_rate=_per_second(env, "LV_PUBLISH_RATE", 100.0),
-            publish_burst=env_int(env, "LV_PUBLISH_BURST", 1000),
-            event_time_max_ahead_seconds=env_int(
-                env, "LV_EVENT_TIME_MAX_AHEAD_SECONDS", 86_400, minimum=0
-            ),
-            event_time_max_age_days=env_int(env, "LV_EVENT_TIME_MAX_AGE_DAYS", 3650),
-            store_full_percent=env_int(env, "LV_STORE_FULL_PERCENT", 90),
-            store_memory_check_ms=env_int(env, "LV_STORE_MEMORY_CHECK_MS", 500, minimum=10),
-            idempotency_seconds=env_int(env, "LV_IDEMPOTENCY_SECONDS", 86_400, minimum=60),
-            append_retry_seconds=_float(env, "LV_APPEND_RETRY_SECONDS", 10.0),
-            max_connections=env_int(env, "LV_MAX_CONNECTIONS", 10_000),
-            max_connections_per_subject=env_int(
-                env, "LV_MAX_CONNECTIONS_PER_SUBJECT", 100, minimum=0
-            ),
-            max_connections_per_address=env_int(
-                env, "LV_MAX_CONNECTIONS_PER_ADDRESS", 1000, minimum=0
-            ),
-            max_unauthenticated=env_int(env, "LV_MAX_UNAUTHENTICATED", 256),
-            max_subscriptions_per_socket=env_int(env, "LV_MAX_SUBSCRIPTIONS_PER_SOCKET", 100),
-            subscriber_buffer=env_int(env, "LV_SUBSCRIBER_BUFFER", 256),
-            heartbeat_seconds=_float(env, "LV_HEARTBEAT_SECONDS", 15.0),
-            progress_interval_ms=env_int(env, "LV_PROGRESS_INTERVAL_MS", 250, minimum=0),
-            workers=env_int(env, "LV_WORKERS", 1, minimum=1),
-            send_timeout_seconds=_float(env, "LV_SEND_TIMEOUT_SECONDS", 10.0),
-            header_timeout_seconds=_float(env, "LV_HEADER_TIMEOUT_SECONDS", 10.0),
-            body_timeout_seconds=_float(env, "LV_BODY_TIMEOUT_SECONDS", 10.0),
-            ws_auth_timeout_seconds=_float(env, "LV_WS_AUTH_TIMEOUT_SECONDS", 5.0),
-            ws_compression=env_bool(env, "LV_WS_COMPRESSION", False),
-            feed_block_ms=env_int(env, "LV_FEED_BLOCK_MS", 1000, minimum=10),
-            log_feed=env_bool(env, "LV_LOG_FEED", dev),
-            static_dir=_dir(env, "LV_STATIC_DIR", DEFAULT_STATIC_DIR),
-            client_js_dir=_dir(env, "LV_CLIENT_JS_DIR", DEFAULT_CLIENT_JS_DIR),
+            jwt_audience=C.JWT_AUDIENCE.get(env),
+            dev_tokens=dev and dev_secret if dev_tokens is None else dev_tokens,
+            dev_token_ttl=C.DEV_TOKEN_TTL.get(env),
+            cors_origins=C.CORS_ORIGINS.get(env),
+            max_body_bytes=C.MAX_BODY_BYTES.get(env),
+            max_batch_events=C.MAX_BATCH_EVENTS.get(env),
+            publish_rate=C.PUBLISH_RATE.get(env),
+            publish_burst=C.PUBLISH_BURST.get(env),
+            event_time_max_ahead_seconds=C.EVENT_TIME_MAX_AHEAD_SECONDS.get(env),
+            event_time_max_age_days=C.EVENT_TIME_MAX_AGE_DAYS.get(env),
+            store_full_percent=C.STORE_FULL_PERCENT.get(env),
+            store_memory_check_ms=C.STORE_MEMORY_CHECK_MS.get(env),
+            idempotency_seconds=C.IDEMPOTENCY_SECONDS.get(env),
+            append_retry_seconds=C.APPEND_RETRY_SECONDS.get(env),
+            max_connections=C.MAX_CONNECTIONS.get(env),
+            max_connections_per_subject=C.MAX_CONNECTIONS_PER_SUBJECT.get(env),
+            max_connections_per_address=C.MAX_CONNECTIONS_PER_ADDRESS.get(env),
+            max_unauthenticated=C.MAX_UNAUTHENTICATED.get(env),
+            max_subscriptions_per_socket=C.MAX_SUBSCRIPTIONS_PER_SOCKET.get(env),
+            subscriber_buffer=C.SUBSCRIBER_BUFFER.get(env),
+            heartbeat_seconds=C.HEARTBEAT_SECONDS.get(env),
+            progress_interval_ms=C.PROGRESS_INTERVAL_MS.get(env),
+            workers=C.WORKERS.get(env),
+            send_timeout_seconds=C.SEND_TIMEOUT_SECONDS.get(env),
+            header_timeout_seconds=C.HEADER_TIMEOUT_SECONDS.get(env),
+            body_timeout_seconds=C.BODY_TIMEOUT_SECONDS.get(env),
+            ws_auth_timeout_seconds=C.WS_AUTH_TIMEOUT_SECONDS.get(env),
+            ws_compression=C.WS_COMPRESSION.get(env),
+            feed_block_ms=C.FEED_BLOCK_MS.get(env),
+            log_feed=dev if log_feed is None else log_feed,
+            static_dir=_folder(C.STATIC_DIR, env, DEFAULT_STATIC_DIR),
+            client_js_dir=_folder(C.CLIENT_JS_DIR, env, DEFAULT_CLIENT_JS_DIR),
+            operator_token=C.OPERATOR_TOKEN.read(env),
         )
         settings.check_exposure()
         return settings
+
+
+def _folder(setting: Setting[Path | None], env: Mapping[str, str], default: Path) -> Path | None:
+    """Unset: the default; ``off``: serve nothing."""
+    return default if setting.raw(env) is None else setting.read(env)

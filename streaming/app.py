@@ -277,7 +277,10 @@ def _check_name(kind: str, name: str, existing: Mapping[str, object]) -> None:
 def app_dir() -> str:
     """The folder an application is imported from, beside the installed packages:
     ``LV_APP_DIR``, else the current directory (as uvicorn and Celery do)."""
-    return os.path.abspath(os.environ.get("LV_APP_DIR") or os.getcwd())
+    from liveviews.config.catalog import APP_DIR
+    from liveviews.config.layers import environment
+
+    return os.path.abspath(APP_DIR.read(environment()) or os.getcwd())
 
 
 def _on_path(directory: str) -> None:

@@ -1,45 +1,73 @@
-"""docs/CONFIGURATION.md and the variables the processes read: neither has one the other lacks."""
+"""Every setting is declared once (liveviews.config.catalog): docs/CONFIGURATION.md is what the
+declarations say, every variable the code names is declared, and every declaration is read."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
+
+import pytest
+
+from liveviews.config import catalog
+from liveviews.config.catalog import by_name, declared
+from liveviews.config.declare import SECTIONS, Setting
+from liveviews.config.page import render, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "CONFIGURATION.md"
 SOURCES = ("streaming", "server", "demo")
 VARIABLE = re.compile(r"""["'](LV_[A-Z0-9_]+|REDIS_URL|DATABASE_URL|SPARK_MASTER)["']""")
-PREFIXES = {"LV_SPARK_CONF_": "LV_SPARK_CONF_<NAME>"}
-"""Variables read by prefix, and how the page names the family."""
+FAMILIES = ("LV_SPARK_CONF_",)
+CATALOG = ROOT / "streaming" / "config" / "catalog.py"
 
 
-def read_by_code() -> set[str]:
-    found = set()
-    for folder in SOURCES:
-        for path in (ROOT / folder).rglob("*.py"):
-            for name in VARIABLE.findall(path.read_text()):
-                found.add(PREFIXES.get(name, name))
-    return found
+def sources() -> list[Path]:
+    return [p for folder in SOURCES for p in (ROOT / folder).rglob("*.py") if p != CATALOG]
 
 
-def documented() -> set[str]:
-    names = set()
-    for line in PAGE.read_text().splitlines():
-        if line.startswith("| `"):
-            first = line.split("|")[1]
-            names.update(re.findall(r"`([A-Z][A-Z0-9_<>]+)`", first))
-    return names
+def test_the_page_is_what_the_declarations_say() -> None:
+    text = PAGE.read_text()
+    assert sections(text) == list(SECTIONS), "one table per section, in the catalog's order"
+    assert render(text) == text, "run: python -m liveviews.config.page docs/CONFIGURATION.md"
 
 
-def test_every_variable_a_process_reads_is_documented() -> None:
-    assert sorted(read_by_code() - documented()) == []
+def test_every_variable_the_code_names_is_declared() -> None:
+    named = {n for p in sources() for n in VARIABLE.findall(p.read_text())}
+    undeclared = {n for n in named if n not in by_name() and not n.startswith(FAMILIES)}
+    assert sorted(undeclared) == []
+    assert {"LV_PORT", "REDIS_URL", "LV_STATIC_DIR"} <= named  # the scan finds names
 
 
-def test_every_documented_variable_is_read() -> None:
-    assert sorted(documented() - read_by_code()) == []
+def _catalog_names_used(path: Path) -> set[str]:
+    """The catalog's names a module uses: ``C.NAME`` (the catalog imported as ``C``) or
+    imported from it by name."""
+    tree = ast.parse(path.read_text())
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "liveviews.config.catalog":
+            used.update(a.name for a in node.names)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "C"
+        ):
+            used.add(node.attr)
+    return used
 
 
-def test_the_scan_finds_what_it_should() -> None:
-    code = read_by_code()
-    assert {"LV_PORT", "REDIS_URL", "LV_SPARK_CONF_<NAME>", "LV_DEMO_ACTIVITY"} <= code
-    assert {"LV_PORT", "LV_HOST", "LV_JWT_AUDIENCE"} <= documented()
+def test_every_declaration_is_read_by_a_process() -> None:
+    constants = {k for k, v in vars(catalog).items() if isinstance(v, Setting)}
+    used = set().union(*(_catalog_names_used(p) for p in sources()))
+    assert sorted(constants - used) == []
+
+
+@pytest.mark.parametrize("setting", declared(), ids=lambda s: s.name)
+def test_each_default_is_a_value_the_setting_takes(setting: Setting[object]) -> None:
+    """A default written in the catalog goes through the same reader as a set value."""
+    assert setting.doc and setting.kind.allowed and setting.section in SECTIONS
+    default = setting.default
+    if default is None or isinstance(default, tuple) or setting.family:
+        return
+    written = ("on" if default else "off") if isinstance(default, bool) else str(default)
+    assert setting.kind.parse(written, setting.name) == default

@@ -7,13 +7,14 @@ board and thank each other, at about N events per second. Stops on Ctrl-C or SIG
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 
 from demo.board import app
 from demo.board.activity import SEED_BOARD, Activity, seed_events
 from liveviews import EventLog, LiveviewsError, console
+from liveviews.config.catalog import DEMO_ACTIVITY
+from liveviews.config.layers import environment
 from liveviews.log.eventlog import check_layout
 from liveviews.pipeline.settings import Settings
 from liveviews.store import client as storeclient
@@ -59,9 +60,10 @@ def run(settings: Settings, rate: float) -> None:
 
 def main() -> int:
     try:
-        settings = Settings.from_env()
+        env = environment()
+        settings = Settings.from_env(env)
         console.setup("demo", settings)
-        run(settings, float(os.environ.get("LV_DEMO_ACTIVITY") or 0))
+        run(settings, DEMO_ACTIVITY.get(env))
     except LiveviewsError as exc:
         print(f"board: {exc.message}", file=sys.stderr)
         return 2

@@ -7,13 +7,14 @@ so a freshly opened demo has something moving. Stops on Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 
 from demo.chirp import app
 from demo.chirp.generate import SEED_USERS, Activity, seed_events
 from liveviews import console
+from liveviews.config.catalog import DEMO_ACTIVITY
+from liveviews.config.layers import environment
 from liveviews.errors import LiveviewsError
 from liveviews.log.eventlog import EventLog, check_layout
 from liveviews.log.events import log_stream
@@ -57,9 +58,10 @@ def run(settings: Settings, rate: float) -> None:
 
 def main() -> int:
     try:
-        settings = Settings.from_env()
+        env = environment()
+        settings = Settings.from_env(env)
         console.setup("demo", settings)
-        run(settings, float(os.environ.get("LV_DEMO_ACTIVITY") or 0))
+        run(settings, DEMO_ACTIVITY.get(env))
     except LiveviewsError as exc:
         print(f"chirp: {exc.message}", file=sys.stderr)
         return 2

@@ -26,6 +26,8 @@ from demo.orders.activity import Activity
 from demo.orders.database import create_schema, current_rows, execute, seed_if_empty
 from liveviews import console
 from liveviews.cdc.settings import CdcSettings
+from liveviews.config.catalog import HOST, PORT
+from liveviews.config.layers import environment
 from liveviews.errors import ConfigurationError, LiveviewsError
 
 log = logging.getLogger("shop")
@@ -57,9 +59,7 @@ def run(settings: CdcSettings, rate: float) -> None:
         create_schema(conn)
         if seed_if_empty(conn):
             log.info("seeded the shop's orders table")
-        page = (
-            f"http://{os.environ.get('LV_HOST') or '127.0.0.1'}:{os.environ.get('LV_PORT') or 8000}"
-        )
+        page = f"http://{HOST.get(environment())}:{PORT.get(environment())}"
         if rate > 0:
             log.info("ready: writing %g changes/s; open %s/orders.html", rate, page)
         else:

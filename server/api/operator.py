@@ -10,7 +10,6 @@ Without the setting the gateway answers as if there were no such endpoint.
 from __future__ import annotations
 
 import hmac
-import os
 import threading
 
 import redis
@@ -52,14 +51,9 @@ def _client(url: str) -> redis.Redis:
         return _clients[url]
 
 
-def operator_token() -> str | None:
-    # Not one of GatewaySettings' fields (server/settings.py): read from the environment the
-    # gateway's settings come from, at each request, which costs a dictionary lookup.
-    return os.environ.get(TOKEN_VARIABLE) or None
-
-
 def check_operator(request: Request) -> None:
-    expected = operator_token()
+    gw: Gateway = request.app.state.gateway
+    expected = gw.settings.operator_token
     if expected is None:
         raise NotFound(f"there is no endpoint at {request.url.path}; see /openapi.json.")
     header = single_header(request, "authorization", "token_invalid") or ""

@@ -13,18 +13,18 @@ import contextlib
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from liveviews.config import catalog as C
+from liveviews.config.layers import environment
 from liveviews.errors import ConfigurationError
-from liveviews.pipeline.settings import Settings, env_int
+from liveviews.pipeline.settings import Settings
 
-DEFAULT_POSTGRES_PORT = 5433
-"""Beside a PostgreSQL the machine may already run on 5432."""
 DATABASE = "liveviews"
 """The embedded server's database and user."""
-NAME_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 PASSWORD_RE = re.compile(r"[A-Za-z0-9_-]{16,}")
 
 
@@ -62,15 +62,6 @@ def embedded_database_url(data_dir: Path, port: int) -> str:
     return f"postgresql://{DATABASE}:{password}@127.0.0.1:{port}/{DATABASE}"
 
 
-def _name(env: dict[str, str], variable: str) -> str:
-    value = env.get(variable) or "liveviews"
-    if NAME_RE.fullmatch(value) is None:
-        raise ConfigurationError(
-            f"{variable} must be lowercase letters, digits and '_' (at most 63), not {value!r}."
-        )
-    return value
-
-
 @dataclass(frozen=True)
 class CdcSettings:
     database_url: str | None
@@ -92,12 +83,12 @@ class CdcSettings:
         return embedded_database_url(self.store.data_dir, self.postgres_port)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> CdcSettings:
-        env = dict(os.environ if env is None else env)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> CdcSettings:
+        env = environment(env)
         return cls(
-            database_url=env.get("DATABASE_URL") or None,
-            slot=_name(env, "LV_CDC_SLOT"),
-            publication=_name(env, "LV_CDC_PUBLICATION"),
-            postgres_port=env_int(env, "LV_POSTGRES_PORT", DEFAULT_POSTGRES_PORT),
+            database_url=C.DATABASE_URL.read(env),
+            slot=C.CDC_SLOT.get(env),
+            publication=C.CDC_PUBLICATION.get(env),
+            postgres_port=C.POSTGRES_PORT.get(env),
             store=Settings.from_env(env),
         )

@@ -2,24 +2,26 @@
 
 ``dev`` runs the whole system for an application (``liveviews.cli.dev``); ``serve``,
 ``pipeline``, ``cdc`` and ``store`` run one process each (``liveviews.cli.processes``);
-``status`` (pipelines, versions, lag, gateways), ``rebuild`` / ``switch`` / ``abort`` (pipeline
-versions), ``inspect`` (a key's rows, deltas, and rows as of an offset), ``tail`` (the log as it
-is appended) and ``deadletters``. Each command is a module of this package; docs/CLI.md says
-what each prints and its exit codes.
+``config`` shows the effective settings and where each came from; ``status`` (pipelines,
+versions, lag, gateways), ``rebuild`` / ``switch`` / ``abort`` (pipeline versions), ``inspect``
+(a key's rows, deltas, and rows as of an offset), ``tail`` (the log as it is appended) and
+``deadletters``. Each command is a module of this package; docs/CLI.md says what each prints and
+its exit codes.
 """
 
 from __future__ import annotations
 
 import click
 
-from liveviews.cli import deadletters, dev, inspection, processes, rebuild, status, tail
-from liveviews.cli.base import Env, Group
+from liveviews.cli import config, deadletters, dev, inspection, processes, rebuild, status, tail
+from liveviews.cli.base import Env, Group, config_option
 
 __all__ = ["cli", "main"]
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="liveviews", prog_name="liveviews")
+@config_option
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Run and operate Liveviews: the store is REDIS_URL's (or the embedded one), the
@@ -33,6 +35,7 @@ cli.add_command(processes.serve)
 cli.add_command(processes.pipeline)
 cli.add_command(processes.cdc)
 cli.add_command(processes.store)
+cli.add_command(config.config)
 cli.add_command(status.status)
 cli.add_command(rebuild.rebuild)
 cli.add_command(rebuild.switch)

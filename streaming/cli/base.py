@@ -7,9 +7,11 @@ Exit codes: 0 done; 1 what was asked for does not exist or did not succeed; 2 a 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import click
@@ -17,6 +19,7 @@ import orjson
 import redis
 
 from liveviews.app import App, load_app
+from liveviews.config.catalog import CONFIG
 from liveviews.errors import ConfigurationError, LiveviewsError
 from liveviews.pipeline.settings import Settings
 from liveviews.store import client as storeclient
@@ -112,6 +115,24 @@ class Env:
 
 
 pass_env = click.make_pass_decorator(Env, ensure=True)
+
+
+def config_option(fn: F) -> F:
+    """``--config FILE``: the settings file (TOML) this process, and those it starts, read
+    under the environment; the same as ``LV_CONFIG`` (liveviews.config.layers)."""
+
+    def remember(ctx: click.Context, _: click.Parameter, value: Path | None) -> None:
+        if value is not None:
+            os.environ[CONFIG.name] = str(value.resolve())
+
+    return click.option(
+        "--config",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        expose_value=False,
+        is_eager=True,
+        callback=remember,
+        help="A settings file (TOML), under the environment (LV_CONFIG).",
+    )(fn)
 
 
 def json_option(fn: F) -> F:

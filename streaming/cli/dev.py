@@ -14,13 +14,16 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
 from liveviews.app import load_app
-from liveviews.cli.base import SettingRefused
+from liveviews.cli.base import SettingRefused, config_option
 from liveviews.cli.processes import require_extra
+from liveviews.config.catalog import APP_DIR, HOST, PORT
+from liveviews.config.layers import environment
 from liveviews.errors import ConfigurationError
 
 PAGES = "web"
@@ -31,7 +34,7 @@ def _module(module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
 
-def processes(env: dict[str, str], tables: bool) -> dict[str, list[str]]:
+def processes(env: Mapping[str, str], tables: bool) -> dict[str, list[str]]:
     """Name -> the command of each process to run, in the order they start."""
     modules = {
         "store": "REDIS_URL" not in env and "liveviews.store.embedded",
@@ -48,6 +51,7 @@ def processes(env: dict[str, str], tables: bool) -> dict[str, list[str]]:
 
 
 @click.command("dev")
+@config_option
 @click.argument("app", metavar="MODULE:APP")
 @click.option(
     "--pages",
@@ -62,7 +66,8 @@ def dev(app: str, pages: Path | None, port: int | None) -> None:
     """
     require_extra("pipeline")
     env = dict(os.environ)
-    folder = Path(env.get("LV_APP_DIR") or os.getcwd()).resolve()
+    settings = environment()
+    folder = Path(APP_DIR.read(settings) or os.getcwd()).resolve()
     env["LV_APP"] = app
     env["LV_APP_DIR"] = str(folder)
     try:
@@ -88,9 +93,9 @@ def dev(app: str, pages: Path | None, port: int | None) -> None:
     from honcho.printer import Printer
 
     manager = Manager(Printer(sys.stdout))
-    for name, argv in processes(env, bool(declared.tables)).items():
+    for name, argv in processes(environment(env), bool(declared.tables)).items():
         manager.add_process(name, shlex.join(argv), env=env, cwd=str(folder))
-    host, shown_port = env.get("LV_HOST") or "127.0.0.1", env.get("LV_PORT") or "8000"
+    host, shown_port = HOST.get(settings), port if port is not None else PORT.get(settings)
     click.echo(f"Liveviews for {app}: http://{host}:{shown_port}/", err=True)
     manager.loop()
     raise SystemExit(manager.returncode or 0)

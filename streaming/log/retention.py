@@ -27,7 +27,7 @@ class Retention:
     age_ms: int | None = None
 
     @classmethod
-    def parse(cls, raw: str | None) -> Retention | None:
+    def parse(cls, raw: str | None, label: str = "LV_LOG_RETENTION") -> Retention | None:
         value = (raw or "").strip().lower()
         if value in ("", "off"):
             return None
@@ -37,7 +37,7 @@ class Retention:
         if age and int(age[1]) > 0:
             return cls(age_ms=int(age[1]) * AGE_UNITS_MS[age[2]])
         raise ConfigurationError(
-            f"LV_LOG_RETENTION must be off, a number of events to keep per log partition "
+            f"{label} must be off, a number of events to keep per log partition "
             f"(1000000), or an age to keep them for (30d, 12h, 90m, 3600s), not {raw!r}."
         )
 

@@ -35,6 +35,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from liveviews import console
 from liveviews.app import App, load_app
+from liveviews.config.catalog import BUILD_PARENT
 from liveviews.errors import LiveviewsError
 from liveviews.pipeline import code as pipelinecode
 from liveviews.pipeline import versions
@@ -47,7 +48,7 @@ log = logging.getLogger("liveviews.rebuild")
 
 PROCESS = "rebuild"
 """The builder's name on the console and of its log files."""
-PARENT_ENV = "LV_BUILD_PARENT"
+PARENT_ENV = BUILD_PARENT.name
 """The pipeline process's pid, given to its builder, which ends when that process is gone."""
 STOP_TIMEOUT_S = 60.0
 FIRST_BACKOFF_S = 2.0
@@ -162,7 +163,7 @@ def die_with_parent() -> None:
 
 def parent_gone() -> bool:
     """Has the pipeline process that started this builder ended?"""
-    parent = int(os.environ.get(PARENT_ENV) or 0)
+    parent = BUILD_PARENT.get(os.environ)
     return bool(parent) and os.getppid() != parent
 
 

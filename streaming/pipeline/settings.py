@@ -1,4 +1,5 @@
-"""Settings of the pipeline process, read once from the environment.
+"""Settings of the pipeline process, read once from the environment and the settings file
+(``liveviews.config``).
 
 Every value has a default that runs the whole system on one machine: an embedded
 Redis-compatible store in ``./data``, Spark in local mode, and the Chirp demo application.
@@ -7,59 +8,15 @@ Redis-compatible store in ``./data``, Spark in local mode, and the Chirp demo ap
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from liveviews.errors import ConfigurationError
+from liveviews.config import catalog as C
+from liveviews.config.catalog import MAX_NICENESS
+from liveviews.config.layers import SPARK_CONF_PREFIX, environment
 from liveviews.log.retention import Retention
 from liveviews.store.password import embedded_url, store_password
-
-DEFAULT_EMBEDDED_PORT = 6390
-MAX_NICENESS = 19
-"""The highest niceness Linux gives a process."""
-LOG_LEVELS = ("debug", "info", "warning", "error")
-"""``LV_LOG_LEVEL``: what each process's console shows (liveviews.console)."""
-
-
-def env_int(env: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
-    """A whole-number setting, with a message naming the variable when it is not one."""
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        if not raw.isascii():  # int() would read "٣" as 3
-            raise ValueError
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a whole number, not {raw!r}.") from None
-    if value < minimum:
-        raise ConfigurationError(f"{name} must be at least {minimum}, not {value}.")
-    return value
-
-
-def env_bool(env: dict[str, str], name: str, default: bool) -> bool:
-    """An on/off setting (also true/false, yes/no, 1/0), with a message naming the variable
-    when it is none of them."""
-    raw = (env.get(name) or "").strip().lower()
-    if raw == "":
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(f"{name} must be on or off (true or false), not {raw!r}.")
-
-
-def env_log_level(env: dict[str, str]) -> str:
-    """``LV_LOG_LEVEL`` (``info`` by default), with a message saying what each level shows."""
-    raw = (env.get("LV_LOG_LEVEL") or "info").strip().lower()
-    if raw not in LOG_LEVELS:
-        raise ConfigurationError(
-            f"LV_LOG_LEVEL must be debug, info, warning or error, not {raw!r}: 'info' shows each "
-            "process's start, readiness and errors, 'debug' adds Spark's and the libraries' "
-            "routine lines, 'warning' and 'error' show only what is at least that serious."
-        )
-    return raw
 
 
 def spark_setting_name(name: str) -> str:
@@ -142,45 +99,44 @@ class Settings:
         return self.redis_url is None
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        env = dict(os.environ if env is None else env)
-        data_dir = Path(env.get("LV_DATA_DIR") or "data").resolve()
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = environment(env)
+        data_dir = Path(C.DATA_DIR.get(env)).resolve()
         spark_conf = {
-            spark_setting_name(k[len("LV_SPARK_CONF_") :]): v
+            spark_setting_name(k[len(SPARK_CONF_PREFIX) :]): v
             for k, v in env.items()
-            if k.startswith("LV_SPARK_CONF_")
+            if k.startswith(SPARK_CONF_PREFIX)
         }
+        niceness = C.REBUILD_NICENESS.get(env)
         return cls(
-            redis_url=env.get("REDIS_URL") or None,
+            redis_url=C.REDIS_URL.read(env),
             data_dir=data_dir,
-            embedded_port=env_int(env, "LV_EMBEDDED_PORT", DEFAULT_EMBEDDED_PORT),
-            log_partitions=env_int(env, "LV_LOG_PARTITIONS", 4),
-            change_shards=env_int(env, "LV_CHANGE_SHARDS", 16),
-            change_retention=env_int(env, "LV_CHANGE_RETENTION", 10_000, minimum=10),
-            app=env.get("LV_APP") or "demo.chirp:app",
-            spark_master=env.get("SPARK_MASTER") or default_master(),
-            checkpoint_dir=Path(env.get("LV_CHECKPOINT_DIR") or data_dir / "checkpoints"),
-            trigger_interval=env.get("LV_TRIGGER_INTERVAL") or "0 seconds",
-            shuffle_partitions=env_int(env, "LV_SHUFFLE_PARTITIONS", 2),
-            max_events_per_batch=env_int(env, "LV_MAX_EVENTS_PER_BATCH", 100_000),
-            wait_for_store=env_int(env, "LV_WAIT_FOR_STORE", 0, minimum=0),
-            read_tasks=env_int(env, "LV_READ_TASKS", 0, minimum=0),
-            driver_memory=env.get("LV_DRIVER_MEMORY") or "4g",
+            embedded_port=C.EMBEDDED_PORT.get(env),
+            log_partitions=C.LOG_PARTITIONS.get(env),
+            change_shards=C.CHANGE_SHARDS.get(env),
+            change_retention=C.CHANGE_RETENTION.get(env),
+            app=C.APP.get(env),
+            spark_master=C.SPARK_MASTER.read(env) or default_master(),
+            checkpoint_dir=Path(C.CHECKPOINT_DIR.read(env) or data_dir / "checkpoints"),
+            trigger_interval=C.TRIGGER_INTERVAL.get(env),
+            shuffle_partitions=C.SHUFFLE_PARTITIONS.get(env),
+            max_events_per_batch=C.MAX_EVENTS_PER_BATCH.get(env),
+            wait_for_store=C.WAIT_FOR_STORE.get(env),
+            read_tasks=C.READ_TASKS.get(env),
+            driver_memory=C.DRIVER_MEMORY.get(env),
             spark_conf=spark_conf,
-            class_archive=env.get("LV_CLASS_ARCHIVE") or "",
-            dump_class_archive=Path(env["LV_CLASS_ARCHIVE_DUMP"])
-            if env.get("LV_CLASS_ARCHIVE_DUMP")
-            else None,
-            python_launcher=env_bool(env, "LV_PYTHON_LAUNCHER", True),
-            log_level=env_log_level(env),
-            log_retention=Retention.parse(env.get("LV_LOG_RETENTION")),
-            rebuild_switch=rebuild_switch(env),
-            rebuild_switch_distance=env_int(env, "LV_REBUILD_SWITCH_DISTANCE", 100, minimum=0),
-            rebuild_grace_seconds=env_int(env, "LV_REBUILD_GRACE_SECONDS", 60, minimum=0),
-            rebuild_max_events_per_batch=env_int(env, "LV_REBUILD_MAX_EVENTS_PER_BATCH", 10_000),
-            rebuild_niceness=rebuild_niceness(env),
-            rebuild_idle=rebuild_idle(env),
-            store_ack_replicas=env_int(env, "LV_STORE_ACK_REPLICAS", 0, minimum=0),
+            class_archive=C.CLASS_ARCHIVE.read(env) or "",
+            dump_class_archive=Path(dump) if (dump := C.CLASS_ARCHIVE_DUMP.read(env)) else None,
+            python_launcher=C.PYTHON_LAUNCHER.get(env),
+            log_level=C.LOG_LEVEL.get(env),
+            log_retention=C.LOG_RETENTION.read(env),
+            rebuild_switch=C.REBUILD_SWITCH.get(env),
+            rebuild_switch_distance=C.REBUILD_SWITCH_DISTANCE.get(env),
+            rebuild_grace_seconds=C.REBUILD_GRACE_SECONDS.get(env),
+            rebuild_max_events_per_batch=C.REBUILD_MAX_EVENTS_PER_BATCH.get(env),
+            rebuild_niceness=MAX_NICENESS if niceness == "idle" else int(niceness),
+            rebuild_idle=niceness == "idle",
+            store_ack_replicas=C.STORE_ACK_REPLICAS.get(env),
         )
 
 
@@ -189,33 +145,3 @@ def default_master() -> str:
     core a rebuild's long tasks would hold every slot while the serving queries' small batches
     wait (docs/performance/rebuild.md); with more slots the kernel shares the cores instead."""
     return f"local[{2 * (os.cpu_count() or 1)}]"
-
-
-def rebuild_niceness(env: dict[str, str]) -> int:
-    if rebuild_idle(env):
-        return MAX_NICENESS
-    try:
-        value = int(env.get("LV_REBUILD_NICENESS") or "")
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_NICENESS:
-        raise ConfigurationError(
-            f"LV_REBUILD_NICENESS={env.get('LV_REBUILD_NICENESS')}: write a niceness from 0"
-            f" (build in the pipeline process) to {MAX_NICENESS} (the lowest CPU priority),"
-            " or idle (only the CPU no other process wants)."
-        )
-    return value
-
-
-def rebuild_idle(env: dict[str, str]) -> bool:
-    return (env.get("LV_REBUILD_NICENESS") or "idle").strip().lower() == "idle"
-
-
-def rebuild_switch(env: dict[str, str]) -> str:
-    value = (env.get("LV_REBUILD_SWITCH") or "auto").strip().lower()
-    if value not in ("auto", "manual"):
-        raise ConfigurationError(
-            f"LV_REBUILD_SWITCH={value!r}: write auto (switch readers once a rebuilt version"
-            " has caught up) or manual (when an operator runs liveviews switch)."
-        )
-    return value

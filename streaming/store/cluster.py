@@ -277,17 +277,20 @@ class StoreCluster:
 
 def main() -> int:
     from liveviews import console
-    from liveviews.pipeline.settings import Settings, env_int
+    from liveviews.config.catalog import STORE_CLUSTER_PRIMARIES
+    from liveviews.config.layers import environment
+    from liveviews.pipeline.settings import Settings
 
     # Caught from the start: a stop asked while the nodes start is taken once they have, so
     # they stop with this process, never left running without it.
     stop = console.stop_requested()
     cluster: StoreCluster | None = None
     try:
-        settings = Settings.from_env()
+        env = environment()
+        settings = Settings.from_env(env)
         console.setup("store", settings)
         port = settings.embedded_port
-        primaries = env_int(dict(os.environ), "LV_STORE_CLUSTER_PRIMARIES", DEFAULT_PRIMARIES)
+        primaries = STORE_CLUSTER_PRIMARIES.get(env)
         cluster = StoreCluster(settings.data_dir, port, primaries=primaries)
         log.info("starting a store cluster of %d primaries and %d replicas on ports %d-%d",
                  primaries, primaries, port, port + cluster.nodes - 1)  # fmt: skip

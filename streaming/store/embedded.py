@@ -29,7 +29,6 @@ import functools
 import glob
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -45,27 +44,21 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
+from liveviews.config import catalog as C
+from liveviews.config.catalog import SIZE_RE
+from liveviews.config.layers import environment
 from liveviews.errors import ConfigurationError
 from liveviews.store.password import embedded_url, password_path, redacted, store_password
 
 if TYPE_CHECKING:
     from liveviews.pipeline.settings import Settings
 
-APPENDFSYNC = "always"
-FSYNC_POLICIES = ("always", "everysec")
-"""``LV_STORE_FSYNC``: docs/reliability/durability.md says what each keeps after which crash."""
-ALLOCATORS = ("jemalloc", "builtin")
-"""``LV_STORE_ALLOCATOR``: jemalloc when the machine has it (the default), or the server's own."""
 JEMALLOC = "libjemalloc.so.2"
 LIBRARY_DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib",
                 "/lib/*-linux-gnu")  # fmt: skip
 LINGER_S = 10.0
 """On stop, how long the store waits for the processes using it to finish first."""
-MAXMEMORY = "25%"
-"""``LV_STORE_MAXMEMORY``: a quarter of the machine's memory leaves the rest to Spark, the
-gateway, and the copy of the store its append-only file's rewrite makes (copy-on-write)."""
 CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-SIZE_RE = re.compile(r"([0-9]+)(%|b|kb|mb|gb|tb)?")
 SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
 
 log = logging.getLogger("liveviews.store")
@@ -99,14 +92,7 @@ def server_binary() -> str:
 
 def allocator_setting(env: Mapping[str, str] | None = None) -> str:
     """The allocator ``LV_STORE_ALLOCATOR`` asks for (default ``jemalloc``)."""
-    raw = (os.environ if env is None else env).get("LV_STORE_ALLOCATOR") or ALLOCATORS[0]
-    if raw not in ALLOCATORS:
-        raise ConfigurationError(
-            f"LV_STORE_ALLOCATOR must be 'jemalloc' or 'builtin', not {raw!r}: 'jemalloc' runs "
-            "the embedded store with jemalloc when the machine has it, 'builtin' with the "
-            "allocator its server was built with."
-        )
-    return raw
+    return C.STORE_ALLOCATOR.get(environment(env))
 
 
 def jemalloc_library() -> str | None:
@@ -153,15 +139,11 @@ def machine_memory() -> int:
 def maxmemory_setting(env: Mapping[str, str] | None = None) -> int:
     """Bytes ``LV_STORE_MAXMEMORY`` allows the store (0: no limit), from ``25%`` of the
     machine's memory (the default), a size (``512mb``, ``2gb``, bytes), or ``off``."""
-    raw = ((os.environ if env is None else env).get("LV_STORE_MAXMEMORY") or MAXMEMORY).strip()
-    if raw.lower() == "off":
+    spec = C.STORE_MAXMEMORY.get(environment(env))
+    if spec == "off":
         return 0
-    size = SIZE_RE.fullmatch(raw.lower())
-    if size is None or (size[2] == "%" and not 1 <= int(size[1]) <= 100):
-        raise ConfigurationError(
-            f"LV_STORE_MAXMEMORY must be a share of the machine's memory (25%), a size (512mb, "
-            f"2gb) or off, not {raw!r}."
-        )
+    size = SIZE_RE.fullmatch(spec)
+    assert size is not None  # the setting's reader took only sizes
     if size[2] == "%":
         return machine_memory() * int(size[1]) // 100
     return int(size[1]) * SIZE_UNITS[size[2] or "b"]
@@ -213,13 +195,7 @@ def _cluster_ok(client: redis.Redis) -> bool:
 
 def fsync_policy(env: Mapping[str, str] | None = None) -> str:
     """The AOF fsync policy ``LV_STORE_FSYNC`` asks for (default ``always``)."""
-    raw = (os.environ if env is None else env).get("LV_STORE_FSYNC") or APPENDFSYNC
-    if raw not in FSYNC_POLICIES:
-        raise ConfigurationError(
-            f"LV_STORE_FSYNC must be 'always' or 'everysec', not {raw!r}: 'always' syncs every "
-            "write to disk before it is acknowledged, 'everysec' once a second."
-        )
-    return raw
+    return C.STORE_FSYNC.get(environment(env))
 
 
 class EmbeddedStore:

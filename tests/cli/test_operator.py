@@ -20,14 +20,13 @@ TOKEN = "an-operator-token-for-tests"
 
 @pytest.fixture(scope="module")
 def gateway(store_url: str) -> Iterator[ServedGateway]:
-    served = ServedGateway(settings_for(store_url)).start()
+    served = ServedGateway(settings_for(store_url, LV_OPERATOR_TOKEN=TOKEN)).start()
     yield served
     served.stop()
 
 
 @pytest.fixture()
-def operator(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    monkeypatch.setenv("LV_OPERATOR_TOKEN", TOKEN)
+def operator() -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -56,11 +55,14 @@ async def test_the_same_document_as_the_command_line(
 
 
 async def test_without_the_setting_there_is_no_such_endpoint(
-    gateway: ServedGateway, monkeypatch: pytest.MonkeyPatch, store: redis.Redis
+    store_url: str, store: redis.Redis
 ) -> None:
-    monkeypatch.delenv("LV_OPERATOR_TOKEN", raising=False)
-    status, body, _ = await _get(gateway, "/v1/operator/views/profiles/alice?as_of=0:1-0",
-                                 {"Authorization": "Bearer anything"})  # fmt: skip
+    without = ServedGateway(settings_for(store_url)).start()
+    try:
+        status, body, _ = await _get(without, "/v1/operator/views/profiles/alice?as_of=0:1-0",
+                                     {"Authorization": "Bearer anything"})  # fmt: skip
+    finally:
+        without.stop()
     assert (status, body["code"]) == (404, "not_found")
 
 

@@ -26,12 +26,14 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from liveviews.config.catalog import LAUNCHER_DROP, LAUNCHER_PYTHON
+
 log = logging.getLogger("liveviews.pythonlauncher")
 
 LAUNCHER = Path(__file__).with_name("python-launcher.sh")
-PYTHON = "LV_LAUNCHER_PYTHON"
+PYTHON = LAUNCHER_PYTHON.name
 """The interpreter the launcher runs."""
-DROP = "LV_LAUNCHER_DROP"
+DROP = LAUNCHER_DROP.name
 """The ``PYTHONPATH`` entries it leaves out, ``:``-separated."""
 
 
