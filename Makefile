@@ -23,9 +23,9 @@ bench: $(STAMP)
 	bash bench/setup.sh
 	$(VENV)/bin/python -m bench
 
-# The fault suite at any size: make faults KILLS=50 [WRITE_SECONDS=600] [SEED=7]
+# The fault suite at any size: make faults KILLS=50 [WRITE_SECONDS=600] [STALL=30] [SEED=7]
 faults: $(STAMP)
-	KILLS=$(KILLS) WRITE_SECONDS=$(WRITE_SECONDS) SEED=$(SEED) bash scripts/faults.sh
+	KILLS=$(KILLS) WRITE_SECONDS=$(WRITE_SECONDS) STALL=$(STALL) SEED=$(SEED) bash scripts/faults.sh
 
 # The pipeline on a Spark standalone cluster, worker and driver killed KILLS times (default 1,
 # the size `make test` runs): make test-cluster KILLS=5 [SEED=7]

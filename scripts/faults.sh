@@ -15,14 +15,16 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export LV_FAULT_KILLS="${KILLS:-${LV_FAULT_KILLS:-3}}"
 export LV_FAULT_SECONDS="${WRITE_SECONDS:-${LV_FAULT_SECONDS:-0}}"
 export LV_CDC_KILLS="${KILLS:-${LV_CDC_KILLS:-5}}"
+export LV_FAULT_STALL_S="${STALL:-${LV_FAULT_STALL_S:-0}}"
 export LV_FAULT_SEED="${SEED:-${LV_FAULT_SEED:-1}}"
 mkdir -p test-artifacts
 export LV_FAULT_REPORT="${LV_FAULT_REPORT:-$PWD/test-artifacts/faults.jsonl}"
-echo "fault suite: kills=$LV_FAULT_KILLS seconds=$LV_FAULT_SECONDS seed=$LV_FAULT_SEED"
+echo "fault suite: kills=$LV_FAULT_KILLS seconds=$LV_FAULT_SECONDS stall=$LV_FAULT_STALL_S seed=$LV_FAULT_SEED"
 start=$(date +%s)
 .venv/bin/python -m pytest -s -q -p no:cacheprovider \
   tests/faults/test_pipeline_kills.py tests/faults/test_gateway_kills.py \
   tests/faults/test_gateway_failover.py \
   tests/faults/test_store_restart.py tests/faults/test_store_durability.py \
+  tests/faults/test_stalls.py \
   tests/cdc/test_crash.py "$@"
 echo "fault suite took $(( $(date +%s) - start )) s; figures in $LV_FAULT_REPORT"

@@ -10,9 +10,11 @@ own, so the test's main thread is free to kill and restart processes and to driv
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +23,12 @@ from typing import Any
 import aiohttp
 import jwt
 import orjson
+import redis
+import urllib3
 
+from demo.chirp.generate import Activity
 from liveviews.gateway.settings import DEV_JWT_SECRET
+from liveviews.log.events import log_stream
 from tests.support.gateway import SSE, Event, State, position
 
 RETRY_S = 0.1
@@ -207,3 +213,80 @@ def check_delta_ids(ids: list[str]) -> None:
     positions = [position(i) for i in ids]
     for a, b in zip(positions, positions[1:], strict=False):
         assert b > a, f"delta ids not strictly increasing: {a} then {b}"
+
+
+class Publisher(threading.Thread):
+    """POSTs Chirp activity one author's events at a time; records what was acknowledged.
+
+    With ``resend``, it publishes as client-js does: each batch under an idempotency key of its
+    own, sent again under that key when its answer is lost or is a 503, until it is taken; so
+    every batch is appended once, and the log holds exactly what was acknowledged.
+    """
+
+    def __init__(self, url: str, seed: int, resend: bool = False) -> None:
+        super().__init__(daemon=True)
+        self.url = url + "/v1/events"
+        self.resend = resend
+        self.resent = 0
+        self.activity = Activity(users=20, seed=seed)
+        self.http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=2, read=30), retries=False)
+        self.halt = threading.Event()
+        self.acked: list[tuple[int, str]] = []
+        self.answers: collections.Counter[str] = collections.Counter()
+        self.refused_bodies: list[Any] = []
+        self.tokens: dict[str, str] = {}
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            events = self.activity.take(5)
+            by_author: dict[str, list[Any]] = collections.defaultdict(list)
+            for e in events:
+                by_author[e["payload"]["user"]].append(e)
+            for user, batch in by_author.items():
+                self._post(user, batch)
+            time.sleep(0.02)
+
+    def _post(self, user: str, batch: list[Any]) -> None:
+        token = self.tokens.setdefault(user, dev_token(user))
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        if self.resend:
+            headers["Idempotency-Key"] = uuid.uuid4().hex
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                r = self.http.request("POST", self.url, body=orjson.dumps(batch), headers=headers)
+            except urllib3.exceptions.HTTPError as exc:
+                self.answers[f"error {type(exc).__name__}"] += 1
+                r = None
+            if not self.resend or (r is not None and r.status != 503):
+                break
+            assert time.monotonic() < deadline, "a batch was not taken within 120 s"
+            self.resent += 1
+            time.sleep(0.1)
+        if r is None:
+            return
+        if r.status == 202:
+            for o in orjson.loads(r.data)["offsets"]:
+                self.acked.append((o["partition"], o["id"]))
+            self.answers["202"] += 1
+            return
+        body = orjson.loads(r.data)
+        self.answers[f"{r.status} {body.get('code')}"] += 1
+        if r.status != 503:
+            self.refused_bodies.append(body)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(60)
+
+
+def missing_acked(client: redis.Redis, acked: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The acknowledged offsets not in the log."""
+    out = []
+    by_partition: dict[int, list[str]] = collections.defaultdict(list)
+    for p, i in acked:
+        by_partition[p].append(i)
+    for p, ids in by_partition.items():
+        present = {e[0].decode() for e in client.xrange(log_stream(p))}
+        out += [(p, i) for i in ids if i not in present]
+    return out

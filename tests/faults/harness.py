@@ -72,9 +72,11 @@ def store_env(store_url: str) -> dict[str, str]:
 class Pipeline:
     """``python -m liveviews.pipeline`` as a child process, restartable over the same checkpoint."""
 
-    def __init__(self, store_url: str, workdir: Path) -> None:
+    def __init__(self, store_url: str, workdir: Path, supervised: bool = False) -> None:
         self.store_url = store_url
         self.workdir = workdir
+        self.supervised = supervised
+        """Run under ``liveviews.supervise``, as ``make run`` and ``liveviews dev`` do."""
         self.env = {
             **os.environ,
             **store_env(store_url),
@@ -90,9 +92,11 @@ class Pipeline:
     def start(self) -> None:
         assert self.process is None or self.process.poll() is not None
         out = open(self.workdir / "pipeline.log", "ab")  # noqa: SIM115 - the child owns it
+        command = [sys.executable, "-m", "liveviews.pipeline"]
+        if self.supervised:
+            command = [sys.executable, "-m", "liveviews.supervise", "pipeline", "--", *command]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "liveviews.pipeline"], cwd=ROOT, env=self.env,
-            stdout=out, stderr=subprocess.STDOUT,
+            command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         out.close()
         self.starts += 1

@@ -17,21 +17,21 @@ stored rows. docs/reliability/durability.md states the contract this checks.
 
 from __future__ import annotations
 
-import collections
 import signal
-import threading
 import time
-from typing import Any
 
-import orjson
 import pytest
 import redis
-import urllib3
 
-from demo.chirp.generate import Activity
-from liveviews.log.events import log_stream
 from liveviews.store.embedded import EmbeddedStore
-from tests.faults.clients import ClientLoop, Resumer, dev_token, sse_subscriber
+from tests.faults.clients import (
+    ClientLoop,
+    Publisher,
+    Resumer,
+    dev_token,
+    missing_acked,
+    sse_subscriber,
+)
 from tests.faults.harness import (
     PARTITIONS,
     SHARDS,
@@ -48,67 +48,6 @@ from tests.support.gateway import free_port, stored_rows
 KNOBS = Knobs.from_env(kills=2)
 DOWN_S = 1.5
 """How long the store stays down: publishes meanwhile must be refused with 503."""
-
-
-class Publisher(threading.Thread):
-    """POSTs Chirp activity one author's events at a time; records what was acknowledged."""
-
-    def __init__(self, url: str, seed: int) -> None:
-        super().__init__(daemon=True)
-        self.url = url + "/v1/events"
-        self.activity = Activity(users=20, seed=seed)
-        self.http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=2, read=30), retries=False)
-        self.halt = threading.Event()
-        self.acked: list[tuple[int, str]] = []
-        self.answers: collections.Counter[str] = collections.Counter()
-        self.refused_bodies: list[Any] = []
-        self.tokens: dict[str, str] = {}
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            events = self.activity.take(5)
-            by_author: dict[str, list[Any]] = collections.defaultdict(list)
-            for e in events:
-                by_author[e["payload"]["user"]].append(e)
-            for user, batch in by_author.items():
-                self._post(user, batch)
-            time.sleep(0.02)
-
-    def _post(self, user: str, batch: list[Any]) -> None:
-        token = self.tokens.setdefault(user, dev_token(user))
-        try:
-            r = self.http.request(
-                "POST", self.url, body=orjson.dumps(batch),
-                headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-            )  # fmt: skip
-        except urllib3.exceptions.HTTPError as exc:
-            self.answers[f"error {type(exc).__name__}"] += 1
-            return
-        if r.status == 202:
-            for o in orjson.loads(r.data)["offsets"]:
-                self.acked.append((o["partition"], o["id"]))
-            self.answers["202"] += 1
-            return
-        body = orjson.loads(r.data)
-        self.answers[f"{r.status} {body.get('code')}"] += 1
-        if r.status != 503:
-            self.refused_bodies.append(body)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(60)
-
-
-def missing_acked(client: redis.Redis, acked: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The acknowledged offsets not in the log."""
-    out = []
-    by_partition: dict[int, list[str]] = collections.defaultdict(list)
-    for p, i in acked:
-        by_partition[p].append(i)
-    for p, ids in by_partition.items():
-        present = {e[0].decode() for e in client.xrange(log_stream(p))}
-        out += [(p, i) for i in ids if i not in present]
-    return out
 
 
 def policy_for(signals: list[signal.Signals], n: int) -> str:
