@@ -144,8 +144,8 @@ class ChangeFeed:
             self.client, [Part(CONTROL_KEY, control), *map(head_of, self.shard_streams)]
         )
         epoch = self.layout.epoch(results)
-        self.namespaces = _namespaces(results[4])
-        heads = [*(head for (head,) in shards), results[5]]
+        self.namespaces = _namespaces(results[Layout.RESULTS])
+        heads = [*(head for (head,) in shards), results[Layout.RESULTS + 1]]
         self.positions = {
             stream: head[0][0].decode() if head else NO_POSITION
             for stream, head in zip([*self.shard_streams, PROGRESS_STREAM], heads, strict=True)
@@ -175,7 +175,7 @@ class ChangeFeed:
                 results = await pipe.execute()
         self.metrics.feed_reads += 1
         epoch = self.layout.epoch(results)
-        namespaces = _namespaces(results[4])
+        namespaces = _namespaces(results[Layout.RESULTS])
         if epoch != self.epoch:
             log.warning("the store's epoch changed (%s -> %s): re-reading", self.epoch, epoch)
             self.epoch = epoch
@@ -186,7 +186,7 @@ class ChangeFeed:
             return True
         if namespaces != self.namespaces:
             self._switched(epoch, namespaces)
-        return self._dispatch(epoch, results[5] or [])
+        return self._dispatch(epoch, results[Layout.RESULTS + 1] or [])
 
     async def _read_cluster(self) -> list[Any]:
         """The results of the single server's transaction, read on a cluster: the control part
@@ -199,12 +199,12 @@ class ChangeFeed:
             pipe.xread(progress_at, count=self.count)
 
         (results,) = await read_cut(self.client, [Part(CONTROL_KEY, control)])
-        streams: list[Any] = list(results[5] or [])
+        streams: list[Any] = list(results[Layout.RESULTS + 1] or [])
         groups = await nodes.by_node(self.client, self.shard_streams)
         reads = await asyncio.gather(*(self._read_shards(s, i) for s, i in groups))
         for read in reads:
             streams.extend(read)
-        return [*results[:5], streams]
+        return [*results[: Layout.RESULTS + 1], streams]
 
     async def _read_shards(self, server: Any, indexes: list[int]) -> list[Any]:
         """XREAD of each shard of ``indexes`` on ``server``: one command per shard, since a

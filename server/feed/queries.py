@@ -161,7 +161,7 @@ class Reads:
 
 def _around(layout: Layout, results: list[Any], pipeline: str, namespace: str) -> Around:
     """What the control part (``_control``) read."""
-    frontier, progress, lag = results[4:7]
+    frontier, progress, lag = results[Layout.RESULTS : Layout.RESULTS + 3]
     return Around(
         epoch=composite_epoch(layout.epoch(results), namespace),
         frontier=decode_frontier(frontier),
@@ -185,7 +185,7 @@ def _control(layout: Layout, pipeline: str, namespace: str) -> Part:
 
 
 def _serving(results: list[Any], pipeline: str) -> str:
-    serving = results[7]
+    serving = results[Layout.RESULTS + 3]
     return serving.decode() if serving is not None and pipeline != VIEWS_FRONTIER else ""
 
 

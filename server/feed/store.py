@@ -131,6 +131,23 @@ async def _read_part(client: Client, part: Part, raise_on_error: bool) -> list[A
     return await nodes.on_node(client, read)
 
 
+LAYOUT_READ = """#!lua flags=allow-oom
+local fields = redis.call('HMGET', KEYS[1], 'epoch', 'log_partitions', 'change_shards')
+if fields[1] and fields[2] and fields[3] then
+  return fields
+end
+redis.call('HSETNX', KEYS[1], 'epoch', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'log_partitions', ARGV[2])
+redis.call('HSETNX', KEYS[1], 'change_shards', ARGV[3])
+return redis.call('HMGET', KEYS[1], 'epoch', 'log_partitions', 'change_shards')
+"""
+"""The epoch and layout, recorded first if the store has none. A read, unless the record is
+missing: a store at its maxmemory refuses every command that may write, and a transaction with
+one (HSETNX) whole, so the reads it begins must not write when they need not. ``allow-oom``
+lets the record of a new store be made even then; EVAL, not EVALSHA, because a pipeline with a
+registered script first asks the store whether it has it, a round trip per read."""
+
+
 @dataclass(frozen=True)
 class Layout:
     """What the store must agree with: log partitions and change-topic shards."""
@@ -138,16 +155,16 @@ class Layout:
     partitions: int
     shards: int
 
+    RESULTS = 1
+    """How many results ``queue`` adds to a transaction's, before the caller's own."""
+
     def queue(self, pipe: Any) -> None:
-        """Add the four commands that record the epoch and layout on first use, then read them."""
-        pipe.hsetnx(META_KEY, "epoch", new_epoch())
-        pipe.hsetnx(META_KEY, "log_partitions", self.partitions)
-        pipe.hsetnx(META_KEY, "change_shards", self.shards)
-        pipe.hmget(META_KEY, ["epoch", "log_partitions", "change_shards"])
+        """Add the command that reads the epoch and layout (recording them on first use)."""
+        pipe.eval(LAYOUT_READ, 1, META_KEY, new_epoch(), self.partitions, self.shards)
 
     def epoch(self, results: Sequence[Any]) -> str:
-        """The epoch from the four results of ``queue``; refuses a store of another layout."""
-        epoch, partitions, shards = results[3]
+        """The epoch from the results of ``queue``; refuses a store of another layout."""
+        epoch, partitions, shards = results[0]
         have = (int(partitions), int(shards))
         if have != (self.partitions, self.shards):
             raise StoreMismatch(
@@ -223,7 +240,7 @@ async def _read_snapshot(
     results, shard_results = await read_cut(
         client, [Part(CONTROL_KEY, control), Part(changes_stream(shard), rows)]
     )
-    frontier, progress, lag, serving = results[4:]
+    frontier, progress, lag, serving = results[Layout.RESULTS :]
     found, last, head = shard_results
     snap = Snapshot(
         view=view,
@@ -341,7 +358,7 @@ async def read_shard_history(
     store_epoch, namespace = split_epoch(epoch)
     if layout.epoch(results) != store_epoch:
         raise HistoryGone("epoch_changed", "the store was replaced since this id was sent.")
-    progress, active = results[4:]
+    progress, active = results[Layout.RESULTS :]
     serving = active.decode() if active is not None and pipeline != VIEWS_FRONTIER else ""
     if serving != namespace:
         raise HistoryGone(

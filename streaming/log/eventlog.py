@@ -27,9 +27,12 @@ def check_layout(client: Client, partitions: int, shards: int) -> None:
     renamed first (``liveviews.store.upgrade``).
     """
     upgrade(client)
-    client.hsetnx(META_KEY, "log_partitions", partitions)
-    client.hsetnx(META_KEY, "change_shards", shards)
-    stored: Any = client.hmget(META_KEY, ["log_partitions", "change_shards"])
+    fields = ["log_partitions", "change_shards"]
+    stored: Any = client.hmget(META_KEY, fields)
+    if None in stored:  # written only when missing: a full store refuses any write
+        client.hsetnx(META_KEY, "log_partitions", partitions)
+        client.hsetnx(META_KEY, "change_shards", shards)
+        stored = client.hmget(META_KEY, fields)
     have = (int(stored[0]), int(stored[1]))
     if have != (partitions, shards):
         raise StoreMismatch(

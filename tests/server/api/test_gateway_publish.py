@@ -12,11 +12,12 @@ import aiohttp
 import pytest
 import redis
 
+from demo.chirp import app as chirp
 from liveviews.errors import ConfigurationError
 from liveviews.gateway.settings import GatewaySettings
 from liveviews.log.events import decode_entry, log_stream
 from liveviews.store.embedded import EmbeddedStore, free_port
-from tests.support.gateway import ServedGateway
+from tests.support.gateway import ServedGateway, Writer, open_sse
 from tests.support.gateway_settings import settings_for
 
 PROFILE = {"type": "profile_set", "payload": {"user": "alice", "name": "Alice"}}
@@ -290,6 +291,37 @@ async def test_the_stores_own_refusal_answers_store_full(small_store: redis.Redi
         assert (refused["type"], refused["code"]) == ("error", "store_full")
         assert log_length(small_store) == 1
     finally:
+        served.stop()
+
+
+async def test_a_full_store_still_serves_reads_and_subscriptions(small_store: redis.Redis) -> None:
+    """Every read of a snapshot or history began with HSETNX of the store's layout record, a
+    write: a store at its maxmemory refused the whole transaction, and the gateway answered
+    reads 503 while it only needed to read. The record is now written only when it is missing."""
+    settings = settings_for(store_url_of(small_store), LV_STORE_MEMORY_CHECK_MS="3600000",
+                            LV_CHANGE_SHARDS="8")  # fmt: skip
+    served = ServedGateway(settings).start()
+    try:
+        Writer(small_store, chirp, 8).write([("profiles", "alice", "profile", {"name": "A"})])
+        small_store.config_set("maxmemory", 1)
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            small_store.set("probe", "x")  # the store refuses writes now
+        async with aiohttp.ClientSession() as s:
+            got = await s.get(served.url + "/v1/views/profiles/alice", headers=served.headers())
+            assert got.status == 200, await got.text()
+            assert (await got.json())["rows"] == {"profile": {"name": "A"}}
+            sse = await open_sse(s, served.url + "/v1/views/profiles/alice/live", served.headers())
+            snapshot = await sse.next()
+            assert snapshot.event == "snapshot" and snapshot.data["rows"] == {
+                "profile": {"name": "A"}
+            }
+            resumed = await open_sse(s, served.url + "/v1/views/profiles/alice/live",
+                                     {**served.headers(), "Last-Event-ID": snapshot.id or ""})  # fmt: skip
+            await resumed.heartbeat(timeout=3)  # resumed from history, nothing missed
+            await sse.close()
+            await resumed.close()
+    finally:
+        small_store.config_set("maxmemory", 0)
         served.stop()
 
 
