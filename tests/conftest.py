@@ -27,6 +27,7 @@ import redis
 from liveviews.cdc.embedded import EmbeddedPostgres
 from liveviews.pipeline.settings import Settings
 from liveviews.store.embedded import EmbeddedStore, free_port
+from tests.support.installed import spark_venv, wheel  # noqa: F401  (fixtures: built once a run)
 from tests.support.pipeline import RunningPipeline
 
 

@@ -6,11 +6,7 @@ serve``, following the same view."""
 from __future__ import annotations
 
 import http.client
-import os
-import signal
 import subprocess
-import sys
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +15,8 @@ import orjson
 import pytest
 
 from tests.support.gateway import free_port
+from tests.support.installed import ROOT, clean_env, make_venv, stop_dev
 from tests.support.running import wait_while_running
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def readme_app() -> str:
@@ -33,34 +28,6 @@ def readme_app() -> str:
 
 
 PAGE = "<!doctype html><title>Notes</title><h1>My notes</h1>\n"
-
-
-def _run(argv: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
-    assert done.returncode == 0, f"{argv}:\n{done.stdout}\n{done.stderr}"
-    return done
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
-          "-w", dist, ROOT], timeout=600, env=_clean_env())  # fmt: skip
-    (built,) = dist.glob("liveviews-*.whl")
-    return built
-
-
-def _venv(path: Path, wheel: Path, extras: str) -> Path:
-    """A fresh virtualenv at ``path`` with ``wheel`` and its ``extras`` installed from the
-    package index, as a team installs it; its bin/ folder. Outside this run's environment: a
-    path to the checkout would show pip a liveviews installed already."""
-    env = _clean_env()
-    _run([sys.executable, "-m", "venv", path], timeout=300, env=env)
-    target = f"{wheel}[{extras}]" if extras else str(wheel)
-    _run([path / "bin" / "pip", "install", "-q", "--disable-pip-version-check", target],
-         timeout=900, env=env)  # fmt: skip
-    assert (path / "bin" / "liveviews").exists(), f"pip did not install liveviews in {path}"
-    return path / "bin"
 
 
 def test_the_wheel_carries_one_package_and_what_a_gateway_serves(wheel: Path) -> None:
@@ -77,13 +44,6 @@ def test_the_wheel_carries_one_package_and_what_a_gateway_serves(wheel: Path) ->
     assert "Provides-Extra: spark" in metadata and "Provides-Extra: postgres" in metadata
     assert "Requires-Dist: pyspark" in metadata and 'extra == "spark"' in metadata
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    """The environment of a shell outside this checkout: nothing of the test run's own."""
-    dropped = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "REDIS_URL", "VIRTUAL_ENV")
-    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("LV_")}
-    return {**env, "LV_CLASS_ARCHIVE": "off", **extra}
 
 
 @pytest.fixture()
@@ -164,32 +124,20 @@ def _rows_until(frames: Iterator[tuple[str, dict[str, object]]], wanted: dict[st
     pytest.fail(f"the stream ended before the row was {wanted}")
 
 
-def _wait_gone(group: int, timeout: float) -> bool:
-    """Wait until no process of the session ``group`` is left; whether some still are."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return False
-        time.sleep(0.2)
-    return True
-
-
 @pytest.mark.timeout(1500)
 def test_an_application_of_its_own_folder_runs_from_the_installed_package(
-    wheel: Path, project: Path, tmp_path: Path
+    wheel: Path, spark_venv: Path, project: Path, tmp_path: Path
 ) -> None:
-    full = _venv(tmp_path / "venv-full", wheel, "spark")
-    bare = _venv(tmp_path / "venv-gateway", wheel, "")
+    full = spark_venv  # shared with tests/test_tutorial.py: one install per run
+    bare = make_venv(tmp_path / "venv-gateway", wheel, "")
     # The gateways' host has no Spark, and says so when asked for the pipeline.
     assert subprocess.run([bare / "python", "-c", "import pyspark"]).returncode != 0
     refused = subprocess.run([bare / "liveviews", "pipeline"], capture_output=True, text=True,
-                             cwd=project, env=_clean_env(), timeout=60)  # fmt: skip
+                             cwd=project, env=clean_env(), timeout=60)  # fmt: skip
     assert refused.returncode == 2 and "pip install 'liveviews[spark]'" in refused.stderr
 
     data, port, second = tmp_path / "data", free_port(), free_port()
-    env = _clean_env(LV_DATA_DIR=str(data), LV_EMBEDDED_PORT=str(free_port()))
+    env = clean_env(LV_DATA_DIR=str(data), LV_EMBEDDED_PORT=str(free_port()))
     logs = tmp_path / "logs"
     logs.mkdir()
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -231,13 +179,4 @@ def test_an_application_of_its_own_folder_runs_from_the_installed_package(
             procs["serve"].terminate()
             procs["serve"].wait(timeout=30)
         if "dev" in procs:
-            dev_proc = procs["dev"]
-            stopped = dev_proc.poll() is None
-            if stopped:
-                dev_proc.send_signal(signal.SIGINT)  # Ctrl-C, as a person stops it
-                dev_proc.wait(timeout=60)
-            # Whatever it started is gone with it.
-            left = _wait_gone(dev_proc.pid, timeout=60)
-            if left:
-                os.killpg(dev_proc.pid, signal.SIGKILL)
-            assert not (stopped and left), "liveviews dev left processes running after Ctrl-C"
+            stop_dev(procs["dev"])

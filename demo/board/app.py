@@ -5,7 +5,7 @@ each other kudos. Every page is a live view: a board's tasks (a prefix of the ``
 its leaderboard (a window of its top rows) and the list of boards (the whole ``boards`` view).
 
 ``declare_board`` declares all of it on an application, so that another one may start from the
-board and add views of its own (docs/TUTORIAL.md).
+board and add views of its own. docs/TUTORIAL.md builds a smaller board from an empty folder.
 """
 
 from __future__ import annotations
