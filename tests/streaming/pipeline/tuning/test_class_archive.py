@@ -164,6 +164,21 @@ def test_prepare_starts_without_an_archive_it_cannot_make(
     assert "Starting without the class archive." in err
 
 
+def test_an_application_without_samples_starts_without_an_archive_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An application of the user's own need not declare samples: its first start said it
+    "could not build the class archive", as if something were broken."""
+    (tmp_path / "plain.py").write_text("from liveviews import App\napp = App('plain')\n")
+    monkeypatch.setenv("LV_APP_DIR", str(tmp_path))
+    monkeypatch.setenv("LV_APP", "plain:app")
+    monkeypatch.setenv("LV_CLASS_ARCHIVE", str(tmp_path / "archive.jsa"))
+    assert classarchive.main([]) == 0
+    out, err = capsys.readouterr()
+    assert "the application declares no samples" in out and err == ""
+    assert not (tmp_path / "archive.jsa").exists()
+
+
 def test_the_pipeline_jvm_maps_the_class_archive(spark: Any) -> None:
     path = classarchive.archive_path(Settings.from_env(dict(os.environ)))
     assert path is not None and path.is_file(), "scripts/test.sh builds the archive first"
