@@ -85,4 +85,8 @@ class SlowConsumer(GatewayError):
     code = "slow_consumer"
 
 
+SLOW_CONSUMER = "this subscriber fell too far behind; resume from last_event_id."
+"""What a stream that ends as a slow consumer says, whatever its source and transport."""
+
+
 INTERNAL_MESSAGE = "the gateway failed to answer this request; it has been logged. Try again."

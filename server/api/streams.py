@@ -1,18 +1,15 @@
-"""``GET /v1/views/{view}/{key}/live``: one subscription as a Server-Sent Events stream.
+"""The Server-Sent Events streams: a view's subscription (``GET /v1/views/{view}/{key}/live``,
+``GET /v1/live``) and the log feed (``GET /v1/log/live``).
 
-The snapshot (or the missed deltas, or a reset and a snapshot) is read before the response
-starts, so a failure to read it is an ordinary error response. Then the stream sends the
-subscription's frames as they come, a heartbeat comment when idle, and ends with an ``end``
-frame when the token expires or the subscriber falls too far behind.
+The first frames (the snapshot, or the missed deltas, or a reset and a snapshot; the log's
+recent entries) are read before the response starts, so a failure to read them is an ordinary
+error response. Then one sender (``liveviews.gateway.live.sse``) sends the stream's frames as
+they come, a heartbeat comment when idle, and ends it with an ``end`` frame when the token
+expires or the client falls too far behind, whichever stream it is.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
-
-from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -31,10 +28,11 @@ from liveviews.gateway.api.rest import get_view
 from liveviews.gateway.auth import READ, Principal, authenticate
 from liveviews.gateway.errors import BadRequest
 from liveviews.gateway.fanout.subscription import Subscription
-from liveviews.gateway.feed.log import RECENT, LogListener
+from liveviews.gateway.feed.log import RECENT, LogReader
 from liveviews.gateway.feed.queries import Rank
 from liveviews.gateway.gateway import Gateway
-from liveviews.gateway.live.sse import begin, body_of, serve
+from liveviews.gateway.live.source import FrameSource
+from liveviews.gateway.live.sse import begin, serve
 from liveviews.gateway.wire import frames
 from liveviews.gateway.wire.eventid import EventId
 
@@ -56,11 +54,11 @@ def raw_resume_id(request: Request) -> str | None:
     return header or single(request, "last_event_id") or None
 
 
-class SubscriptionResponse(Response):
-    """A started subscription's stream (``liveviews.gateway.live.sse``); always detaches and frees
-    its connection slot."""
+class StreamResponse(Response):
+    """A started stream (``liveviews.gateway.live.sse``); always closes its source and frees its
+    connection slot."""
 
-    def __init__(self, sub: Subscription, first: list[frames.Frame], principal: Principal,
+    def __init__(self, sub: FrameSource, first: list[frames.Frame], principal: Principal,
                  gw: Gateway, slot: Slot) -> None:  # fmt: skip
         self.sub = sub
         self.first: list[frames.Frame] | None = first
@@ -90,25 +88,6 @@ class SubscriptionResponse(Response):
             )  # fmt: skip
 
         await hand_over(scope, rest, receive, send)
-
-
-class LiveResponse(EventSourceResponse):
-    """An SSE response that always detaches its reader and frees its connection slot."""
-
-    def __init__(
-        self, content: AsyncIterator[bytes], close: Callable[[], None], gw: Gateway, slot: Slot
-    ) -> None:
-        super().__init__(content, ping=0, send_timeout=gw.settings.send_timeout_seconds)
-        self.close = close
-        self.gateway = gw
-        self.slot = slot
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.close()
-            self.gateway.admission.release(self.slot)
 
 
 async def live(request: Request) -> Response:
@@ -173,8 +152,10 @@ async def query_live(request: Request) -> Response:
 
 
 async def _stream(
-    request: Request, gw: Gateway, principal: Principal, sub: Subscription
+    request: Request, gw: Gateway, principal: Principal, sub: FrameSource
 ) -> Response:
+    """Start ``sub`` in a connection slot of its own: a stream of its first frames, then the
+    rest (``StreamResponse``)."""
     if request.method == "HEAD":
         return Response(media_type="text/event-stream")
     slot = gw.admission.admit("sse", principal.subject, client_address(request.scope))
@@ -183,7 +164,7 @@ async def _stream(
     except BaseException:
         gw.admission.release(slot)
         raise
-    return SubscriptionResponse(sub, first, principal, gw, slot)
+    return StreamResponse(sub, first, principal, gw, slot)
 
 
 DEFAULT_RECENT = 20
@@ -204,49 +185,10 @@ def _recent(request: Request) -> int:
     return recent
 
 
-async def _log_stream(
-    listener: LogListener, recent: int, principal: Principal, gw: Gateway
-) -> AsyncIterator[bytes]:
-    metrics, heartbeat = gw.metrics, gw.settings.heartbeat_seconds
-    first = listener.recent[len(listener.recent) - recent :] if recent else []
-    if first:
-        yield body_of(first, metrics)
-    while True:
-        remaining = principal.expires_at - time.time()
-        if remaining <= 0:
-            end = frames.end("token_expired", "the token expired; reconnect with a new one.", None)
-            yield body_of([end], metrics)
-            return
-        try:
-            async with asyncio.timeout(min(heartbeat, remaining)):
-                await listener.wake.wait()
-        except TimeoutError:
-            if remaining > heartbeat:
-                metrics.bytes_out += len(frames.SSE_HEARTBEAT)
-                yield frames.SSE_HEARTBEAT
-            continue
-        if listener.overflowed:
-            end = frames.end("slow_consumer", "this reader fell too far behind; reconnect.", None)
-            yield body_of([end], metrics)
-            return
-        out = listener.take()
-        if out:
-            yield body_of(out, metrics)
-
-
 async def log_live(request: Request) -> Response:
     """``GET /v1/log/live``: events as they are appended to the log, after the recent ones."""
     gw: Gateway = request.app.state.gateway
     feed = gw.log_feed
     assert feed is not None, "the route exists only with LV_LOG_FEED on"
     principal = authenticate(request, gw.auth, READ)
-    recent = _recent(request)
-    slot = gw.admission.admit("sse", principal.subject, client_address(request.scope))
-    try:
-        listener = await feed.attach()
-    except BaseException:
-        gw.admission.release(slot)
-        raise
-    return LiveResponse(
-        _log_stream(listener, recent, principal, gw), lambda: feed.detach(listener), gw, slot
-    )
+    return await _stream(request, gw, principal, LogReader(feed, _recent(request)))

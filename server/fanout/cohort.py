@@ -29,7 +29,7 @@ from liveviews.gateway.metrics import Metrics
 class Member(Protocol):
     """A sender that may join a cohort (``liveviews.gateway.live.sse.SseSender``)."""
 
-    sub: Cursor
+    cursor: Cursor
     """The member's own cursor (its ``Subscription``), the cohort's again when it leaves."""
     last_write: float
     pending: int
@@ -80,9 +80,9 @@ class Cohort:
         if not member.writes_at_once():
             return False
         if not self.members:
-            member.sub.copy_to(self.cursor)
+            member.cursor.copy_to(self.cursor)
             self.last_write = member.last_write
-        elif not member.sub.same_as(self.cursor):
+        elif not member.cursor.same_as(self.cursor):
             return False
         self.members[sub] = member
         return True
@@ -93,7 +93,7 @@ class Cohort:
             self._leave(member, self.cursor)
 
     def _leave(self, member: Member, cursor: Cursor) -> None:
-        cursor.copy_to(member.sub)
+        cursor.copy_to(member.cursor)
         member.last_write = max(member.last_write, self.last_write)
         member.pending = 0
 

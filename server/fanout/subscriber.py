@@ -34,7 +34,9 @@ class Subscriber:
     """The hub's side of one subscription: a bounded buffer, or a sink that takes items at once.
 
     Its reader waits with ``wait()``; one future is made per wait, not one event per subscriber.
-    A reader that keeps no task waiting is called back instead (``on_wake``).
+    A reader that keeps no task waiting is called back instead (``on_wake``). A reader of the
+    log feed (``liveviews.gateway.feed.log``) has one of no hub, for the same state and wake-ups,
+    so that its sender treats it as a subscription's.
     """
 
     __slots__ = ("view", "key", "frontier_name", "capacity", "buffer", "progress", "state",
@@ -160,6 +162,10 @@ class Owner(Protocol):
 
     def unsettle(self, sub: Subscriber) -> None:
         """Take ``sub`` out of its cohort, its cursor now its own."""
+        ...
+
+    def drop(self, sub: Subscriber) -> None:
+        """Forget ``sub``, which overflowed: counted once as a slow consumer."""
         ...
 
 

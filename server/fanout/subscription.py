@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from liveviews.changes.topic import split_physical
-from liveviews.gateway.errors import SlowConsumer, Unavailable
+from liveviews.gateway.errors import SLOW_CONSUMER, SlowConsumer, Unavailable
 from liveviews.gateway.fanout.cursor import Cursor
 from liveviews.gateway.fanout.hub import Hub, Wanted, add_wait
 from liveviews.gateway.fanout.items import EpochChanged, FeedDelta, Item
@@ -75,6 +75,23 @@ class Subscription(Cursor):
         self.early_waits: list[Wanted] = []
         """Offsets its client waits for before it was attached (``wait_for``)."""
 
+    # What makes it a ``liveviews.gateway.live.source.FrameSource``, beside ``start``,
+    # ``next_frames`` and ``close``.
+
+    @property
+    def cursor(self) -> Cursor | None:
+        """Itself, by which its sender orders the hub's items, if ``direct``."""
+        return self if self.direct else None
+
+    def has_frames(self) -> bool:
+        """A page of history to read, or what the hub buffered."""
+        sub = self.subscriber
+        assert sub is not None
+        return self.history is not None or bool(sub.buffer) or sub.progress is not None
+
+    def __str__(self) -> str:
+        return f"{self.view}/{self.key}"
+
     def wait_for(self, wanted: Wanted) -> None:
         """The client waits for the view to reflect ``wanted``: the hub sends the covering
         frontier as soon as it reads one (``Hub.wait``)."""
@@ -123,10 +140,7 @@ class Subscription(Cursor):
         if sub is None or sub.state is SubscriberState.CLOSED:
             raise RuntimeError("Cannot read a subscription that is not started or is closed.")
         if sub.state is SubscriberState.OVERFLOWED:
-            raise SlowConsumer(
-                "this subscriber fell too far behind; resume from last_event_id.",
-                last_event_id=self.last_event_id,
-            )
+            raise SlowConsumer(SLOW_CONSUMER, last_event_id=self.last_event_id)
         return sub
 
     async def _snapshot(self) -> frames.Frame:
@@ -174,11 +188,6 @@ class Subscription(Cursor):
         if out:
             self.last_event_id = out[-1].id
         return out
-
-    async def wait(self) -> None:
-        """Until there may be frames to take."""
-        assert self.subscriber is not None
-        await self.subscriber.wait()
 
     async def next_frames(self) -> list[frames.Frame]:
         """The frames ready now, possibly none: the next page of history while a resume has

@@ -2,17 +2,19 @@
 
 It shows events as they are appended, the raw input of the views, so a demo or an operator can
 watch the log. One task reads every ``lv:log:<p>`` stream with a blocking XREAD and hands each
-entry, encoded once as a ``log`` frame, to its listeners; it keeps the newest ``RECENT`` frames
-so a new listener sees the recent past at once. Like the hub it never waits for a listener: one
-whose buffer is full is marked overflowed and its stream ends with ``slow_consumer``.
+entry, encoded once as a ``log`` frame, to its readers; it keeps the newest ``RECENT`` frames
+so a new reader sees the recent past at once. Like the hub it never waits for a reader: one
+whose buffer is full is marked overflowed. A reader is a stream's source of frames, which the
+sender of a view's subscription delivers (``liveviews.gateway.live.sender``): its heartbeats,
+its end at token expiry and as a slow consumer are a subscription's.
 
 On a store cluster the partitions are in different hash slots, which no one XREAD spans: the
 task reads each partition with a command of its own, one pipeline per server, and polls every
 ``POLL_SECONDS`` while nothing is new instead of blocking.
 
-The task starts with the first listener, not with the process, so a gateway nobody watches the
+The task starts with the first reader, not with the process, so a gateway nobody watches the
 log of costs the store nothing more; it runs until the gateway stops. The feed is informative:
-it has no event ids and no resume, and a listener that reconnects gets the recent past again.
+it has no event ids and no resume, and a reader that reconnects gets the recent past again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from collections import deque
 from typing import Any
 
 from liveviews.changes.topic import NO_POSITION
-from liveviews.gateway.errors import Unavailable
+from liveviews.gateway.errors import SLOW_CONSUMER, SlowConsumer, Unavailable
+from liveviews.gateway.fanout.subscriber import Subscriber, SubscriberState
 from liveviews.gateway.feed import nodes
 from liveviews.gateway.feed.changes import back_off
 from liveviews.gateway.feed.store import STORE_ERRORS, Client, Part, read_cut
@@ -43,37 +46,71 @@ POLL_SECONDS = 0.25
 Entry = tuple[str, bytes, dict[bytes, bytes]]
 
 
-class LogListener:
-    """One ``/v1/log/live`` stream's bounded buffer of frames and the event that wakes it."""
+class LogReader:
+    """One ``/v1/log/live`` stream: the ``recent`` newest frames, then each new one
+    (a ``liveviews.gateway.live.source.FrameSource``).
 
-    def __init__(self, capacity: int, recent: list[frames.Frame]) -> None:
-        self.capacity = capacity
+    Its frames wait in a buffer of the feed's ``buffer`` frames; its ``subscriber``, of no hub,
+    holds its state and wakes its sender, as a query-shaped subscription's does.
+    """
+
+    history = None
+    """The feed has no ids to resume from, so no history to read."""
+    cursor = None
+    """The hub never writes to it: its frames are the feed's."""
+
+    def __init__(self, feed: LogFeed, recent: int) -> None:
+        self.feed = feed
         self.recent = recent
+        self.last_event_id: str | None = None  # no ids: its end frames name none
+        self.subscriber: Subscriber | None = None
         self.buffer: deque[frames.Frame] = deque()
-        self.overflowed = False
-        self.wake = asyncio.Event()
+
+    def __str__(self) -> str:
+        return "the log feed"
+
+    async def start(self) -> list[frames.Frame]:
+        """Attach to the feed; its ``recent`` newest frames."""
+        if self.subscriber is not None:
+            raise RuntimeError("Cannot start a log reader twice.")
+        # Of no hub, so of no view, key or frontier; made before the feed may offer it anything.
+        self.subscriber = Subscriber("", "", self.feed.buffer, "", shared=False)
+        recent = await self.feed.attach(self)
+        return recent[len(recent) - self.recent :] if self.recent else []
 
     def offer(self, frame: frames.Frame) -> bool:
-        if self.overflowed:
+        """Buffer ``frame`` and wake the sender; False if the reader overflowed, now or before."""
+        sub = self.subscriber
+        assert sub is not None
+        if sub.state is not SubscriberState.ATTACHED:
             return False
-        if len(self.buffer) >= self.capacity:
-            self.overflowed = True
+        if len(self.buffer) >= sub.capacity:
             self.buffer.clear()
-            self.wake.set()
+            sub.overflow()
             return False
         self.buffer.append(frame)
-        self.wake.set()
+        sub.wake()
         return True
 
-    def take(self) -> list[frames.Frame]:
+    def has_frames(self) -> bool:
+        return bool(self.buffer)
+
+    async def next_frames(self) -> list[frames.Frame]:
+        sub = self.subscriber
+        assert sub is not None
+        if sub.state is SubscriberState.OVERFLOWED:
+            raise SlowConsumer(SLOW_CONSUMER)
         out = list(self.buffer)
         self.buffer.clear()
-        self.wake.clear()
+        sub.clear()
         return out
+
+    def close(self) -> None:
+        self.feed.detach(self)
 
 
 class LogFeed:
-    """Reads the log's partitions and fans each new entry out to the listeners."""
+    """Reads the log's partitions and fans each new entry out to the readers."""
 
     def __init__(
         self, client: Client, partitions: int, *, buffer: int = 256, block_ms: int = 1000
@@ -82,14 +119,15 @@ class LogFeed:
         self.streams = [log_stream(p) for p in range(partitions)]
         self.buffer = buffer
         self.block_ms = block_ms
-        self.listeners: set[LogListener] = set()
+        self.readers: set[LogReader] = set()
         self.recent: deque[frames.Frame] = deque(maxlen=RECENT)
         self.positions: dict[str, str] = {}
         self.started = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    async def attach(self) -> LogListener:
-        """A new listener, with the recent past; starts the reading task on first use."""
+    async def attach(self, reader: LogReader) -> list[frames.Frame]:
+        """Hand ``reader`` each new frame from now on; the recent past. Starts the reading
+        task on first use."""
         if self._task is None:
             self._task = asyncio.create_task(self.run(), name="liveviews-log-feed")
         if not self.started.is_set():
@@ -100,12 +138,11 @@ class LogFeed:
                     "the gateway cannot read the log yet; is the store reachable? Try again.",
                     code="store_unavailable",
                 ) from None
-        listener = LogListener(self.buffer, list(self.recent))
-        self.listeners.add(listener)
-        return listener
+        self.readers.add(reader)
+        return list(self.recent)
 
-    def detach(self, listener: LogListener) -> None:
-        self.listeners.discard(listener)
+    def detach(self, reader: LogReader) -> None:
+        self.readers.discard(reader)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -168,12 +205,12 @@ class LogFeed:
             if stream_entries:
                 self.positions[name] = stream_entries[-1][0].decode()
                 entries.extend((name, i, f) for i, f in stream_entries)
-        dropped: list[LogListener] = []
+        dropped: list[LogReader] = []
         for frame in self._frames(entries):
             self.recent.append(frame)
-            dropped.extend(x for x in self.listeners if not x.offer(frame))
-        for listener in dropped:
-            self.listeners.discard(listener)
+            dropped.extend(x for x in self.readers if not x.offer(frame))
+        for reader in dropped:
+            self.readers.discard(reader)
 
     async def _poll(self) -> list[Any]:
         """A non-blocking XREAD of each partition, one pipeline per server of a cluster."""

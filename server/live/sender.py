@@ -1,24 +1,27 @@
-"""One subscription's sender: the delivery rules both transports share.
+"""One stream's sender: the delivery rules every stream and both transports share.
 
-Once a subscription is up to date the hub hands its items straight to its sender
+A sender delivers a ``FrameSource`` (``liveviews.gateway.live.source``): a view's subscription,
+or a reader of the log feed, which keep the same rules by going through this one loop. Once a
+subscription is up to date the hub hands its items straight to its sender
 (``Subscriber.sink``), which writes them to the client at once; there is no task per
 subscription while it waits. A sender keeps the protocol's rules here, once:
 
 - ordering: a delta is written only if it is next (``Cursor.is_next``); a frontier only if it
   moves the subscription's, and riding in the same write as the last delta it covers;
 - slow consumers: frames written while the client has not taken earlier ones count against the
-  subscriber buffer (``LV_SUBSCRIBER_BUFFER``); past it the subscription ends with
+  subscriber buffer (``LV_SUBSCRIBER_BUFFER``); past it the stream ends with
   ``slow_consumer`` and the last event id it was sent;
 - wake-ups: what needs the store (the first frames of a WebSocket subscription, a reset after
-  the store was replaced, the deltas buffered while it read) or ends the subscription wakes it,
-  and one task runs until it is up to date again (``run``) or has ended;
+  the store was replaced, the deltas buffered while it read), what a source without a cursor
+  buffered (a query's items, the log feed's frames), or what ends the stream wakes it, and one
+  task runs until it is up to date again (``run``) or has ended;
 - history: a resume's missed deltas are read a page at a time, each page only once the client
   has taken everything written before it; a client that has not within the send timeout is a
   slow consumer. The store reads of one connection's subscriptions take turns (``reads``), and
   one that has begun is let finish rather than cancelled, so a client subscribing and
   unsubscribing in a loop costs at most one read at a time;
 - ending: overflow, an expired token, a closed connection or the server's shutdown end it, each
-  the same way on every transport.
+  the same way on every transport and for every source.
 
 A transport (``liveviews.gateway.live.sse``, ``liveviews.gateway.live.ws``) supplies only how frames
 are framed and written (the ``_send_*`` methods), how it ends (``_close``), and what its
@@ -35,32 +38,31 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from liveviews.gateway.errors import GatewayError, SlowConsumer
+from liveviews.gateway.errors import SLOW_CONSUMER, GatewayError, SlowConsumer
 from liveviews.gateway.fanout.items import EpochChanged, FeedDelta, FeedRun, Item, Progress
 from liveviews.gateway.fanout.subscriber import SubscriberState
-from liveviews.gateway.fanout.subscription import Subscription
+from liveviews.gateway.live.source import FrameSource
 from liveviews.gateway.live.ticker import Ticker
 from liveviews.gateway.metrics import Metrics
 from liveviews.gateway.wire import frames
 
 log = logging.getLogger("liveviews.gateway.live")
 
-SLOW_CONSUMER = "this subscriber fell too far behind; resume from last_event_id."
 TOKEN_EXPIRED = "the token expired; resume with a new one."
 STORE_UNREADABLE = "the store could not be read; resume shortly."
 DRAIN_POLL_SECONDS = 0.005
 
 
 class Sender:
-    """The hub's sink for one subscription (``liveviews.gateway.fanout.subscriber.Sink``) and its
-    task."""
+    """One stream's task, and the hub's sink for a subscription
+    (``liveviews.gateway.fanout.subscriber.Sink``) once it is up to date."""
 
-    __slots__ = ("sub", "ticker", "metrics", "pending", "ended", "drain_timeout", "_running",
-                 "_reading", "_task")  # fmt: skip
+    __slots__ = ("sub", "cursor", "ticker", "metrics", "pending", "ended", "drain_timeout",
+                 "_running", "_reading", "_task")  # fmt: skip
 
     expires_at = float("inf")
-    """When the subscription's token expires (an SSE stream's own; a WebSocket session
-    watches its token for all its subscriptions)."""
+    """When the stream's token expires (an SSE stream's own; a WebSocket session watches its
+    token for all its subscriptions)."""
 
     joins_cohorts = False
     """May it join its key's cohort once up to date (``liveviews.gateway.fanout.cohort``)?"""
@@ -69,9 +71,12 @@ class Sender:
     reads: asyncio.Lock | None = None
     """Taken around each store read, if the connection carries other subscriptions."""
 
-    def __init__(self, sub: Subscription, ticker: Ticker, metrics: Metrics,
+    def __init__(self, sub: FrameSource, ticker: Ticker, metrics: Metrics,
                  drain_timeout: float = 10.0) -> None:  # fmt: skip
         self.sub = sub
+        """What it delivers: a subscription, or a reader of the log feed."""
+        self.cursor = sub.cursor
+        """What orders the hub's items once it is the sink; None if it never is."""
         self.ticker = ticker
         self.metrics = metrics
         self.pending = 0  # frames written since the client was last seen to have taken all
@@ -108,39 +113,38 @@ class Sender:
         raise NotImplementedError
 
     def _end_frame(self, code: str, message: str, **fields: Any) -> bytes:
-        """The transport's last message of a subscription that ends with ``code``; ``fields``
-        such as ``last_event_id`` go with it."""
+        """The transport's last message of a stream that ends with ``code``; ``fields`` such
+        as ``last_event_id`` go with it."""
         raise NotImplementedError
 
     def _close(self, last: bytes | None) -> None:
-        """The subscription has ended: write ``last`` unless None, then let go of it."""
+        """The stream has ended: write ``last`` unless None, then let go of it."""
         raise NotImplementedError
 
     def _up_to_date(self) -> None:
-        """The task has sent everything and left the subscription to the hub."""
+        """The task has sent everything and left the stream to its publisher."""
 
     def _failed(self, exc: Exception) -> None:
-        """The task failed: a protocol error ends the subscription with its code, the store's
-        failure with ``store_unavailable``; anything else closes it, logged."""
+        """The task failed: a protocol error ends the stream with its code, the store's failure
+        with ``store_unavailable``; anything else closes it, logged."""
         sub = self.sub
         if isinstance(exc, GatewayError):
             self.finish(self._end_frame(exc.code, exc.message, **exc.extra))
         elif isinstance(exc, RedisError):
-            log.warning("subscription to %s/%s failed to read the store", sub.view, sub.key,
-                        exc_info=exc)  # fmt: skip
+            log.warning("subscription to %s failed to read the store", sub, exc_info=exc)
             self.finish(self._end_frame(
                 "store_unavailable", STORE_UNREADABLE, last_event_id=sub.last_event_id
             ))  # fmt: skip
         else:
-            log.error("subscription to %s/%s failed", sub.view, sub.key, exc_info=exc)
+            log.error("subscription to %s failed", sub, exc_info=exc)
             self.finish()
 
     # The slow-consumer rule.
 
     def _keeps_up(self, count: int, unsent: bool) -> bool:
         """Count ``count`` frames about to be written to a connection that holds ``unsent``
-        bytes the client has not taken yet; False if the subscription would then be too far
-        behind the client: more unsent than its subscriber buffer holds."""
+        bytes the client has not taken yet; False if the stream would then be too far behind
+        the client: more unsent than its subscriber buffer holds."""
         if unsent:
             self.pending += count
             subscriber = self.sub.subscriber
@@ -150,45 +154,49 @@ class Sender:
             self.pending = count
         return True
 
-    # The hub's sink.
+    # The hub's sink: only a sender with a cursor is made one (``_catch_up``).
 
     def deliver(self, item: Item) -> bool:
-        sub = self.sub
         if isinstance(item, EpochChanged):
-            subscriber = sub.subscriber
+            subscriber = self.sub.subscriber
             assert subscriber is not None
             subscriber.hand_back(item)  # a reset reads the store
             return True
-        if not sub.is_next(item):
+        cursor = self.cursor
+        assert cursor is not None
+        if not cursor.is_next(item):
             return True
         progress = item.progress
-        with_progress = progress is not None and sub.accept_progress(progress)
+        with_progress = progress is not None and cursor.accept_progress(progress)
         if not self._send_deltas(item, with_progress, 1):
             return False
-        sub.sent(item)
+        cursor.sent(item)
         metrics = self.metrics
         metrics.frames_out += 2 if with_progress else 1
         metrics.deltas_out += 1
         return True
 
     def deliver_run(self, run: FeedRun) -> bool:
-        sub = self.sub
-        if not sub.is_next(run.items[0]):
+        cursor = self.cursor
+        assert cursor is not None
+        if not cursor.is_next(run.items[0]):
             return all(self.deliver(item) for item in run.items)
         last = run.items[-1]
         progress = last.progress
-        with_progress = progress is not None and sub.accept_progress(progress)
+        with_progress = progress is not None and cursor.accept_progress(progress)
         n = len(run.items)
         if not self._send_deltas(run, with_progress, n):
             return False
-        sub.sent(last)
+        cursor.sent(last)
         metrics = self.metrics
         metrics.frames_out += n + 1 if with_progress else n
         metrics.deltas_out += n
         return True
 
     def deliver_progress(self, progress: Progress) -> None:
-        if self.sub.accept_progress(progress):
+        cursor = self.cursor
+        assert cursor is not None
+        if cursor.accept_progress(progress):
             if self._send_progress(progress):
                 self.metrics.frames_out += 1
             else:
@@ -199,8 +207,8 @@ class Sender:
     def write_frames(
         self, out: list[frames.Frame], last_event_id: str | None, first: bool = False
     ) -> bool:
-        """Write ``out``; if the client does not keep up, none of it, and the subscription's
-        last event id is ``last_event_id`` again (that of the last frame written before)."""
+        """Write ``out``; if the client does not keep up, none of it, and the stream's last
+        event id is ``last_event_id`` again (that of the last frame written before)."""
         if not out:
             return True
         if not self._send_frames(out, first):
@@ -222,7 +230,7 @@ class Sender:
             self._task.add_done_callback(log_failure)
 
     async def run(self) -> None:
-        """Send what the subscription has to send, then leave it to the hub; or end it."""
+        """Send what the stream has to send, then leave it to its publisher; or end it."""
         self._running = True
         sub = self.sub
         up_to_date = False
@@ -254,7 +262,7 @@ class Sender:
                     return
                 if not subscriber.woken:
                     up_to_date = True
-                    return  # the hub writes to the sender; the next wake runs this again
+                    return  # the next wake runs this again (or the hub writes to the sender)
         except Exception as exc:
             self._failed(exc)
         except BaseException:
@@ -268,7 +276,8 @@ class Sender:
                 self._up_to_date()
 
     async def _catch_up(self) -> None:
-        """Send what the subscriber buffered, then let the hub write to the sender directly."""
+        """Send what the subscriber buffered, then let the hub write to the sender directly if
+        it has a cursor."""
         sub = self.sub
         subscriber = sub.subscriber
         assert subscriber is not None
@@ -278,10 +287,11 @@ class Sender:
                 return
             if subscriber.sink is self:
                 return
-            if sub.history is None and not subscriber.buffer and subscriber.progress is None:
-                # Nothing awaited since the check: no item slips past. A query's frames are its
-                # own, made from what it reads: it keeps taking items from its buffer.
-                if sub.direct:
+            if not sub.has_frames():
+                # Nothing awaited since the check: no item slips past. A source without a cursor
+                # (a query, the log feed) makes its frames itself: it keeps taking them from its
+                # buffer.
+                if self.cursor is not None:
                     subscriber.sink = self
                 return
             before = sub.last_event_id
@@ -341,12 +351,13 @@ class Sender:
                 lock.release()
 
     def _must_end(self) -> bool:
-        """End the subscription if it must end now; True if it has."""
+        """End the stream if it must end now; True if it has."""
         sub = self.sub
         subscriber = sub.subscriber
         assert subscriber is not None
         if subscriber.state is SubscriberState.OVERFLOWED:
-            sub.source.hub.drop(subscriber)
+            if subscriber.hub is not None:  # a log reader's has none: its end detaches it
+                subscriber.hub.drop(subscriber)
             self.finish(
                 self._end_frame("slow_consumer", SLOW_CONSUMER, last_event_id=sub.last_event_id)
             )
@@ -363,7 +374,7 @@ class Sender:
         return True
 
     def finish(self, last: bytes | None = None) -> None:
-        """End the subscription: ``last`` is its last message, unless None."""
+        """End the stream: ``last`` is its last message, unless None."""
         if self.ended:
             return
         self.ended = True

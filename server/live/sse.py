@@ -1,4 +1,7 @@
-"""SSE: a subscription's frames as HTTP/1.1 chunks, written straight to a connection it owns.
+"""SSE: a stream's frames as HTTP/1.1 chunks, written straight to a connection it owns.
+
+Every SSE stream is served here, by the one sender (``liveviews.gateway.live.sender``): a view's
+subscription and the log feed alike (``liveviews.gateway.live.source``).
 
 After the first frames, the stream takes its connection over from uvicorn's HTTP protocol
 (``liveviews.gateway._uvicorn``): the sender is then the connection's owner, and the hub hands each
@@ -7,6 +10,11 @@ pre-encoded chunk to the connection at once: to its socket while the transport h
 else through the transport, which queues it in order. An idle stream holds no task and none of the
 HTTP protocol's per-connection state. The process's ``Ticker`` writes its heartbeats and notices an
 expired token, a lost connection and the server's shutdown.
+
+Not sse-starlette's ``EventSourceResponse``, which the gateway used at first: it keeps four
+tasks per connection and its own copy of each frame, 43 µs of CPU per delivery and 48 KB per
+idle stream against 15 µs and 18 KB here (docs/performance/fanout.md); the benchmarks' naive
+gateway (``bench/baselines/naive_gateway.py``) still serves with it.
 
 A key's streams in step write through their cohort (``group_write``): one chunk, one loop of
 system calls. Under any other server, or on a connection that cannot be taken over (a request
@@ -30,8 +38,8 @@ from liveviews.gateway.errors import SlowConsumer
 from liveviews.gateway.fanout.cohort import Cohort
 from liveviews.gateway.fanout.items import FeedDelta, FeedRun, Progress
 from liveviews.gateway.fanout.subscriber import Subscriber
-from liveviews.gateway.fanout.subscription import Subscription
 from liveviews.gateway.live.sender import TOKEN_EXPIRED, Sender
+from liveviews.gateway.live.source import FrameSource
 from liveviews.gateway.live.ticker import Ticker
 from liveviews.gateway.live.writes import socket_fd, write_now
 from liveviews.gateway.metrics import Metrics
@@ -80,9 +88,9 @@ def progress_chunk(progress: Progress) -> bytes:
 
 
 class SseSender(Sender):
-    """One SSE subscription that owns its connection: the hub's sink for it, and the owner
-    (``liveviews.gateway._uvicorn.Owner``) of its connection once the HTTP protocol has released
-    it."""
+    """One SSE stream that owns its connection: a subscription's sink once it is up to date, and
+    the owner (``liveviews.gateway._uvicorn.Owner``) of its connection once the HTTP protocol has
+    released it."""
 
     __slots__ = ("transport", "fd", "expires_at", "last_write", "_write_raw", "is_closing",
                  "_buffered", "_end")  # fmt: skip
@@ -91,7 +99,7 @@ class SseSender(Sender):
     exit_frame = b""  # the last chunk alone: the response ends cleanly between frames
 
     def __init__(
-        self, sub: Subscription, transport: Any, ticker: Ticker, metrics: Metrics,
+        self, sub: FrameSource, transport: Any, ticker: Ticker, metrics: Metrics,
         expires_at: float, end: Callable[[], None], send_timeout: float = 10.0,
     ) -> None:  # fmt: skip
         super().__init__(sub, ticker, metrics, send_timeout)
@@ -168,8 +176,7 @@ class SseSender(Sender):
 
     def _failed(self, exc: Exception) -> None:
         # A reset could not read the store: the client resumes from its last event id.
-        log.warning("SSE stream of %s/%s closed on an error", self.sub.view, self.sub.key,
-                    exc_info=exc)  # fmt: skip
+        log.warning("SSE stream of %s closed on an error", self.sub, exc_info=exc)
         self.finish()
 
     # A cohort's member (``liveviews.gateway.fanout.cohort.Member``).
@@ -249,18 +256,18 @@ def group_write(
 
 
 async def begin(first: list[frames.Frame], metrics: Metrics, send: Send) -> None:
-    """Send a started subscription's response head and first frames."""
+    """Send a started stream's response head and first frames."""
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": body_of(first, metrics), "more_body": True})
     first.clear()  # a snapshot can be large, and the stream lives on
 
 
 async def serve(
-    sub: Subscription, expires_at: float, ticker: Ticker, metrics: Metrics, scope: Scope,
+    sub: FrameSource, expires_at: float, ticker: Ticker, metrics: Metrics, scope: Scope,
     receive: Receive, send: Send, end: Callable[[], None], send_timeout: float = 10.0,
 ) -> None:  # fmt: skip
-    """Send the rest of a started subscription's stream (after ``begin``): the rest of what a
-    resume missed, then its live frames; ``end`` is called once it has ended.
+    """Send the rest of a started stream (after ``begin``): the rest of what a resume missed,
+    then its live frames; ``end`` is called once it has ended.
 
     Under the gateway's HTTP protocol the stream takes its connection over and this returns as
     soon as the stream is up to date: the stream lives on without a task.
@@ -292,12 +299,14 @@ def body_of(out: list[frames.Frame], metrics: Metrics) -> bytes:
 
 
 async def _serve_through_asgi(
-    sub: Subscription, expires_at: float, ticker: Ticker, metrics: Metrics,
+    sub: FrameSource, expires_at: float, ticker: Ticker, metrics: Metrics,
     receive: Receive, send: Send,
 ) -> None:  # fmt: skip
     """Any other server: wait for frames or the client's disconnect, send each batch. A resume's
     pages of history go first, one per ``send``, which waits while the client has not taken
     what was written before."""
+    subscriber = sub.subscriber
+    assert subscriber is not None
     gone = asyncio.ensure_future(_disconnected(receive))
     try:
         while True:
@@ -309,7 +318,7 @@ async def _serve_through_asgi(
             if gone.done():
                 return
             if sub.history is None:
-                waiting = asyncio.ensure_future(sub.wait())
+                waiting = asyncio.ensure_future(subscriber.wait())
                 done, _ = await asyncio.wait(
                     {gone, waiting}, timeout=min(ticker.heartbeat, remaining),
                     return_when=asyncio.FIRST_COMPLETED,

@@ -40,6 +40,9 @@ class WsSender(Sender):
 
     __slots__ = ("session", "sub_id", "reads")
 
+    sub: Subscription
+    """Always a view's subscription: the session also asks it to wait for offsets."""
+
     def __init__(self, session: Session, sub_id: str, sub: Subscription, ticker: Ticker,
                  metrics: Metrics, send_timeout: float) -> None:  # fmt: skip
         super().__init__(sub, ticker, metrics, send_timeout)

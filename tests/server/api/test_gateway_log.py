@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+import orjson
+import pytest
 import redis
 
-from tests.support.gateway import ServedGateway, open_sse
+from liveviews.gateway.errors import SLOW_CONSUMER
+from liveviews.log.events import Event, log_stream
+from tests.support.gateway import ServedGateway, open_sse, wait_for
+from tests.support.gateway_settings import settings_for
 
 LOG = "/v1/log/live"
 
@@ -63,3 +72,92 @@ async def test_the_log_feed_is_off_in_production(tight_gateway: ServedGateway) -
     async with aiohttp.ClientSession(headers=tight_gateway.headers("alice")) as s:
         resp = await s.get(tight_gateway.url + LOG)
         assert (resp.status, (await resp.json())["code"]) == (404, "not_found")
+
+
+async def until_closed(gw: ServedGateway, path: str, ttl: float) -> bytes:
+    """What the gateway sends for ``GET path`` on a connection of its own, up to closing it."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    auth = gw.headers(ttl=ttl)["Authorization"]
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n\r\n".encode())
+    try:
+        async with asyncio.timeout(15):
+            return await reader.read()  # to the end of the connection
+    finally:
+        writer.close()
+
+
+def end_of(raw: bytes) -> dict[str, Any]:
+    """The data of the ``end`` frame in a raw response."""
+    after = raw.split(b"event: end\ndata: ", 1)[1]
+    data: dict[str, Any] = orjson.loads(after.split(b"\n", 1)[0])
+    return data
+
+
+async def test_the_log_feed_ends_at_token_expiry_as_a_subscription_does(
+    gateway: ServedGateway,
+) -> None:
+    """One sender delivers both: the log feed's stream has a subscription's heartbeats while
+    idle, and at token expiry the same ``end`` frame, the last chunk, and its connection
+    closed (the log feed has no id to resume from)."""
+    view, logs = await asyncio.gather(
+        until_closed(gateway, "/v1/views/profiles/expiring/live", ttl=3),
+        until_closed(gateway, LOG + "?recent=0", ttl=3),
+    )
+    for raw in (view, logs):
+        assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
+        assert raw.endswith(b"\r\n0\r\n\r\n"), raw[-200:]
+    assert b": heartbeat\n\n" in logs.split(b"event: end", 1)[0]
+    assert end_of(view)["code"] == "token_expired"
+    assert end_of(logs) == {**end_of(view), "last_event_id": None}
+
+
+BIG = "x" * 40_000
+ENTRIES = 400
+"""Log entries of ``BIG`` payloads a reader does not read: ~16 MB, more than the socket buffers
+of both ends hold, so the gateway has frames unsent while it writes more."""
+
+
+@pytest.fixture(scope="module")
+def small_buffer(store_url: str) -> Iterator[ServedGateway]:
+    served = ServedGateway(settings_for(store_url, LV_SUBSCRIBER_BUFFER="8")).start()
+    yield served
+    served.stop()
+
+
+def append_big(store: redis.Redis, ids: list[str], stop: threading.Event) -> None:
+    for i in range(ENTRIES):
+        if stop.is_set():
+            return
+        event = Event("tweet_posted", "slow", {"i": i, "pad": BIG}, int(time.time() * 1000))
+        ids.append(store.xadd(log_stream(0), event.encode()).decode())
+        time.sleep(0.002)  # a few entries per read of the feed: each is written as it comes
+
+
+async def test_a_log_reader_that_does_not_keep_up_ends_as_a_slow_subscription(
+    small_buffer: ServedGateway, store: redis.Redis
+) -> None:
+    """The subscriptions' slow-consumer rule: past ``LV_SUBSCRIBER_BUFFER`` frames the client has
+    not taken, the stream ends with their ``slow_consumer`` frame, after every entry before it,
+    and the reader is let go of at once, not when the client reads again."""
+    gw = small_buffer
+    feed = gw.gateway.log_feed
+    assert feed is not None
+    ids: list[str] = []
+    stop = threading.Event()
+    async with aiohttp.ClientSession(headers=gw.headers()) as s:
+        sse = await open_sse(s, gw.url + LOG, params={"recent": "0"})
+        await wait_for(lambda: len(feed.readers) == 1)
+        appending = asyncio.create_task(asyncio.to_thread(append_big, store, ids, stop))
+        try:
+            await wait_for(lambda: not feed.readers, timeout=60)
+            await wait_for(lambda: gw.gateway.metrics.sse_connections == 0)
+        finally:
+            stop.set()
+            await appending
+        seen = []
+        while (ev := await sse.next(timeout=30, skip=("heartbeat",))).event == "log":
+            seen.append(ev.data["id"])
+        assert ev.data == {"code": "slow_consumer", "message": SLOW_CONSUMER, "last_event_id": None}
+        assert 0 < len(seen) < ENTRIES and seen == ids[: len(seen)]
+        await sse.close()

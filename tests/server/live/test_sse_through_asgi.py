@@ -3,7 +3,8 @@
 That happens under another HTTP protocol than the gateway's own (uvicorn's h11 here), and under
 the gateway's own protocol when the client pipelined a request behind the stream's: the
 connection cannot be handed to the stream while a request waits on it. Either way the stream
-must carry the same frames: snapshot, deltas, heartbeats, and its end when the token expires.
+must carry the same frames: snapshot, deltas, heartbeats, and its end when the token expires;
+and the log feed, served by the same loop, its entries, heartbeats and end.
 """
 
 from __future__ import annotations
@@ -45,6 +46,29 @@ async def test_a_stream_under_another_http_protocol_carries_every_frame(
         await sse.close()
     await wait_for(lambda: gw.gateway.metrics.subscriptions == 0, timeout=5)
     assert gw.gateway.metrics.sse_connections == 0
+
+
+async def test_the_log_feed_under_another_http_protocol_keeps_the_same_rules(
+    h11_gateway: ServedGateway,
+) -> None:
+    gw = h11_gateway
+    event = {"type": "profile_set", "payload": {"user": "alice", "name": "A"}}
+    async with aiohttp.ClientSession() as s:
+        sse = await open_sse(s, gw.url + "/v1/log/live", gw.headers(ttl=4), {"recent": "0"})
+        assert "ReleasedConnection" not in gw.connection_kinds()
+        resp = await s.post(gw.url + "/v1/events", json=event, headers=gw.headers())
+        assert resp.status == 202
+        offset = (await resp.json())["offsets"][0]
+        entry = await sse.next()
+        assert (entry.event, entry.data["id"]) == ("log", offset["id"])
+        await sse.heartbeat(timeout=5)
+        end = await sse.next(timeout=10)
+        assert (end.event, end.data["code"], end.data["last_event_id"]) == (
+            "end", "token_expired", None,
+        )  # fmt: skip
+        await sse.close()
+    await wait_for(lambda: gw.gateway.metrics.sse_connections == 0, timeout=5)
+    assert gw.gateway.log_feed is not None and not gw.gateway.log_feed.readers
 
 
 async def test_a_stream_with_a_request_pipelined_behind_it_is_served_through_asgi(

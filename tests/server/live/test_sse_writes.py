@@ -19,6 +19,7 @@ from liveviews.changes.topic import VIEWS_FRONTIER, Delta
 from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.items import FeedDelta, Progress
 from liveviews.gateway.fanout.subscription import Source, Subscription
+from liveviews.gateway.live.source import FrameSource
 from liveviews.gateway.live.sse import SseSender, http_chunk
 from liveviews.gateway.live.ticker import Ticker
 from liveviews.gateway.metrics import Metrics
@@ -28,9 +29,9 @@ from tests.support.sockets import LOOPS, connected_pair, read_exactly, run_on
 
 
 def stream_on(transport: asyncio.Transport, capacity: int = 1_000_000) -> SseSender:
-    sub = SimpleNamespace(subscriber=SimpleNamespace(capacity=capacity))
+    sub = SimpleNamespace(subscriber=SimpleNamespace(capacity=capacity), cursor=None)
     metrics = Metrics()
-    return SseSender(cast(Subscription, sub), transport, Ticker(15.0, metrics), metrics,
+    return SseSender(cast(FrameSource, sub), transport, Ticker(15.0, metrics), metrics,
                       float("inf"), lambda: None)  # fmt: skip
 
 
