@@ -26,6 +26,7 @@ SPARK_FREE = (
     "liveviews.console", "liveviews.supervise", "liveviews.log", "liveviews.changes",
     "liveviews.store", "liveviews.cdc", "liveviews.cli", "liveviews.gateway",
     "liveviews.pipeline.versions", "liveviews.pipeline.code", "liveviews.pipeline.settings",
+    "liveviews.client",
 )  # fmt: skip
 """What processes other than the pipeline's import: the package's top level is checked apart,
 since it names the Spark-side API lazily (``liveviews.__getattr__``)."""

@@ -1,0 +1,277 @@
+"""``Client``: a connection to one Liveviews gateway, its subscriptions, and publishing.
+
+    async with Client("http://127.0.0.1:8000", token=...) as client:
+        sub = client.subscribe("profiles", "alice")
+        async for change in sub:
+            print(change.kind, sub.rows)
+
+Every subscription of a client shares one WebSocket (``connection.py``); publish goes over it
+when it is open and over HTTP otherwise, each batch under an idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, overload
+from urllib.parse import urlsplit
+
+import orjson
+
+from liveviews.client._aiohttp import aiohttp
+from liveviews.client.backoff import MAX_DELAY, MIN_DELAY, Backoff, full_jitter
+from liveviews.client.connection import ClientState, Connection
+from liveviews.client.errors import (
+    ClientStateError,
+    ConnectionLost,
+    GatewayError,
+    LiveviewsClientError,
+    ProtocolError,
+    gateway_error,
+    is_token_error,
+)
+from liveviews.client.frames import decode_offsets
+from liveviews.client.query import Cursor, parse_query
+from liveviews.client.shapes import PrefixSubscription, WindowSubscription
+from liveviews.client.subscription import Subscription
+from liveviews.client.types import TokenProvider
+from liveviews.log.events import Offset
+
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+"""What the gateway takes as an idempotency key (docs/PROTOCOL.md, section 2)."""
+RESEND_CODES = frozenset({"store_unavailable", "store_full", "partial_append", "not_replicated"})
+"""Refusals of a publish that decided nothing about the batch: sent again under its key, it
+may go through (over HTTP they come as 5xx)."""
+
+
+def worth_resending(error: LiveviewsClientError) -> bool:
+    """Whether a failed publish may be sent again with its key: its answer was lost, or the
+    gateway or the store could not take it just then. A rate limit (429) is the caller's."""
+    if isinstance(error, ConnectionLost):
+        return True
+    if not isinstance(error, GatewayError):
+        return False
+    return (error.status is not None and error.status >= 500) or error.code in RESEND_CODES
+
+
+class Client:
+    """A client of the gateway at ``url``, used as ``async with Client(url, ...) as client``.
+
+    ``token`` is a bearer token; or ``token_provider``, a callable (async or not) that returns
+    one, called again whenever the token is about to expire or was refused. ``min_delay`` and
+    ``max_delay`` bound the reconnect delays (seconds, full jitter); a socket with nothing heard
+    for ``heartbeat_timeout`` seconds is dead; a publish whose answer was lost is sent again
+    under its key up to ``publish_retries`` times.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        token_provider: TokenProvider | None = None,
+        min_delay: float = MIN_DELAY,
+        max_delay: float = MAX_DELAY,
+        heartbeat_timeout: float = 45.0,
+        connect_timeout: float = 10.0,
+        publish_retries: int = 3,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"Client needs the gateway's http(s) url, e.g. http://127.0.0.1:8000, not {url!r}"
+            )
+        if (token is None) == (token_provider is None):
+            raise ValueError("give token= or token_provider=, one of them")
+        if publish_retries < 0:
+            raise ValueError("publish_retries is a whole number of retries, 0 or more")
+        self.url = url.rstrip("/")
+        self.ws_url = (
+            ("wss" if parts.scheme == "https" else "ws") + self.url[len(parts.scheme) :] + "/v1/ws"
+        )
+        self._static_token = token
+        self._provider = token_provider
+        self._token: str | None = None
+        self._token_lock = asyncio.Lock()
+        self._delays = (min_delay, max_delay)
+        self._heartbeat_timeout = heartbeat_timeout
+        self._connect_timeout = connect_timeout
+        self.publish_retries = publish_retries
+        self._session: aiohttp.ClientSession | None = None
+        self._connection: Connection | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Client:
+        if self._session is not None or self._closed:
+            raise ClientStateError("a Client is entered once")
+        self._session = aiohttp.ClientSession()
+        backoff = Backoff(*self._delays)
+        self._connection = Connection(
+            self.ws_url,
+            self._session,
+            self,
+            backoff,
+            self._heartbeat_timeout,
+            self._connect_timeout,
+        )
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def state(self) -> ClientState:
+        """``disconnected`` (no socket now), ``connecting``, ``connected`` or ``closed``."""
+        if self._closed:
+            return ClientState.CLOSED
+        return self._connection.state if self._connection else ClientState.DISCONNECTED
+
+    @overload
+    def subscribe(self, view: str, key: str) -> Subscription: ...
+
+    @overload
+    def subscribe(self, view: str, *, prefix: str) -> PrefixSubscription: ...
+
+    @overload
+    def subscribe(
+        self, view: str, key: str, *, limit: int, after: Cursor | tuple[float, str] | None = None
+    ) -> WindowSubscription: ...
+
+    def subscribe(
+        self,
+        view: str,
+        key: str | None = None,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: Cursor | tuple[float, str] | None = None,
+    ) -> Subscription:
+        """Follow one key (``subscribe(view, key)``), the keys of a listable view that start with
+        a prefix (``subscribe(view, prefix="board1/")``; ``""``: every key), or a window of a
+        ranked view's key: its ``limit`` top rows, after the row ``after`` names (a page)."""
+        connection = self._require_open("subscribe")
+        query = parse_query(view, key, prefix=prefix, limit=limit, after=after)
+        shape = {"key": Subscription, "prefix": PrefixSubscription, "window": WindowSubscription}
+        sub = shape[query.shape](connection, query)
+        connection.attach(sub)
+        return sub
+
+    async def publish(
+        self, events: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> list[Offset]:
+        """Append ``events`` (``{"type", "payload", "time"?}`` each) all or nothing, and once: the
+        offset of each, in order.
+
+        The batch goes under an idempotency key (``idempotency_key``, or a new one). When its
+        answer is lost or the gateway could not take it just then, it is sent again under that
+        key, up to ``publish_retries`` times: the gateway appends it at most once. An error
+        that ends the publish carries the key as ``idempotency_key``."""
+        connection = self._require_open("publish")
+        batch = list(events)
+        if not batch:
+            raise ValueError("publish needs at least one event")
+        key = secrets.token_hex(16) if idempotency_key is None else idempotency_key
+        if not isinstance(key, str) or not IDEMPOTENCY_KEY.fullmatch(key):
+            raise ValueError(
+                "an idempotency key is 1 to 200 visible ASCII characters, such as a UUID"
+            )
+        attempt = 0
+        while True:
+            try:
+                if connection.can_publish:
+                    return await connection.publish(batch, key)
+                return await self._http_publish(batch, key)
+            except LiveviewsClientError as error:
+                error.idempotency_key = key
+                if not worth_resending(error) or attempt >= self.publish_retries or self._closed:
+                    raise
+            await asyncio.sleep(full_jitter(attempt, *self._delays))
+            attempt += 1
+
+    async def close(self) -> None:
+        """Close every subscription (their iterators end) and the connection, for good."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._connection is not None:
+            await self._connection.close()
+        if self._session is not None:
+            await self._session.close()
+
+    # ---- tokens: what the connection asks -------------------------------------------------
+
+    @property
+    def can_refresh(self) -> bool:
+        return self._provider is not None
+
+    async def token(self, *, refresh: bool = False) -> str:
+        """The token to send; a new one from the provider when ``refresh`` or none yet."""
+        if self._provider is None:
+            assert self._static_token is not None
+            return self._static_token
+        async with self._token_lock:  # one call of the provider for everyone who asks at once
+            if refresh or self._token is None:
+                answer = self._provider()
+                token = await answer if inspect.isawaitable(answer) else answer
+                if not isinstance(token, str) or not token:
+                    raise ValueError("token_provider must return a token string")
+                self._token = token
+            return self._token
+
+    # ---- HTTP ---------------------------------------------------------------------------------
+
+    def _require_open(self, what: str) -> Connection:
+        if self._closed:
+            raise ClientStateError(f"cannot {what} on a closed client")
+        if self._connection is None:
+            raise ClientStateError(f"{what} inside `async with Client(...) as client:`")
+        return self._connection
+
+    async def _http_publish(self, events: list[Mapping[str, Any]], key: str) -> list[Offset]:
+        body = await self._request(
+            "POST",
+            "/v1/events",
+            orjson.dumps({"events": events}),
+            {"Idempotency-Key": key, "Content-Type": "application/json"},
+        )
+        if not isinstance(body, dict):
+            raise ProtocolError("a publish answer must be a JSON object")
+        return decode_offsets(body.get("offsets"))
+
+    async def _request(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
+    ) -> Any:
+        assert self._session is not None
+        for refresh in (False, True):
+            token = await self.token(refresh=refresh)
+            sent = {**headers, "Authorization": f"Bearer {token}"}
+            try:
+                async with self._session.request(
+                    method, self.url + path, data=data, headers=sent
+                ) as response:
+                    text = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                raise ConnectionLost(f"could not reach the gateway: {exc!r}") from exc
+            body = _json_or_none(text)
+            if 200 <= status < 300:
+                return body
+            if not (isinstance(body, dict) and isinstance(body.get("code"), str)):
+                body = {"code": f"http_{status}", "message": f"the gateway answered HTTP {status}"}
+            error = gateway_error(body, status)
+            if not (is_token_error(error) and self.can_refresh and not refresh):
+                raise error
+        raise AssertionError("unreachable")
+
+
+def _json_or_none(text: bytes) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
