@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from liveviews.app import App
 from liveviews.errors import InvalidEvent
@@ -33,6 +33,7 @@ from liveviews.gateway.metrics import Metrics
 from liveviews.gateway.publish.append import Appender
 from liveviews.gateway.publish.memory import StoreMemory, store_full
 from liveviews.gateway.publish.ratelimit import PublishRate, retry_after
+from liveviews.gateway.publish.refusal import refuses_writes, writes_refused
 from liveviews.gateway.settings import GatewaySettings
 from liveviews.log.append import (
     Idempotency,
@@ -159,6 +160,11 @@ class Publisher:
             self.metrics.publishes_refused_store_full += 1
             self.memory.forget()
             raise store_full() from None
+        except RedisError as exc:
+            if not refuses_writes(exc):
+                raise
+            self.metrics.publishes_refused_store_full += 1
+            raise await writes_refused(self.client) from None
 
     def refuse_unpublishable(self, raws: list[Any]) -> None:
         """A declared table's row changes come from its database only (``liveviews.cdc``): a

@@ -131,7 +131,7 @@ async def _read_part(client: Client, part: Part, raise_on_error: bool) -> list[A
     return await nodes.on_node(client, read)
 
 
-LAYOUT_READ = """#!lua flags=allow-oom
+LAYOUT_READ = """
 local fields = redis.call('HMGET', KEYS[1], 'epoch', 'log_partitions', 'change_shards')
 if fields[1] and fields[2] and fields[3] then
   return fields
@@ -142,10 +142,11 @@ redis.call('HSETNX', KEYS[1], 'change_shards', ARGV[3])
 return redis.call('HMGET', KEYS[1], 'epoch', 'log_partitions', 'change_shards')
 """
 """The epoch and layout, recorded first if the store has none. A read, unless the record is
-missing: a store at its maxmemory refuses every command that may write, and a transaction with
-one (HSETNX) whole, so the reads it begins must not write when they need not. ``allow-oom``
-lets the record of a new store be made even then; EVAL, not EVALSHA, because a pipeline with a
-registered script first asks the store whether it has it, a round trip per read."""
+missing: a store that takes no writes (at its maxmemory, or refusing them before its disk fills)
+refuses a transaction with a write command whole, so the reads it begins must not write when
+they need not; a script without flags is refused only when it runs a write. EVAL, not
+EVALSHA, because a pipeline with a registered script first asks the store whether it has it, a
+round trip per read."""
 
 
 @dataclass(frozen=True)

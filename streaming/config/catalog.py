@@ -25,6 +25,7 @@ MAX_NICENESS = 19
 """The highest niceness Linux gives a process."""
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SIZE_RE = re.compile(r"([0-9]+)(%|b|kb|mb|gb|tb)?")
+SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
 NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
 
 
@@ -43,6 +44,17 @@ def _maxmemory(raw: str, label: str) -> str:
             f"not {raw.strip()!r}."
         )
     return value
+
+
+def _size(raw: str, label: str) -> int:
+    """Bytes, from a size (``64mb``, ``1gb``, bytes) or ``off`` (0)."""
+    value = raw.strip().lower()
+    if value == "off":
+        return 0
+    size = SIZE_RE.fullmatch(value)
+    if size is None or size[2] == "%":
+        raise ConfigurationError(f"{label} must be a size (64mb, 1gb) or off, not {raw.strip()!r}.")
+    return int(size[1]) * SIZE_UNITS[size[2] or "b"]
 
 
 def _niceness(raw: str, label: str) -> str:
@@ -159,6 +171,16 @@ STORE_MAXMEMORY = Setting(
     "taking events before (`LV_STORE_FULL_PERCENT`). The embedded store also asks for a "
     "password, made on first start into `$LV_DATA_DIR/store/password` (mode 0600) and read from "
     "there by every process that uses the embedded store; URLs in logs show it as `***`",
+)  # fmt: skip
+STORE_DISK_RESERVE = Setting(
+    "LV_STORE_DISK_RESERVE", Custom("a size (64mb, 1gb) or off", _size), 64 * 1024**2,
+    section=STORE, shown="`64mb`",
+    doc="free space the embedded store keeps on its disk: below it, the store takes no writes "
+    "(publishes answer 503 `store_disk_full`, the pipeline waits) and keeps serving reads, and "
+    "once there is half as much again free it takes them as before. Without it a full disk "
+    "would stop the store: under `LV_STORE_FSYNC=always` a server that cannot write its "
+    "append-only file exits rather than acknowledge what it could not keep "
+    "([durability](reliability/durability.md)); `off` turns the guard off",
 )  # fmt: skip
 STORE_ALLOCATOR = Setting(
     "LV_STORE_ALLOCATOR",

@@ -47,6 +47,11 @@ INFRASTRUCTURE_FAILURES = (
     "OutOfMemoryError",
     "MemoryError",
     "No space left on device",
+    # The store refusing writes for its own reasons: too few replicas, or a guard's switch
+    # before its disk fills (liveviews.store.diskguard); a disk it cannot write; a replica.
+    "NOREPLICAS",
+    "MISCONF",
+    "READONLY",
 )
 
 

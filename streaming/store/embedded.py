@@ -45,9 +45,10 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
 from liveviews.config import catalog as C
-from liveviews.config.catalog import SIZE_RE
+from liveviews.config.catalog import SIZE_RE, SIZE_UNITS
 from liveviews.config.layers import environment
 from liveviews.errors import ConfigurationError
+from liveviews.store.diskguard import DiskGuard
 from liveviews.store.password import embedded_url, password_path, redacted, store_password
 
 if TYPE_CHECKING:
@@ -59,7 +60,6 @@ LIBRARY_DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/li
 LINGER_S = 10.0
 """On stop, how long the store waits for the processes using it to finish first."""
 CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
 
 log = logging.getLogger("liveviews.store")
 
@@ -193,6 +193,11 @@ def _cluster_ok(client: redis.Redis) -> bool:
     return "cluster_state:ok" in (raw.decode() if isinstance(raw, bytes) else str(raw))
 
 
+def disk_reserve_setting(env: Mapping[str, str] | None = None) -> int:
+    """Bytes ``LV_STORE_DISK_RESERVE`` keeps free under the store (0: no guard)."""
+    return C.STORE_DISK_RESERVE.get(environment(env))
+
+
 def fsync_policy(env: Mapping[str, str] | None = None) -> str:
     """The AOF fsync policy ``LV_STORE_FSYNC`` asks for (default ``always``)."""
     return C.STORE_FSYNC.get(environment(env))
@@ -209,6 +214,7 @@ class EmbeddedStore:
         appendfsync: str | None = None,
         allocator: str | None = None,
         maxmemory: int | None = None,
+        disk_reserve: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
@@ -219,6 +225,9 @@ class EmbeddedStore:
         self.allocator_setting = allocator_setting(env)
         self.allocator = ""
         """What the started server allocates with: ``jemalloc``, ``builtin``, or ``libc (...)``."""
+        self.disk_reserve = disk_reserve_setting() if disk_reserve is None else disk_reserve
+        """Below this many free bytes on its disk the store takes no writes (0: no guard)."""
+        self.guard: DiskGuard | None = None
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -271,6 +280,9 @@ class EmbeddedStore:
                     "Set LV_EMBEDDED_PORT to a free port."
                 )
             if self._answers_as(self.process.pid):
+                if self.disk_reserve:
+                    self.guard = DiskGuard(self.url, store_dir, self.disk_reserve)
+                    self.guard.start()
                 return self.url
             time.sleep(0.05)
         self.stop()
@@ -292,8 +304,14 @@ class EmbeddedStore:
         except redis.RedisError:
             return False
 
+    def _stop_guard(self) -> None:
+        guard, self.guard = self.guard, None
+        if guard is not None:
+            guard.stop()
+
     def wait_for_clients_to_leave(self, timeout: float) -> None:
         """Stopped together with its clients, the store lets them write their last batch."""
+        self._stop_guard()  # its own connection would count as a client
         deadline = time.monotonic() + timeout
         try:
             client = redis.Redis.from_url(self.url, socket_timeout=1)
@@ -306,6 +324,7 @@ class EmbeddedStore:
             return
 
     def stop(self) -> None:
+        self._stop_guard()
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
             return

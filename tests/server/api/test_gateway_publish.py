@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from demo.chirp import app as chirp
 from liveviews.errors import ConfigurationError
 from liveviews.gateway.settings import GatewaySettings
 from liveviews.log.events import decode_entry, log_stream
+from liveviews.store.diskguard import REFUSAL_KEY, DiskGuard
 from liveviews.store.embedded import EmbeddedStore, free_port
 from tests.support.gateway import ServedGateway, Writer, open_sse
 from tests.support.gateway_settings import settings_for
@@ -323,6 +326,92 @@ async def test_a_full_store_still_serves_reads_and_subscriptions(small_store: re
     finally:
         small_store.config_set("maxmemory", 0)
         served.stop()
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A file system of 48 MB of the test's own, which the test fills."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"a small file system needs mount as root: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill_disk(disk: Path, leave: int) -> Path:
+    """A file that takes the disk's free space but ``leave`` bytes."""
+    filler = disk / "filler"
+    with open(filler, "wb") as out:
+        while shutil.disk_usage(disk).free > leave:
+            out.write(b"x" * min(1_048_576, shutil.disk_usage(disk).free - leave))
+            out.flush()
+    return filler
+
+
+async def test_a_store_short_of_disk_refuses_writes_and_keeps_serving_reads(
+    small_disk: Path,
+) -> None:
+    """Under appendfsync always a store that cannot write its append-only file exits, which
+    took every reader down with it on a full disk. The embedded store now stops taking writes
+    below its disk reserve (a publish answers 503 store_disk_full, saying why), keeps serving
+    reads, and takes writes again once there is room."""
+    reserve = 16 * 1_048_576
+    with EmbeddedStore(small_disk, free_port(), disk_reserve=reserve) as url:
+        client = redis.Redis.from_url(url)
+        served = ServedGateway(settings_for(url, LV_CHANGE_SHARDS="8")).start()
+        try:
+            Writer(client, chirp, 8).write([("profiles", "alice", "profile", {"name": "A"})])
+            assert (await post(served, PROFILE))[0] == 202
+            filler = fill_disk(small_disk, leave=reserve // 2)
+            deadline = time.monotonic() + 5
+            while True:
+                status, answer = await post(served, PROFILE)
+                if status != 202 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert (status, answer["code"]) == (503, "store_disk_full"), answer
+            assert "LV_STORE_DISK_RESERVE" in answer["message"]
+            refused = await ws_publish(served, [PROFILE])
+            assert (refused["type"], refused["code"]) == ("error", "store_disk_full")
+            async with aiohttp.ClientSession() as s:
+                got = await s.get(served.url + "/v1/views/profiles/alice", headers=served.headers())
+                assert got.status == 200 and (await got.json())["rows"] == {
+                    "profile": {"name": "A"}
+                }
+            acknowledged = log_length(client)
+            filler.unlink()
+            deadline = time.monotonic() + 5
+            while (await post(served, PROFILE))[0] != 202:
+                assert time.monotonic() < deadline, "writes were not taken again"
+                await asyncio.sleep(0.1)
+            assert log_length(client) == acknowledged + 1  # the refused ones were not written
+        finally:
+            served.stop()
+            client.close()
+
+
+def test_the_guard_switches_with_a_margin(store_url: str, store: redis.Redis) -> None:
+    """Off below the reserve, on again only above one and a half reserves: no flapping at the
+    edge. A refused store refuses every write and still answers reads."""
+    guard = DiskGuard(store_url, Path("/"), reserve=100)
+    try:
+        guard.check(store, 99)
+        assert guard.refusing
+        with pytest.raises(redis.exceptions.ResponseError, match="NOREPLICAS"):
+            store.set("probe", "x")
+        assert store.get(REFUSAL_KEY) is not None
+        guard.check(store, 149)
+        assert guard.refusing
+        guard.check(store, 150)
+        assert not guard.refusing and store.get(REFUSAL_KEY) is None
+        store.set("probe", "x")
+    finally:
+        store.config_set("min-replicas-to-write", 0)
 
 
 async def test_the_log_keeps_what_lv_log_retention_says(store_url: str, store: redis.Redis) -> None:

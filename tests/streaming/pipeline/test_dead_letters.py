@@ -8,6 +8,7 @@ import sys
 import time
 
 import orjson
+import pytest
 
 from demo.chirp import app
 from demo.chirp.generate import Activity, seed_events
@@ -252,3 +253,26 @@ def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipelin
     v = read_snapshot(store, "notes", "v", settings.change_shards).rows["count"]
     assert v == {"n": 1, "last": "b"}
     assert first and after
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "NOREPLICAS Not enough good replicas to write. script: ...",
+        "MISCONF Errors writing to the AOF file: No space left on device",
+        "READONLY You can't write against a read only replica.",
+    ],
+)
+def test_a_store_that_takes_no_writes_is_no_fault_of_the_events(reason: str) -> None:
+    """A sink refused by a store that takes no writes (its disk guard, a disk it cannot write, a
+    replica) failed the batch as Spark reports a Python error: the batch's events would have
+    been set aside as dead letters, for a fault of the store's."""
+    from liveviews.pipeline.recovery import is_view_failure
+
+    failure = (
+        "pyspark.errors.exceptions.captured.StreamingQueryException: [FOREACH_BATCH_USER_FUNCTION"
+        f"_ERROR] ... PythonException: redis.exceptions.ResponseError: {reason}"
+    )
+    assert not is_view_failure(failure)
+    assert is_view_failure(failure.replace(f"redis.exceptions.ResponseError: {reason}",
+                                           "KeyError: 'user'"))  # fmt: skip
