@@ -1,0 +1,179 @@
+"""Fill the store's disk under load, then free it.
+
+The store's files live on a small file system the test mounts (tmpfs); a publisher posts
+through a gateway, a pipeline runs under ``liveviews.supervise`` and an SSE subscriber follows
+``activity/global``. The test fills the disk to under the store's reserve
+(``LV_STORE_DISK_RESERVE``) and keeps it there for a while. Meanwhile: every publish is answered
+202 or 503 ``store_disk_full`` (never 202 for an event that was not written), the store stays up
+and the gateway keeps serving snapshots, and no event of the pipeline's refused batches is set
+aside as a dead letter. Once the file filling the disk is removed, publishes are taken again and
+the subscriber receives again, with no one restarting anything by hand; at the end every
+acknowledged event is in the log once, and the views are consistent with it.
+
+``LV_FAULT_STALL_S`` keeps the disk full that long (default 5 s); ``LV_FAULT_SEED``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from liveviews.log import deadletters
+from liveviews.log.events import log_stream
+from liveviews.store.embedded import EmbeddedStore
+from tests.faults.clients import (
+    ClientLoop,
+    Publisher,
+    Resumer,
+    dev_token,
+    missing_acked,
+    sse_subscriber,
+)
+from tests.faults.harness import (
+    PARTITIONS,
+    SHARDS,
+    Figures,
+    Gateway,
+    Knobs,
+    Pipeline,
+    wait_caught_up,
+    wait_for_progress,
+)
+from tests.support.checks import assert_views_consistent
+from tests.support.gateway import free_port, stored_rows
+
+KNOBS = Knobs.from_env(kills=1)
+FULL_S = float(os.environ.get("LV_FAULT_STALL_S") or 5)
+DISK_MB = 160
+RESERVE = 32 * 1_048_576
+
+
+@pytest.fixture()
+def disk(tmp_path: Path) -> Iterator[Path]:
+    """A file system of the test's own under the store, which the test fills."""
+    path = tmp_path / "disk"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs",
+                              str(path)], capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"a small file system needs mount as root: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as out:
+        while (free := shutil.disk_usage(disk).free) > leave:
+            out.write(b"x" * min(4 * 1_048_576, free - leave))
+            out.flush()
+    return filler
+
+
+def wait_until(what: str, predicate: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
+        time.sleep(0.1)
+
+
+def snapshot_served(url: str) -> bool:
+    request = urllib.request.Request(
+        f"{url}/v1/views/activity/global", headers={"Authorization": f"Bearer {dev_token('x')}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return bool(answer.status == 200)
+
+
+@pytest.mark.timeout(420 + int(FULL_S))
+def test_a_full_disk_refuses_publishes_keeps_reads_and_recovers(tmp_path, disk):
+    figures = Figures("disk_full", {"seed": KNOBS.seed, "full_s": FULL_S})
+    store = EmbeddedStore(disk, free_port(), appendfsync="always", disk_reserve=RESERVE)
+    url = store.start()
+    client = redis.Redis.from_url(url)
+    pipeline = Pipeline(url, tmp_path, supervised=True)
+    gateway = Gateway(url, tmp_path, free_port())
+    clients = ClientLoop()
+    watcher = Resumer("sse-activity", "activity", "global")
+    publisher = Publisher(gateway.url, KNOBS.seed)
+    try:
+        gateway.start()
+        pipeline.start()
+        publisher.start()
+        wait_for_progress(client, 0, pipeline)
+        clients.spawn(sse_subscriber(gateway.url, dev_token("watcher"), watcher, clients.halt))
+        wait_until("a snapshot", lambda: watcher.state.last_id is not None)
+        time.sleep(1)
+        filler = fill(disk, leave=RESERVE // 2)
+        full_at = time.monotonic()
+        wait_until("a publish refused store_disk_full",
+                   lambda: publisher.answers["503 store_disk_full"] > 0, timeout=10)  # fmt: skip
+        refused_after_s = time.monotonic() - full_at
+        time.sleep(FULL_S)
+        assert store.process is not None and store.process.poll() is None, "the store exited"
+        assert snapshot_served(gateway.url), "the gateway stopped serving reads"
+        acked_while_full = len(publisher.acked)
+        filler.unlink()
+        freed_at = time.monotonic()
+        wait_until("publishes taken again", lambda: len(publisher.acked) > acked_while_full + 20,
+                   timeout=30)  # fmt: skip
+        taken_after_s = time.monotonic() - freed_at
+        seen = len(watcher.state.ids)
+        wait_until("the subscriber receives again", lambda: len(watcher.state.ids) > seen,
+                   timeout=120)  # fmt: skip
+        delivering_after_s = time.monotonic() - freed_at
+        time.sleep(1)
+        publisher.stop()
+        catch_up = wait_caught_up(client, pipeline)
+        assert pipeline.alive(), "the pipeline's supervisor gave up"
+        want = stored_rows(client, "activity", "global", SHARDS)
+        wait_until("the subscriber holds the stored rows", lambda: watcher.state.rows == want, 30)
+        assert watcher.failure is None, watcher.failure
+    finally:
+        publisher.halt.set()
+        clients.stop()
+        gateway.stop()
+        pipeline.stop()
+        store.stop()
+    store.start()
+    try:
+        missing = missing_acked(client, publisher.acked)
+        assert not missing, f"acknowledged events lost: {missing[:5]}"
+        logged = sum(client.xlen(log_stream(p)) for p in range(PARTITIONS))
+        assert len(set(publisher.acked)) == len(publisher.acked) == logged
+        assert deadletters.listed(client) == [], "the store's refusal set events aside"
+        deltas = assert_views_consistent(client, PARTITIONS, SHARDS)
+    finally:
+        client.close()
+        store.stop()
+    answers = {k: v for k, v in publisher.answers.items() if k != "202"}
+    assert set(answers) == {"503 store_disk_full"}, (answers, publisher.refused_bodies[:3])
+    figures.values.update(
+        disk_mb=DISK_MB,
+        reserve_mb=RESERVE // 1_048_576,
+        events_acknowledged=len(publisher.acked),
+        publishes_refused=answers["503 store_disk_full"],
+        refused_within_s=round(refused_after_s, 2),
+        taken_again_within_s=round(taken_after_s, 2),
+        delivering_again_within_s=round(delivering_after_s, 1),
+        pipeline_starts_under_supervisor=_supervisor_starts(tmp_path),
+        deltas_checked=deltas,
+        catch_up_s=round(catch_up, 1),
+    )
+    figures.print()
+
+
+def _supervisor_starts(workdir: Path) -> int:
+    """How many times the supervisor started the pipeline, from its log."""
+    text = (workdir / "pipeline.log").read_text(errors="replace")
+    return 1 + text.count("starting it again")
