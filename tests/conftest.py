@@ -28,7 +28,25 @@ from liveviews.cdc.embedded import EmbeddedPostgres
 from liveviews.pipeline.settings import Settings
 from liveviews.store.embedded import EmbeddedStore, free_port
 from tests.support.installed import spark_venv, wheel  # noqa: F401  (fixtures: built once a run)
+from tests.support.leftovers import left_behind, mark_run
 from tests.support.pipeline import RunningPipeline
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    mark_run()  # before any test starts a process, so that every one inherits it
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a run that leaves a process it started running (liveviews' tests.support.leftovers)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    left = left_behind()
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["processes this run started were still running at its end (killed now):", *left]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -132,6 +150,19 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
+    # stop() leaves the JVM PySpark launched running until this process exits: ended here, it
+    # is not taken for a process the run left behind (tests.support.leftovers).
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is not None:
+        gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    if proc is not None:
+        proc.terminate()
+        proc.wait(30)
 
 
 @pytest.fixture()

@@ -13,6 +13,7 @@ from liveviews.config import catalog
 from liveviews.config.catalog import by_name, declared
 from liveviews.config.declare import SECTIONS, Setting
 from liveviews.config.page import render, sections
+from tests.support.sources import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "CONFIGURATION.md"
@@ -42,7 +43,7 @@ def test_every_variable_the_code_names_is_declared() -> None:
 def _catalog_names_used(path: Path) -> set[str]:
     """The catalog's names a module uses: ``C.NAME`` (the catalog imported as ``C``) or
     imported from it by name."""
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     used = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "liveviews.config.catalog":

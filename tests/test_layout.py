@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sources import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"streaming": "liveviews", "server": "liveviews.gateway", "demo": "demo"}
 """Each folder and the package it is (setup.py's mapping)."""
@@ -40,7 +42,7 @@ def runtime_nodes(path: Path) -> Iterator[ast.AST]:
     """The nodes of ``path`` that run: what ``if TYPE_CHECKING:`` holds is for the type checker
     alone, and may point back up a layer."""
     skipped: set[int] = set()
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skipped |= {id(n) for child in node.body for n in ast.walk(child)}
@@ -74,7 +76,7 @@ def imported(path: Path, known: dict[str, Path]) -> Iterator[str]:
     """Each module of ``known`` that ``path`` imports, anywhere in it, for the type checker too."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -204,7 +206,7 @@ def test_a_layer_does_not_import(layer: str, forbidden: tuple[str, ...]) -> None
 def test_the_top_level_names_spark_only_lazily() -> None:
     """``import liveviews`` must not start importing Spark: only attribute access does."""
     path = ROOT / "streaming" / "__init__.py"
-    top = ast.parse(path.read_text()).body
+    top = parse(path).body
     imports = [n for n in top if isinstance(n, ast.Import | ast.ImportFrom)]
     named = [getattr(n, "module", None) or "" for n in imports]
     assert not [n for n in named if n.startswith(SPARK_SIDE)]

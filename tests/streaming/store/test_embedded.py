@@ -162,8 +162,11 @@ def test_every_process_on_the_embedded_default_finds_it_and_none_shows_its_passw
     """The store process (the Procfile's) makes the password; the gateway, started with the
     same data directory and no REDIS_URL, reads it and serves; neither prints it."""
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    # Started side by side, as the Procfile starts them: the gateway waits for the store as it
+    # does under make run and liveviews dev.
     env.update(LV_DATA_DIR=str(tmp_path), LV_EMBEDDED_PORT=str(free_port()),
-               LV_PORT=str(free_port()), LV_STATIC_DIR="off", LV_CLIENT_JS_DIR="off")  # fmt: skip
+               LV_PORT=str(free_port()), LV_STATIC_DIR="off", LV_CLIENT_JS_DIR="off",
+               LV_WAIT_FOR_STORE="30")  # fmt: skip
     procs = []
     try:
         for module in ("liveviews.store.embedded", "liveviews.gateway"):
