@@ -22,7 +22,7 @@ import click
 from liveviews.app import load_app
 from liveviews.cli.base import SettingRefused, config_option
 from liveviews.cli.processes import require_extra
-from liveviews.config.catalog import APP_DIR, HOST, PORT
+from liveviews.config.catalog import APP_DIR, HOST, PORT, WAIT_FOR_STORE
 from liveviews.config.layers import environment
 from liveviews.errors import ConfigurationError
 
@@ -81,7 +81,8 @@ def dev(app: str, pages: Path | None, port: int | None) -> None:
     if port is not None:
         env["LV_PORT"] = str(port)
     # A store that the supervisor starts beside the others takes a moment to answer.
-    env.setdefault("LV_WAIT_FOR_STORE", "30")
+    if WAIT_FOR_STORE.raw(settings) is None:
+        env[WAIT_FOR_STORE.name] = "30"
     if declared.tables:
         require_extra("cdc")
     # Java and the application checked, and the JVM's class archive built once, before the
@@ -93,7 +94,7 @@ def dev(app: str, pages: Path | None, port: int | None) -> None:
     from honcho.printer import Printer
 
     manager = Manager(Printer(sys.stdout))
-    for name, argv in processes(environment(env), bool(declared.tables)).items():
+    for name, argv in processes(settings, bool(declared.tables)).items():
         manager.add_process(name, shlex.join(argv), env=env, cwd=str(folder))
     host, shown_port = HOST.get(settings), port if port is not None else PORT.get(settings)
     click.echo(f"Liveviews for {app}: http://{host}:{shown_port}/", err=True)

@@ -5,7 +5,6 @@ and ``liveviews config`` shows them. The docs are Markdown, relative to ``docs/`
 from __future__ import annotations
 
 import functools
-import re
 
 from liveviews.config.declare import (
     Choice,
@@ -18,57 +17,17 @@ from liveviews.config.declare import (
     Text,
     Whole,
 )
-from liveviews.errors import ConfigurationError
-from liveviews.log.retention import Retention
+from liveviews.config.values import (
+    MAX_NICENESS,
+    niceness,
+    origins,
+    retention,
+    share_or_size,
+    size_or_off,
+)
 
-MAX_NICENESS = 19
-"""The highest niceness Linux gives a process."""
 LOG_LEVELS = ("debug", "info", "warning", "error")
-SIZE_RE = re.compile(r"([0-9]+)(%|b|kb|mb|gb|tb)?")
-SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4}
 NAME_PATTERN = r"[a-z_][a-z0-9_]{0,62}"
-
-
-def _retention(raw: str, label: str) -> Retention | None:
-    return Retention.parse(raw, label)
-
-
-def _maxmemory(raw: str, label: str) -> str:
-    """The spec as written (``25%``, ``2gb``, ``off``); ``liveviews.store.embedded`` turns it
-    into bytes on the machine it runs on."""
-    value = raw.strip().lower()
-    size = SIZE_RE.fullmatch(value)
-    if value != "off" and (size is None or (size[2] == "%" and not 1 <= int(size[1]) <= 100)):
-        raise ConfigurationError(
-            f"{label} must be a share of the machine's memory (25%), a size (512mb, 2gb) or off, "
-            f"not {raw.strip()!r}."
-        )
-    return value
-
-
-def _size(raw: str, label: str) -> int:
-    """Bytes, from a size (``64mb``, ``1gb``, bytes) or ``off`` (0)."""
-    value = raw.strip().lower()
-    if value == "off":
-        return 0
-    size = SIZE_RE.fullmatch(value)
-    if size is None or size[2] == "%":
-        raise ConfigurationError(f"{label} must be a size (64mb, 1gb) or off, not {raw.strip()!r}.")
-    return int(size[1]) * SIZE_UNITS[size[2] or "b"]
-
-
-def _niceness(raw: str, label: str) -> str:
-    value = raw.strip().lower()
-    if value == "idle" or (value.isascii() and value.isdigit() and int(value) <= MAX_NICENESS):
-        return value
-    raise ConfigurationError(
-        f"{label}={raw.strip()}: write a niceness from 0 (build in the pipeline process) to "
-        f"{MAX_NICENESS} (the lowest CPU priority), or idle (only the CPU no other process wants)."
-    )
-
-
-def _origins(raw: str, label: str) -> tuple[str, ...]:
-    return tuple(o.strip() for o in raw.split(",") if o.strip())
 
 
 EVERY, STORE, PIPELINE, GATEWAY, CDC, DEMO, INTERNAL = (
@@ -135,7 +94,7 @@ CHANGE_RETENTION = Setting(
 )  # fmt: skip
 LOG_RETENTION = Setting(
     "LV_LOG_RETENTION",
-    Custom("off, a number of events, or an age (30d, 12h, 90m, 3600s)", _retention),
+    Custom("off, a number of events, or an age (30d, 12h, 90m, 3600s)", retention),
     None, section=EVERY, shown="`off`",
     doc="how much of each log partition an append keeps: `off` (all of it), a number of events "
     "(`1000000`), or an age by the time the store took them (`30d`, `12h`, `90m`, `3600s`); "
@@ -163,7 +122,7 @@ EMBEDDED_PORT = Setting(
 # A quarter of the machine's memory leaves the rest to Spark, the gateway, and the copy of the
 # store its append-only file's rewrite makes (copy-on-write).
 STORE_MAXMEMORY = Setting(
-    "LV_STORE_MAXMEMORY", Custom("a share (25%), a size (512mb, 2gb) or off", _maxmemory),
+    "LV_STORE_MAXMEMORY", Custom("a share (25%), a size (512mb, 2gb) or off", share_or_size),
     "25%", section=STORE,
     doc="the most the embedded store holds: a share of the machine's memory (or of its "
     "container's limit), a size (`512mb`, `2gb`) or `off`. Full, it refuses writes and never "
@@ -173,7 +132,7 @@ STORE_MAXMEMORY = Setting(
     "there by every process that uses the embedded store; URLs in logs show it as `***`",
 )  # fmt: skip
 STORE_DISK_RESERVE = Setting(
-    "LV_STORE_DISK_RESERVE", Custom("a size (64mb, 1gb) or off", _size), 64 * 1024**2,
+    "LV_STORE_DISK_RESERVE", Custom("a size (64mb, 1gb) or off", size_or_off), 64 * 1024**2,
     section=STORE, shown="`64mb`",
     doc="free space the embedded store keeps on its disk: below it, the store takes no writes "
     "(publishes answer 503 `store_disk_full`, the pipeline waits) and keeps serving reads, and "
@@ -260,7 +219,7 @@ REBUILD_GRACE_SECONDS = Setting(
     doc="how long a replaced version's state is kept before it is deleted",
 )  # fmt: skip
 REBUILD_NICENESS = Setting(
-    "LV_REBUILD_NICENESS", Custom(f"idle, or a niceness from 0 to {MAX_NICENESS}", _niceness),
+    "LV_REBUILD_NICENESS", Custom(f"idle, or a niceness from 0 to {MAX_NICENESS}", niceness),
     "idle", section=PIPELINE,
     doc="on a local master, a version being built runs in a process of its own at the lowest "
     "CPU priority, in the kernel's idle class (`SCHED_IDLE`), so that the serving queries get "
@@ -344,7 +303,7 @@ DEV_TOKEN_TTL = Setting(
     doc="seconds a token from `POST /v1/dev/token` is valid",
 )  # fmt: skip
 CORS_ORIGINS = Setting(
-    "LV_CORS_ORIGINS", Custom("comma-separated origins (scheme://host[:port])", _origins), (),
+    "LV_CORS_ORIGINS", Custom("comma-separated origins (scheme://host[:port])", origins), (),
     section=GATEWAY, shown="none",
     doc="comma-separated origins allowed to call the gateway (with credentials), each "
     "`scheme://host[:port]`; `*` is refused at start. Also the origins, beside the gateway's "

@@ -56,14 +56,12 @@ class Whole:
         if not (raw.isascii() and re.fullmatch(r"[+-]?\d+", raw)):  # int() reads "٣" as 3
             raise ConfigurationError(f"{label} must be a whole number, not {raw!r}.")
         value = int(raw)
-        if self.maximum is not None and not self.minimum <= value <= self.maximum:
-            if value < self.minimum:
-                raise ConfigurationError(f"{label} must be at least {self.minimum}, not {value}.")
+        if value < self.minimum:
+            raise ConfigurationError(f"{label} must be at least {self.minimum}, not {value}.")
+        if self.maximum is not None and value > self.maximum:
             raise ConfigurationError(
                 f"{label} must be from {self.minimum} to {self.maximum}, not {value}."
             )
-        if value < self.minimum:
-            raise ConfigurationError(f"{label} must be at least {self.minimum}, not {value}.")
         return value
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from liveviews.config import catalog as C
-from liveviews.config.catalog import MAX_NICENESS
 from liveviews.config.layers import SPARK_CONF_PREFIX, environment
+from liveviews.config.values import MAX_NICENESS
 from liveviews.log.retention import Retention
 from liveviews.store.password import embedded_url, store_password
 

@@ -45,8 +45,8 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
 from liveviews.config import catalog as C
-from liveviews.config.catalog import SIZE_RE, SIZE_UNITS
 from liveviews.config.layers import environment
+from liveviews.config.values import size_bytes
 from liveviews.errors import ConfigurationError
 from liveviews.store.diskguard import DiskGuard
 from liveviews.store.password import embedded_url, password_path, redacted, store_password
@@ -142,11 +142,9 @@ def maxmemory_setting(env: Mapping[str, str] | None = None) -> int:
     spec = C.STORE_MAXMEMORY.get(environment(env))
     if spec == "off":
         return 0
-    size = SIZE_RE.fullmatch(spec)
-    assert size is not None  # the setting's reader took only sizes
-    if size[2] == "%":
-        return machine_memory() * int(size[1]) // 100
-    return int(size[1]) * SIZE_UNITS[size[2] or "b"]
+    if spec.endswith("%"):
+        return machine_memory() * int(spec[:-1]) // 100
+    return size_bytes(spec)
 
 
 def answers(url: str, timeout: float = 0.5) -> bool:
