@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -299,6 +300,14 @@ def wait_caught_up(
         time.sleep(0.1)
     tail = pipeline.tail() if pipeline is not None else ""
     raise AssertionError(f"the views did not catch up with the log in {timeout} s\n{tail}")
+
+
+def wait_until(what: str, predicate: Callable[[], bool], timeout: float = 60) -> None:
+    """Until ``predicate()`` holds; fails saying ``what`` did not happen within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
+        time.sleep(0.1)
 
 
 def wait_for_progress(client: redis.Redis, after: int, pipeline: Pipeline, timeout: float = 120):

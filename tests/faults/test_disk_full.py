@@ -16,11 +16,9 @@ acknowledged event is in the log once, and the views are consistent with it.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,8 +44,10 @@ from tests.faults.harness import (
     Pipeline,
     wait_caught_up,
     wait_for_progress,
+    wait_until,
 )
 from tests.support.checks import assert_views_consistent
+from tests.support.disk import fill, small_filesystem
 from tests.support.gateway import free_port, stored_rows
 
 KNOBS = Knobs.from_env(kills=1)
@@ -59,32 +59,8 @@ RESERVE = 32 * 1_048_576
 @pytest.fixture()
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A file system of the test's own under the store, which the test fills."""
-    path = tmp_path / "disk"
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs",
-                              str(path)], capture_output=True, text=True)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"a small file system needs mount as root: {mounted.stderr.strip()}")
-    try:
+    with small_filesystem(tmp_path / "disk", DISK_MB) as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(disk: Path, leave: int) -> Path:
-    filler = disk / "filler"
-    with open(filler, "wb") as out:
-        while (free := shutil.disk_usage(disk).free) > leave:
-            out.write(b"x" * min(4 * 1_048_576, free - leave))
-            out.flush()
-    return filler
-
-
-def wait_until(what: str, predicate: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
-        time.sleep(0.1)
 
 
 def snapshot_served(url: str) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
 
 import pytest
 import redis
@@ -46,6 +45,7 @@ from tests.faults.harness import (
     Pipeline,
     wait_caught_up,
     wait_for_progress,
+    wait_until,
 )
 from tests.support.checks import assert_views_consistent
 from tests.support.gateway import free_port, stored_rows
@@ -78,13 +78,6 @@ def _parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as stat:
         # The command may hold spaces and parentheses: the fields after its last ')' are fixed.
         return int(stat.read().rsplit(")", 1)[1].split()[1])
-
-
-def wait_until(what: str, predicate: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
-        time.sleep(0.1)
 
 
 @pytest.mark.timeout(300 + 3 * KNOBS.kills * (60 + int(STALL_S)))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,8 @@ from liveviews.gateway.settings import GatewaySettings
 from liveviews.log.events import decode_entry, log_stream
 from liveviews.store.diskguard import REFUSAL_KEY, DiskGuard
 from liveviews.store.embedded import EmbeddedStore, free_port
+from tests.support.disk import fill as fill_disk
+from tests.support.disk import small_filesystem
 from tests.support.gateway import ServedGateway, Writer, open_sse
 from tests.support.gateway_settings import settings_for
 
@@ -330,27 +330,8 @@ async def test_a_full_store_still_serves_reads_and_subscriptions(small_store: re
 
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A file system of 48 MB of the test's own, which the test fills."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)],
-                             capture_output=True, text=True)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"a small file system needs mount as root: {mounted.stderr.strip()}")
-    try:
+    with small_filesystem(tmp_path / "disk", 48) as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def fill_disk(disk: Path, leave: int) -> Path:
-    """A file that takes the disk's free space but ``leave`` bytes."""
-    filler = disk / "filler"
-    with open(filler, "wb") as out:
-        while shutil.disk_usage(disk).free > leave:
-            out.write(b"x" * min(1_048_576, shutil.disk_usage(disk).free - leave))
-            out.flush()
-    return filler
 
 
 async def test_a_store_short_of_disk_refuses_writes_and_keeps_serving_reads(
