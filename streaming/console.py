@@ -33,6 +33,9 @@ CHATTER = ("py4j", "pyspark", "uvicorn", "py.warnings")
 HANDLERS = ("liveviews.console", "liveviews.file")
 FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 NAME_WIDTH = 9
+FILE_ONLY = {"file_only": True}
+"""``extra`` of a log call whose lines belong in the log file only: a traceback behind a
+sentence the console already shows."""
 
 
 def log_file(process: str, settings: Settings) -> Path:
@@ -88,6 +91,8 @@ class LibraryLines(logging.Filter):
         self.threshold = logging.ERROR
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "file_only", False):
+            return False
         return record.levelno >= self.threshold or not from_library(record)
 
 

@@ -6,7 +6,9 @@ reads the same entry. The sink records these offsets as the pipeline's frontier.
 
 Reading them here, rather than having the source emit a row per partition, keeps each
 micro-batch to one scan of the log: a second branch of the query for those rows was a
-second read task, queued behind the stateful tasks on a small machine.
+second read task, queued behind the stateful tasks on a small machine. A plan that scans the
+log more than once (a union or a join of event types) has an entry per scan, all of the one
+stream of the log, so all the same.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from typing import Any
 
 import orjson
 from pyspark.sql import SparkSession
-
-from liveviews.errors import ConfigurationError
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The local property Spark sets on a query's stream thread, which ``foreachBatch`` runs on."""
@@ -42,12 +42,16 @@ class BatchEnds:
         entry = query.streamingQuery().offsetLog().get(batch_id)
         if entry.isEmpty():
             raise RuntimeError(f"the offset log of query {query_id} has no batch {batch_id}.")
+        # One entry per scan of the source: a union or a join of event types scans the one
+        # stream of the log twice, to the same offsets (``liveviews.pipeline.plan``).
         offsets = entry.get().offsets()
-        if offsets.size() != 1:
-            raise ConfigurationError(
-                f"a pipeline query reads {offsets.size()} sources; it must read the log once."
+        read = {offsets.apply(i).get().json() for i in range(offsets.size())}
+        if len(read) != 1:
+            raise RuntimeError(
+                f"batch {batch_id} of query {query_id} read the log to {len(read)} different "
+                "offsets; a pipeline reads only the events it is given."
             )
-        return parse(offsets.apply(0).get().json())
+        return parse(read.pop())
 
 
 def parse(offset_json: str) -> dict[int, str]:

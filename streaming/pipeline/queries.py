@@ -14,13 +14,13 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from liveviews.app import App, Pipeline
+from liveviews.app import App
 from liveviews.pipeline.offsetlog import BatchEnds
+from liveviews.pipeline.plan import built, started
 from liveviews.pipeline.session import QUERY_NAME, SHUFFLE_PARTITIONS
 from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.sink import BUILD_CALL_OPS, CALL_OPS, ChangeTopicSink
 from liveviews.pipeline.source import SOURCE_NAME, screen_option, store_retry
-from liveviews.pipeline.views import CHANGE_SCHEMA
 from liveviews.store.client import Client, connect
 
 SINK_TIMEOUT_S = 600
@@ -46,11 +46,6 @@ def read_log(
         .option("readTasks", str(settings.read_tasks))
         .load()
     )
-
-
-def changes(pipeline: Pipeline, events: DataFrame) -> DataFrame:
-    """A pipeline's changes, in the columns the sink takes."""
-    return pipeline.build(events).select(*[f.name for f in CHANGE_SCHEMA.fields])
 
 
 def checkpoint_of(settings: Settings, pipeline: str) -> Path:
@@ -99,15 +94,15 @@ def start_pipeline(
     # records this count, which the query then keeps.
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
     try:
-        return (
-            changes(pipeline, read_log(spark, settings, app, qualified, max_events))
+        writer = (
+            built(pipeline, read_log(spark, settings, app, qualified, max_events))
             .writeStream.queryName(f"{QUERY_NAME}.{qualified}")
-            .outputMode("update")
+            .outputMode(pipeline.output_mode)
             .foreachBatch(sink)
             .option("checkpointLocation", str(checkpoint_of(settings, qualified)))
             .trigger(processingTime=pipeline.trigger_interval or settings.trigger_interval)
-            .start()
         )
+        return started(name, writer.start)
     finally:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
         spark.conf.set(SHUFFLE_PARTITIONS, partitions)
