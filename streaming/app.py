@@ -26,6 +26,9 @@ NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
 INTERVAL_RE = re.compile(r"[0-9]+ (millisecond|second|minute)s?")
 VERSION_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
 """A pipeline version: it names store keys and checkpoints, and rides in event ids."""
+OUTPUT_MODES = ("update", "append")
+"""Spark's output modes a pipeline may run in; complete mode would rewrite every row of its
+views at each micro-batch."""
 
 ReadRule = Callable[[str, str], bool]
 """``rule(subject, key)``: may the signed-in ``subject`` read the view's ``key``?"""
@@ -97,6 +100,11 @@ class Pipeline:
     """The pipeline's version, 1 to 32 letters, digits or ``_``; when None, derived from its
     code (``liveviews.pipeline.code.derive``). A new version is built beside the serving one
     and replaces it once it has caught up (docs/VERSIONS.md)."""
+    output_mode: str = "update"
+    """Spark's output mode of the pipeline's query: ``"update"``, each micro-batch's changed
+    rows (an aggregation's changed groups); or ``"append"``, each row once, when it is final,
+    which Spark requires of an outer join of two event types and which holds an aggregation's
+    window back until the watermark closes it."""
 
 
 @dataclass
@@ -183,11 +191,13 @@ class App:
         partitions: int | None = None,
         trigger_interval: str | None = None,
         version: str | None = None,
+        output_mode: str = "update",
     ) -> Callable[[Callable[[DataFrame], DataFrame]], Callable[[DataFrame], DataFrame]]:
         """Decorator: ``@app.pipeline("entities", views=["profiles", ...])``; ``partitions``:
         its state partitions, when not ``LV_SHUFFLE_PARTITIONS``; ``trigger_interval``: the
         time between its micro-batches, when not ``LV_TRIGGER_INTERVAL``; ``version``: its
-        version, when not derived from its code (see ``Pipeline``)."""
+        version, when not derived from its code (see ``Pipeline``); ``output_mode``: Spark's
+        output mode of its query, ``"update"`` or ``"append"`` (see ``Pipeline``)."""
         names = tuple(views)
         if partitions is not None and partitions < 1:
             raise ConfigurationError(
@@ -204,6 +214,12 @@ class App:
                 f"pipeline {name!r}: version {version!r} is not 1 to 32 letters, digits or '_'."
             )
 
+        if output_mode not in OUTPUT_MODES:
+            raise ConfigurationError(
+                f"pipeline {name!r}: output_mode {output_mode!r} is not one of "
+                f"{', '.join(map(repr, OUTPUT_MODES))}."
+            )
+
         def register(fn: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame], DataFrame]:
             _check_name("pipeline", name, self.pipelines)
             for v in names:
@@ -212,7 +228,9 @@ class App:
                 owner = self.owner_of(v)
                 if owner is not None:
                     raise ConfigurationError(f"view {v!r} is already written by {owner!r}.")
-            self.pipelines[name] = Pipeline(name, fn, names, partitions, trigger_interval, version)
+            self.pipelines[name] = Pipeline(
+                name, fn, names, partitions, trigger_interval, version, output_mode
+            )
             return fn
 
         return register

@@ -27,7 +27,8 @@ def derive(app: App, pipeline: str) -> str:
     """The pipeline's declared version, or the first 12 hex digits of a SHA-256 over what
     decides its results (docs/VERSIONS.md):
 
-    - its declaration: name, views with their limits (and whether listable), state partitions;
+    - its declaration: name, views with their limits (and whether listable), state partitions,
+      output mode;
     - the application's event types: names and schemas;
     - the source text of its build function and of every function and class of the
       application's package that the build function reaches by name, through globals,
@@ -47,6 +48,8 @@ def derive(app: App, pipeline: str) -> str:
             [v, app.views[v].limit, *([True] if app.views[v].listable else [])] for v in p.views
         ],
         "partitions": p.partitions,
+        # Only when not the default, so that the versions of update-mode pipelines stay.
+        **({"output_mode": p.output_mode} if p.output_mode != "update" else {}),
         "events": {n: _schema(e.schema) for n, e in sorted(app.event_types.items())},
     }
     h.update(orjson.dumps(declaration))
