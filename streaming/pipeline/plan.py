@@ -39,9 +39,14 @@ HINTS = {
         "declare the pipeline with output_mode='append' (Spark then emits each row once, when "
         "it is final)"
     ),
-    "without watermark": (
-        "add a watermark on the event time (withWatermark) before the aggregation or join, or "
-        "declare the pipeline with output_mode='update'"
+    "aggregations without watermark": (
+        "declare the pipeline in update mode (the default), or group by a window of an event "
+        "time that has a watermark (withWatermark), which append mode needs to know a group is "
+        "final"
+    ),
+    "without a watermark in the join keys": (
+        "put one watermark on the events before splitting them (withWatermark) and bound the "
+        "join by time, as docs/VIEWS.md shows"
     ),
     "'correctness' issue": (
         "compute it with one aggregation (Spark refuses one over another's output in update "
