@@ -7,6 +7,7 @@ check read rules without starting a JVM.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import re
 import sys
@@ -329,9 +330,21 @@ def load_app(spec: str) -> App:
     try:
         module = importlib.import_module(module_name)
         app = getattr(module, attr or "app")
+    except ConfigurationError:
+        raise  # a declaration the application made, refused with its own sentence
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(
             f"LV_APP={spec!r} does not name an application ('module:attribute'): {exc}"
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - the application's code, as it declares itself
+        # Starting again would fail the same way: a sentence and exit status 2, not a restart
+        # loop; the traceback goes to the log file only.
+        logging.getLogger("liveviews.app").error(
+            "importing %s failed", module_name, exc_info=exc, extra={"file_only": True}
+        )
+        raise ConfigurationError(
+            f"LV_APP={spec!r}: the application failed as it was declared, with "
+            f"{type(exc).__name__}: {exc} (the traceback is in the process's log file)."
         ) from exc
     if not isinstance(app, App):
         raise ConfigurationError(f"LV_APP={spec!r} is a {type(app).__name__}, not an App.")
