@@ -1,10 +1,19 @@
-"""Who a request is from: signed bearer tokens (JWT, HS256) and what they allow.
+"""Who a request is from: signed bearer tokens (JWT) and what they allow.
 
 A token carries ``sub`` (the subject, e.g. a Chirp user name), ``scope`` (space-separated
 rights: ``read`` to read and subscribe, ``publish`` to append events), ``aud`` (this gateway's
-audience) and ``exp``. Only HS256 is accepted, so ``alg: none`` and algorithm confusion fail
-like a forged signature. Browsers' EventSource cannot set headers, so a token is also taken
-from the ``access_token`` query parameter or the ``lv_token`` cookie.
+audience) and ``exp``. Two kinds of signature are taken, each only with its own keys:
+
+- HS256 with the gateway's secret (``LV_JWT_SECRET``, or the public dev secret in dev mode);
+- RS256, ES256 or EdDSA (``LV_JWT_ALGORITHMS``) with an identity provider's keys
+  (``liveviews.gateway.keys``), when ``LV_JWT_ISSUER`` or ``LV_JWKS_URL`` names one; its
+  tokens must also carry the issuer as ``iss``. Which claims hold the subject and the scopes
+  are settings (``LV_JWT_SUBJECT_CLAIM``, ``LV_JWT_SCOPE_CLAIM``), for providers that put
+  roles elsewhere.
+
+So ``alg: none``, an HS256 token signed with a provider's public key and any other algorithm
+confusion fail like a forged signature. Browsers' EventSource cannot set headers, so a token
+is also taken from the ``access_token`` query parameter or the ``lv_token`` cookie.
 
 The cookie is the one credential a browser sends on its own, whichever page asks it to, so it
 is not taken as a cross-site one: a request that changes state with it (any method but GET,
@@ -24,12 +33,16 @@ import jwt
 from starlette.requests import HTTPConnection
 
 from liveviews.gateway.errors import Forbidden, Unauthorized
+from liveviews.gateway.keys import ProviderKeys
 
 ALGORITHM = "HS256"
 COOKIE = "lv_token"
 QUERY_PARAM = "access_token"
 READ = "read"
 PUBLISH = "publish"
+SERVICE = "service"
+"""A backend's right: read any key of a view whatever its read rule, and publish events as the
+author they name. Never taken from the cookie, which a browser sends on its own."""
 ALL_SCOPES = (READ, PUBLISH)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ORIGIN_REFUSED = "origin_refused"
@@ -55,24 +68,87 @@ class Principal:
     def expired(self) -> bool:
         return time.time() >= self.expires_at
 
+    @property
+    def service(self) -> bool:
+        """Is this a backend's service identity (the ``service`` scope)?"""
+        return SERVICE in self.scopes
+
+
+@dataclass(frozen=True)
+class Claims:
+    """Where a token holds its subject and its scopes: a claim name, or a dotted path into
+    nested claims (``realm_access.roles``). Scopes are a space-separated string or a list."""
+
+    subject: str = "sub"
+    scope: str = "scope"
+
 
 class Authenticator:
-    """Verifies and (for the dev token endpoint) issues tokens with one secret; ``origins``
-    are the other origins whose pages may act with the ``lv_token`` cookie."""
+    """Verifies and (for the dev token endpoint) issues tokens; ``secret`` signs HS256 tokens
+    (None: none are taken), ``provider`` holds an identity provider's keys (None: no provider);
+    ``origins`` are the other origins whose pages may act with the ``lv_token`` cookie."""
 
-    def __init__(self, secret: str, audience: str, origins: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        secret: str | None,
+        audience: str,
+        origins: Iterable[str] = (),
+        *,
+        provider: ProviderKeys | None = None,
+        claims: Claims = Claims(),
+        leeway: float = 0.0,
+    ) -> None:
         self.secret = secret
         self.audience = audience
         self.origins = frozenset(o for o in map(_origin, origins) if o is not None)
+        self.provider = provider
+        self.claims = claims
+        self.leeway = leeway
 
-    def verify(self, token: str) -> Principal:
+    async def verify(self, token: str) -> Principal:
+        """The principal of ``token``; a provider's keys are fetched first when the token
+        names one the gateway does not hold yet."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
+            raise Unauthorized("the token is malformed.", code="token_invalid") from None
+        alg = header.get("alg")
+        if alg == ALGORITHM and self.secret is not None:
+            return self._verified(token, self.secret, ALGORITHM, None, Claims(), leeway=0.0)
+        provider = self.provider
+        if provider is not None and isinstance(alg, str) and alg in provider.algorithms:
+            kid = header.get("kid")
+            key = await provider.key(kid if isinstance(kid, str) else None, alg)
+            return self._verified(token, key, alg, provider.issuer, self.claims, self.leeway)
+        accepted = [*([ALGORITHM] if self.secret is not None else []),
+                    *(provider.algorithms if provider is not None else ())]  # fmt: skip
+        raise Unauthorized(
+            f"the token is signed with {str(alg)[:20]!r}; this gateway takes tokens signed "
+            f"with {' or '.join(accepted)}.",
+            code="token_invalid",
+        )
+
+    def _verified(
+        self, token: str, key: Any, alg: str, issuer: str | None, where: Claims, leeway: float
+    ) -> Principal:
+        """``token``'s principal, its signature checked with ``key``; ``leeway`` is the clock
+        skew allowed, for a provider's clock only (the gateway's own tokens share its clock)."""
         try:
             claims = jwt.decode(
                 token,
-                self.secret,
-                algorithms=[ALGORITHM],
+                key,
+                algorithms=[alg],
                 audience=self.audience,
-                options={"require": ["sub", "exp", "aud"]},
+                issuer=issuer,
+                leeway=leeway,
+                options={
+                    "require": [
+                        "exp",
+                        "aud",
+                        *(["sub"] if where.subject == "sub" else []),
+                        *(["iss"] if issuer else []),
+                    ]
+                },  # fmt: skip
             )
         except jwt.ExpiredSignatureError:
             raise Unauthorized(
@@ -88,20 +164,40 @@ class Authenticator:
                 f"the token lacks the {exc.claim!r} claim; tokens need sub, aud and exp.",
                 code="token_invalid",
             ) from None
-        except jwt.InvalidTokenError:
+        except jwt.InvalidIssuerError:
             raise Unauthorized(
-                "the token is malformed, not signed with HS256, or its signature is wrong.",
+                f"the token was not issued by this gateway's identity provider; its 'iss' must "
+                f"be {issuer!r}.",
                 code="token_invalid",
             ) from None
-        subject, scope = claims.get("sub"), claims.get("scope", "")
-        if not isinstance(subject, str) or not subject or not isinstance(scope, str):
+        except jwt.InvalidTokenError:
             raise Unauthorized(
-                "the token's 'sub' must be a non-empty string and 'scope' a string.",
+                f"the token is malformed, not signed with {alg}, or its signature is wrong.",
+                code="token_invalid",
+            ) from None
+        subject, scope = _claim(claims, where.subject), _claim(claims, where.scope)
+        if not isinstance(subject, str) or not subject:
+            raise Unauthorized(
+                f"the token's {where.subject!r} claim, its subject, must be a non-empty string.",
                 code="token_invalid",
             )
-        return Principal(subject, frozenset(scope.split()), float(claims["exp"]))
+        if scope is None:
+            scopes: frozenset[str] = frozenset()
+        elif isinstance(scope, str):
+            scopes = frozenset(scope.split())
+        elif isinstance(scope, list) and all(isinstance(s, str) for s in scope):
+            scopes = frozenset(scope)
+        else:
+            raise Unauthorized(
+                f"the token's {where.scope!r} claim, its scopes, must be a string of "
+                "space-separated scopes or a list of strings.",
+                code="token_invalid",
+            )
+        return Principal(subject, scopes, float(claims["exp"]))
 
     def issue(self, subject: str, scopes: tuple[str, ...], ttl: float) -> tuple[str, float]:
+        if self.secret is None:
+            raise RuntimeError("this gateway has no secret to sign tokens with")
         expires_at = int(time.time() + ttl)
         claims: dict[str, Any] = {
             "sub": subject,
@@ -111,6 +207,14 @@ class Authenticator:
             "exp": expires_at,
         }
         return jwt.encode(claims, self.secret, algorithm=ALGORITHM), float(expires_at)
+
+
+def _claim(claims: dict[str, Any], path: str) -> Any:
+    """The claim at a dotted ``path`` (``realm_access.roles``), or None where it is missing."""
+    found: Any = claims
+    for part in path.split("."):
+        found = found.get(part) if isinstance(found, dict) else None
+    return found
 
 
 def token_from(conn: HTTPConnection) -> str | None:
@@ -149,7 +253,7 @@ def by_cookie(conn: HTTPConnection) -> bool:
     )
 
 
-def authenticate(conn: HTTPConnection, auth: Authenticator, scope: str) -> Principal:
+async def authenticate(conn: HTTPConnection, auth: Authenticator, scope: str) -> Principal:
     token = token_from(conn)
     if token is None:
         raise Unauthorized(
@@ -159,9 +263,19 @@ def authenticate(conn: HTTPConnection, auth: Authenticator, scope: str) -> Princ
         )
     if conn.scope.get("method") not in SAFE_METHODS and by_cookie(conn):
         check_origin(conn, auth.origins)
-    principal = auth.verify(token)
+    principal = await auth.verify(token)
+    if principal.service and by_cookie(conn):
+        raise_service_by_cookie()
     principal.require(scope)
     return principal
+
+
+def raise_service_by_cookie() -> None:
+    raise Forbidden(
+        "a token with the 'service' scope is a backend's and is not taken from the lv_token "
+        "cookie, which a browser sends on its own: send it in the Authorization header.",
+        code="service_by_cookie",
+    )
 
 
 def check_origin(conn: HTTPConnection, allowed: frozenset[str]) -> None:

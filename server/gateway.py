@@ -15,7 +15,7 @@ from liveviews.app import App, View, load_app
 from liveviews.changes.topic import VIEWS_FRONTIER
 from liveviews.gateway.admission import Admission
 from liveviews.gateway.api.publish import Publisher
-from liveviews.gateway.auth import Authenticator, Principal
+from liveviews.gateway.auth import Authenticator, Claims, Principal
 from liveviews.gateway.errors import Forbidden, NotFound
 from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.subscription import Source
@@ -23,6 +23,7 @@ from liveviews.gateway.feed import nodes, store
 from liveviews.gateway.feed.changes import ChangeFeed
 from liveviews.gateway.feed.log import LogFeed
 from liveviews.gateway.feed.queries import Reads
+from liveviews.gateway.keys import ProviderKeys
 from liveviews.gateway.live.sse import sse_cohort
 from liveviews.gateway.live.ticker import Ticker
 from liveviews.gateway.metrics import Metrics
@@ -32,13 +33,27 @@ from liveviews.gateway.settings import GatewaySettings
 log = logging.getLogger("liveviews.gateway")
 
 
+def authenticator(settings: GatewaySettings) -> Authenticator:
+    """The gateway's secret and, where one is named, its identity provider's keys."""
+    provider = (
+        ProviderKeys(settings.jwt_algorithms, settings.jwks_url, settings.jwt_issuer)
+        if settings.provider
+        else None
+    )
+    return Authenticator(
+        settings.jwt_secret, settings.jwt_audience, settings.cors_origins, provider=provider,
+        claims=Claims(settings.jwt_subject_claim, settings.jwt_scope_claim),
+        leeway=settings.jwt_leeway_seconds,
+    )  # fmt: skip
+
+
 class Gateway:
     """Settings, application, store clients, hub and change feed of one process."""
 
     def __init__(self, settings: GatewaySettings, app: App | None = None) -> None:
         self.settings = settings
         self.app = app if app is not None else load_app(settings.store.app)
-        self.auth = Authenticator(settings.jwt_secret, settings.jwt_audience, settings.cors_origins)
+        self.auth = authenticator(settings)
         self.metrics = Metrics()
         self.admission = Admission(settings, self.metrics)
         self.layout = store.Layout(settings.store.log_partitions, settings.store.change_shards)
@@ -145,6 +160,8 @@ class Gateway:
             )
         if not key or len(key) > 256:
             raise NotFound("a view key is 1 to 256 characters long.", code="invalid_key")
-        if not v.readable(principal.subject, key):
+        if principal.service:
+            log.info("service %r reads %s/%s", principal.subject, view, key)
+        elif not v.readable(principal.subject, key):
             raise Forbidden(f"{principal.subject!r} may not read {view}/{key}.", code="forbidden")
         return v

@@ -44,8 +44,17 @@ class GatewaySettings:
     host: str = "127.0.0.1"
     port: int = 8000
     environment: str = "dev"
-    jwt_secret: str = DEV_JWT_SECRET
+    jwt_secret: str | None = DEV_JWT_SECRET
+    """The HS256 secret; None when only an identity provider's tokens are taken."""
     jwt_audience: str = "liveviews"
+    jwt_issuer: str | None = None
+    """The identity provider's issuer (``LV_JWT_ISSUER``); None: no provider, unless
+    ``jwks_url`` names its keys."""
+    jwks_url: str | None = None
+    jwt_algorithms: tuple[str, ...] = ("RS256", "ES256", "EdDSA")
+    jwt_leeway_seconds: int = 30
+    jwt_subject_claim: str = "sub"
+    jwt_scope_claim: str = "scope"
     dev_tokens: bool = True
     dev_token_ttl: int = 3600
     cors_origins: tuple[str, ...] = ()
@@ -103,6 +112,11 @@ class GatewaySettings:
     def dev(self) -> bool:
         return self.environment == "dev"
 
+    @property
+    def provider(self) -> bool:
+        """Are an identity provider's tokens taken?"""
+        return self.jwt_issuer is not None or self.jwks_url is not None
+
     def check_exposure(self) -> None:
         """Refuse the combinations that would hand out tokens or events to anyone."""
         if "*" in self.cors_origins:
@@ -129,6 +143,12 @@ class GatewaySettings:
                 raise ConfigurationError(
                     "LV_JWT_SECRET cannot be the public dev secret when LV_ENV=production."
                 )
+        if self.jwks_url is not None and self.jwt_issuer is None and not self.dev:
+            raise ConfigurationError(
+                "LV_JWKS_URL is set without LV_JWT_ISSUER: with LV_ENV=production a provider's "
+                "tokens must name their issuer, else any issuer whose keys that set holds could "
+                "sign in. Set LV_JWT_ISSUER to the provider's issuer URL."
+            )
         if self.dev_tokens and self.jwt_secret != DEV_JWT_SECRET:
             raise ConfigurationError(
                 "LV_DEV_TOKENS cannot be on with LV_JWT_SECRET set: /v1/dev/token would sign "
@@ -150,13 +170,19 @@ class GatewaySettings:
         environment_name = C.ENV.get(env)
         dev = environment_name == "dev"
         dev_secret = not secret
+        issuer, jwks_url = C.JWT_ISSUER.read(env), C.JWKS_URL.read(env)
+        provider = issuer is not None or jwks_url is not None
+        hs256: str | None = secret
         if not secret:
-            if not dev:
+            if not dev and not provider:
                 raise ConfigurationError(
-                    "LV_JWT_SECRET is required when LV_ENV=production: set it to a random "
-                    f"string of at least {MIN_SECRET_BYTES} bytes."
+                    "LV_JWT_SECRET or an identity provider (LV_JWT_ISSUER) is required when "
+                    f"LV_ENV=production: set the secret to a random string of at least "
+                    f"{MIN_SECRET_BYTES} bytes, or name the provider whose tokens to take."
                 )
-            secret = DEV_JWT_SECRET
+            # In production with a provider, no HS256 token is taken; in dev, the public dev
+            # secret's are, beside the provider's.
+            hs256 = DEV_JWT_SECRET if dev else None
         elif len(secret.encode()) < MIN_SECRET_BYTES:
             raise ConfigurationError(
                 f"LV_JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes long for HS256."
@@ -168,8 +194,14 @@ class GatewaySettings:
             host=C.HOST.get(env),
             port=C.PORT.get(env),
             environment=environment_name,
-            jwt_secret=secret,
+            jwt_secret=hs256,
             jwt_audience=C.JWT_AUDIENCE.get(env),
+            jwt_issuer=issuer,
+            jwks_url=jwks_url,
+            jwt_algorithms=C.JWT_ALGORITHMS.get(env),
+            jwt_leeway_seconds=C.JWT_LEEWAY_SECONDS.get(env),
+            jwt_subject_claim=C.JWT_SUBJECT_CLAIM.get(env),
+            jwt_scope_claim=C.JWT_SCOPE_CLAIM.get(env),
             dev_tokens=dev and dev_secret if dev_tokens is None else dev_tokens,
             dev_token_ttl=C.DEV_TOKEN_TTL.get(env),
             cors_origins=C.CORS_ORIGINS.get(env),

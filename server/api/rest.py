@@ -34,7 +34,7 @@ def _gateway(request: Request) -> Gateway:
 
 async def post_events(request: Request) -> Response:
     gw = _gateway(request)
-    principal = authenticate(request, gw.auth, PUBLISH)
+    principal = await authenticate(request, gw.auth, PUBLISH)
     body = await read_json(request, gw.settings.max_body_bytes)
     raws = events_of(parse_body(body), gw.settings.max_batch_events)
     key = single_header(request, "Idempotency-Key", "invalid_idempotency_key")
@@ -52,7 +52,7 @@ def _etag_matches(header: str, etag: str) -> bool:
 
 async def get_view(request: Request) -> Response:
     gw = _gateway(request)
-    principal = authenticate(request, gw.auth, READ)
+    principal = await authenticate(request, gw.auth, READ)
     view, key = view_and_key(request)
     gw.readable_view(principal, view, key)
     snap = await read_snapshot(gw.client, gw.layout, view, key, gw.frontier_of(view))

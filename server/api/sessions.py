@@ -30,7 +30,15 @@ from liveviews.gateway.admission import Slot, client_address
 from liveviews.gateway.api.publish import events_of, offset_dict
 from liveviews.gateway.api.queries import after_rank, prefix_subscription, window_subscription
 from liveviews.gateway.api.responses import hand_over
-from liveviews.gateway.auth import PUBLISH, READ, Principal, by_cookie, check_origin, token_from
+from liveviews.gateway.auth import (
+    PUBLISH,
+    READ,
+    Principal,
+    by_cookie,
+    check_origin,
+    raise_service_by_cookie,
+    token_from,
+)
 from liveviews.gateway.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
 from liveviews.gateway.fanout.hub import Wanted
 from liveviews.gateway.fanout.subscription import Subscription
@@ -242,8 +250,8 @@ class Session:
         self.sock.close(code, exc.code, wait=wait)
         self._inbox = None  # nothing the client sent after this is looked at
 
-    def _authenticate(self, token: str) -> None:
-        principal = self.gw.auth.verify(token)
+    async def _authenticate(self, token: str) -> None:
+        principal = await self.gw.auth.verify(token)
         if self.principal is not None and principal.subject != self.principal.subject:
             raise Unauthorized(
                 f"a refreshed token must be for {self.principal.subject!r}, not "
@@ -283,7 +291,7 @@ class Session:
                 if not isinstance(token, str):
                     raise BadRequest("'token' must be a string.", code="invalid_message")
                 try:
-                    self._authenticate(token)
+                    await self._authenticate(token)
                 except Unauthorized as exc:
                     if self.principal is not None:
                         raise  # a refused refresh: the socket keeps its current token
@@ -431,9 +439,14 @@ async def socket(websocket: WebSocket) -> None:
     # (``liveviews.gateway.admission``).
     try:
         token = token_from(websocket)
-        principal = gw.auth.verify(token) if token is not None else None
-    except Unauthorized as exc:
+        principal = await gw.auth.verify(token) if token is not None else None
+        if principal is not None and principal.service and by_cookie(websocket):
+            raise_service_by_cookie()
+    except (Unauthorized, Forbidden) as exc:
         await _refuse(websocket, exc, CLOSE_UNAUTHORIZED)
+        return
+    except Unavailable as exc:  # the identity provider's keys cannot be read just now
+        await _refuse(websocket, exc, CLOSE_TRY_AGAIN_LATER)
         return
     subject = principal.subject if principal is not None else None
     try:

@@ -97,7 +97,7 @@ async def live(request: Request) -> Response:
         # A key that ends in "/live", written %2F: the decoded path looked like a stream's.
         return await get_view(request)
     gw: Gateway = request.app.state.gateway
-    principal = authenticate(request, gw.auth, READ)
+    principal = await authenticate(request, gw.auth, READ)
     view, key = view_and_key(request, tail="live")
     gw.readable_view(principal, view, key)
     sub: Subscription
@@ -134,7 +134,7 @@ def _after(request: Request) -> Rank | None:
 async def query_live(request: Request) -> Response:
     """``GET /v1/live?view=&prefix=``: the keys of a view with a prefix, or all of them."""
     gw: Gateway = request.app.state.gateway
-    principal = authenticate(request, gw.auth, READ)
+    principal = await authenticate(request, gw.auth, READ)
     view, prefix = single(request, "view"), single(request, "prefix") or ""
     if not view:
         raise BadRequest("name the view: /v1/live?view=<view>&prefix=<prefix>.",
@@ -190,5 +190,5 @@ async def log_live(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     feed = gw.log_feed
     assert feed is not None, "the route exists only with LV_LOG_FEED on"
-    principal = authenticate(request, gw.auth, READ)
+    principal = await authenticate(request, gw.auth, READ)
     return await _stream(request, gw, principal, LogReader(feed, _recent(request)))

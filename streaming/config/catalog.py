@@ -19,6 +19,7 @@ from liveviews.config.declare import (
 )
 from liveviews.config.values import (
     MAX_NICENESS,
+    algorithms,
     niceness,
     origins,
     retention,
@@ -278,20 +279,54 @@ PORT = Setting("LV_PORT", Whole(0), 8000, section=GATEWAY,
                doc="the port the gateway listens on (`0`: any free port)")  # fmt: skip
 ENV = Setting(
     "LV_ENV", Choice(("dev", "production")), "dev", section=GATEWAY,
-    doc="`production` requires `LV_JWT_SECRET` and has no dev tokens and no log feed (turning "
-    "either on is refused at start). With `LV_JWT_SECRET` set, `LV_ENV` must be set too "
-    "(`production`, or `dev` to try the secret locally, without dev tokens), else the gateway "
-    "refuses to start",
+    doc="`production` requires `LV_JWT_SECRET` or an identity provider (`LV_JWT_ISSUER`) and "
+    "has no dev tokens and no log feed (turning either on is refused at start). With "
+    "`LV_JWT_SECRET` set, `LV_ENV` must be set too (`production`, or `dev` to try the secret "
+    "locally, without dev tokens), else the gateway refuses to start",
 )  # fmt: skip
 JWT_SECRET = Setting(
     "LV_JWT_SECRET", Text("at least 32 bytes"), None, section=GATEWAY, secret=True,
     shown="the public dev secret, in dev only",
     doc="the HS256 secret that signs users' tokens; the public dev secret only in dev mode "
-    "without `LV_JWT_SECRET`",
+    "without `LV_JWT_SECRET`; in `production` with an identity provider, unset means that no "
+    "HS256 token is taken",
 )  # fmt: skip
 JWT_AUDIENCE = Setting(
     "LV_JWT_AUDIENCE", Text(), "liveviews", section=GATEWAY,
     doc="the `aud` a user's token must carry",
+)  # fmt: skip
+JWT_ISSUER = Setting(
+    "LV_JWT_ISSUER", Text("an http(s) URL", r"https?://\S+"), None, section=GATEWAY,
+    shown="none",
+    doc="an identity provider's issuer URL: tokens it signs (`LV_JWT_ALGORITHMS`) are taken, "
+    "and must carry it as `iss`; its keys come from its OpenID Connect discovery document "
+    "unless `LV_JWKS_URL` names them",
+)  # fmt: skip
+JWKS_URL = Setting(
+    "LV_JWKS_URL", Text("an http(s) URL", r"https?://\S+"), None, section=GATEWAY,
+    shown="the issuer's `jwks_uri`",
+    doc="the identity provider's key set (JWKS); fetched again when a token names a key it does "
+    "not hold, at most once every 5 s, and every 10 minutes",
+)  # fmt: skip
+JWT_ALGORITHMS = Setting(
+    "LV_JWT_ALGORITHMS", Custom("a comma-separated list of RS256, ES256, EdDSA", algorithms),
+    ("RS256", "ES256", "EdDSA"), section=GATEWAY, shown="RS256,ES256,EdDSA",
+    doc="the signatures taken from the identity provider (HS256 is the secret's only)",
+)  # fmt: skip
+JWT_LEEWAY_SECONDS = Setting(
+    "LV_JWT_LEEWAY_SECONDS", Whole(0, 300), 30, section=GATEWAY,
+    doc="seconds of clock skew allowed when checking a token's `exp`, `nbf` and `iat`",
+)  # fmt: skip
+JWT_SUBJECT_CLAIM = Setting(
+    "LV_JWT_SUBJECT_CLAIM", Text("a claim name, or a dotted path", r"[A-Za-z0-9_:/.-]+"), "sub",
+    section=GATEWAY,
+    doc="the claim of an identity provider's token that names its subject",
+)  # fmt: skip
+JWT_SCOPE_CLAIM = Setting(
+    "LV_JWT_SCOPE_CLAIM", Text("a claim name, or a dotted path", r"[A-Za-z0-9_:/.-]+"), "scope",
+    section=GATEWAY,
+    doc="the claim of an identity provider's token that holds its scopes (`read`, `publish`): "
+    "a space-separated string or a list, e.g. `realm_access.roles` for Keycloak's roles",
 )  # fmt: skip
 DEV_TOKENS = Setting(
     "LV_DEV_TOKENS", Switch(), None, section=GATEWAY, shown="on in `dev` without `LV_JWT_SECRET`",

@@ -61,3 +61,20 @@ def niceness(raw: str, label: str) -> str:
 
 def origins(raw: str, label: str) -> tuple[str, ...]:
     return tuple(o.strip() for o in raw.split(",") if o.strip())
+
+
+PROVIDER_ALGORITHMS = ("RS256", "ES256", "EdDSA")
+"""The signatures an identity provider's tokens may carry: public keys only."""
+
+
+def algorithms(raw: str, label: str) -> tuple[str, ...]:
+    """A comma-separated list of ``PROVIDER_ALGORITHMS``, in their own spelling."""
+    chosen = tuple(a.strip() for a in raw.split(",") if a.strip())
+    by_lower = {a.lower(): a for a in PROVIDER_ALGORITHMS}
+    unknown = [a for a in chosen if a.lower() not in by_lower]
+    if unknown or not chosen:
+        raise ConfigurationError(
+            f"{label} must list one or more of {', '.join(PROVIDER_ALGORITHMS)}, not "
+            f"{raw.strip()!r} (HS256 is taken only with LV_JWT_SECRET)."
+        )
+    return tuple(dict.fromkeys(by_lower[a.lower()] for a in chosen))
