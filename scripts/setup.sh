@@ -36,6 +36,8 @@ fi
 
 # The JavaScript client's test tools (the TypeScript compiler, React), pinned by its lock file.
 (cd client-js && npm ci --no-audit --no-fund --loglevel=error)
+# The OpenID Connect provider the gateway's token tests start (oidc-provider, tests/support/oidc.py).
+(cd tests/support/oidc && npm ci --no-audit --no-fund --loglevel=error)
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
