@@ -34,8 +34,8 @@ from bench.regression import COMPARED, against_last_run, read_recorded
 from bench.single import error_path
 
 BENCHMARKS = [
-    "fanout", "gateways", "floor", "tokens", "memory", "store", "publish", "storecluster",
-    "deadletters", "latency", "browser", "cdc", "pipeline", "scans", "rebuild",
+    "fanout", "gateways", "floor", "tokens", "clients", "memory", "store", "publish",
+    "storecluster", "deadletters", "latency", "browser", "cdc", "pipeline", "scans", "rebuild",
 ]  # fmt: skip
 """In order: the gateway's own figures first, then the store's, then those with Spark in the
 loop."""
