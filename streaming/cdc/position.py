@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from liveviews.cdc.pgoutput import lsn_text, parse_lsn
-from liveviews.log.eventlog import placements, queue_appends
+from liveviews.log.eventlog import placements, queue_appends, store_time_ms
 from liveviews.log.events import Event
 from liveviews.log.retention import Retention
 
@@ -54,7 +54,8 @@ def append_at(
     fields = {"lsn": lsn_text(lsn)}
     if tables is not None:
         fields["tables"] = ",".join(sorted(tables))
+    now = store_time_ms(client) if retention is not None else 0
     with client.pipeline(transaction=True) as pipe:
-        queue_appends(pipe, placements(events, partitions), retention)
+        queue_appends(pipe, placements(events, partitions), retention, now)
         pipe.hset(position_key(slot), mapping=fields)  # type: ignore[arg-type]
         pipe.execute()

@@ -4,8 +4,10 @@
 -- records of the batch's other partitions, checked first so that a refused batch writes
 -- nothing anywhere.
 -- ARGV[1] the batch's digest, ARGV[2] how long the record is kept (seconds), ARGV[3] the trim
--- ('', 'MAXLEN' or 'MINID'), ARGV[4] its threshold; then per event: the number of fields n, and
--- n field, value pairs.
+-- ('', 'MAXLEN' or 'MINAGE'), ARGV[4] its threshold (entries, or milliseconds); then per event:
+-- the number of fields n, and n field, value pairs.
+-- MINAGE trims entries older than that many milliseconds by the store's own clock, the clock of
+-- the entry ids: a client whose clock jumped ahead must not trim events the log should keep.
 -- Returns the entry ids of the partition's events, in order: those stored in the record when the
 -- batch was appended before (nothing is written twice), else those of the entries just added.
 -- A record of another batch under the same key is refused with an IDEMPOTENCY_KEY_REUSED error.
@@ -38,15 +40,22 @@ if before then
   return before
 end
 
+local trim, threshold = ARGV[3], ARGV[4]
+if trim == 'MINAGE' then
+  local now = redis.call('TIME')
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  trim, threshold = 'MINID', tostring(math.max(0, now_ms - tonumber(ARGV[4])))
+end
+
 local ids = {}
 local i = 5
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   local command = {'XADD', KEYS[1]}
-  if ARGV[3] ~= '' then
-    command[#command + 1] = ARGV[3]
+  if trim ~= '' then
+    command[#command + 1] = trim
     command[#command + 1] = '~'
-    command[#command + 1] = ARGV[4]
+    command[#command + 1] = threshold
   end
   command[#command + 1] = '*'
   for j = i + 1, i + 2 * n do

@@ -33,7 +33,7 @@ import redis
 from redis.exceptions import OutOfMemoryError, ResponseError
 
 from liveviews.errors import LiveviewsError
-from liveviews.log.events import Event, Offset, log_stream, now_ms, partition_for
+from liveviews.log.events import Event, Offset, log_stream, partition_for
 from liveviews.log.retention import Retention
 from liveviews.store import client as storeclient
 
@@ -132,7 +132,6 @@ def calls(
     idempotency: Idempotency,
     *,
     single_server: bool,
-    now: int | None = None,
 ) -> list[Call]:
     """The calls that append ``events``, by partition in order of first appearance. On a single
     server each call also checks the batch's other records first (``append.lua``), so that in
@@ -140,9 +139,8 @@ def calls(
     whose key was made for it keeps no record there, since its one transaction is never
     retried."""
     trim: list[Any] = ["", ""]
-    if retention is not None:
-        option = retention.xadd_options(now_ms() if now is None else now)
-        trim = ["MAXLEN", option["maxlen"]] if "maxlen" in option else ["MINID", option["minid"]]
+    if retention is not None:  # by age: on the store's clock (append.lua)
+        trim = ["MAXLEN", retention.entries] if retention.entries else ["MINAGE", retention.age_ms]
     by_partition: dict[int, list[int]] = {}
     for i, event in enumerate(events):
         by_partition.setdefault(partition_for(event.key, partitions), []).append(i)

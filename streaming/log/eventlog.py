@@ -11,7 +11,7 @@ from liveviews.app import App
 from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier
 from liveviews.errors import StoreMismatch
 from liveviews.log.append import SCRIPT, Idempotency, append_sync, calls, settle
-from liveviews.log.events import Event, Offset, log_stream, now_ms, partition_for
+from liveviews.log.events import Event, Offset, log_stream, partition_for
 from liveviews.log.retention import Retention
 from liveviews.store.client import Client, is_cluster
 from liveviews.store.upgrade import upgrade
@@ -49,13 +49,25 @@ def placements(events: Sequence[Event], partitions: int) -> list[tuple[str, dict
 
 
 def queue_appends(
-    pipe: Any, placed: Sequence[tuple[str, dict[bytes, bytes]]], retention: Retention | None
+    pipe: Any,
+    placed: Sequence[tuple[str, dict[bytes, bytes]]],
+    retention: Retention | None,
+    store_now_ms: int,
 ) -> None:
     """Queue the XADDs of ``placed`` on a pipeline (sync or asyncio), trimming as ``retention``
-    says: the trim rides with the append, so a partition never grows past it between appends."""
-    options = retention.xadd_options(now_ms()) if retention is not None else {}
+    says: the trim rides with the append, so a partition never grows past it between appends.
+    ``store_now_ms`` is the store's clock (``store_time_ms``), the clock of the entry ids: a
+    trim by age on this process's clock would drop events the log keeps if that clock jumped
+    ahead."""
+    options = retention.xadd_options(store_now_ms) if retention is not None else {}
     for stream, fields in placed:
         pipe.xadd(stream, fields, **options)
+
+
+def store_time_ms(client: Any) -> int:
+    """The store's clock, in milliseconds (its ``TIME``)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def offsets_from(streams: Sequence[str], ids: Sequence[Any]) -> list[Offset]:

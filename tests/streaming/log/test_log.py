@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from demo.chirp import app
@@ -97,6 +99,22 @@ def test_retention_by_age_trims_what_the_store_took_before_it(store):
         )
     EventLog(store, app, 4, Retention(age_ms=86_400_000)).append(GOOD)
     assert [entry_id_tuple(e[0].decode())[0] > 1 for e in store.xrange(stream)] == [True]
+
+
+def test_a_clock_that_jumped_ahead_trims_nothing_the_log_keeps(store, monkeypatch):
+    """A trim by age goes by the store's clock, the clock of the entry ids: an appender whose
+    own clock jumped two days ahead (a bad NTP step, a VM resumed wrong) must not trim the
+    events of the last hour, through the gateway's path (append.lua) nor CDC's (a MULTI)."""
+    from liveviews.cdc.position import append_at
+
+    real = time.time
+    log = EventLog(store, app, 4, Retention(age_ms=3_600_000))
+    first = log.append_batch([GOOD] * 10)
+    monkeypatch.setattr(time, "time", lambda: real() + 2 * 86_400)
+    later = log.append_batch([GOOD] * 10)
+    append_at(store, "slot", [app.validate(GOOD)] * 10, 1, 4, Retention(age_ms=3_600_000))
+    logged = {e[0].decode() for p in range(4) for e in store.xrange(log_stream(p))}
+    assert {o.id for o in first + later} <= logged and len(logged) == 30
 
 
 def test_no_retention_keeps_everything(store):
