@@ -5,8 +5,10 @@
         async for change in sub:
             print(change.kind, sub.rows)
 
-Every subscription of a client shares one WebSocket (``connection.py``); publish goes over it
-when it is open and over HTTP otherwise, each batch under an idempotency key.
+Every subscription of a client shares one WebSocket (``connection.py``), or, where none can be
+had, each has a Server-Sent Events stream of its own (``sse.py``; ``fallback.py`` says when
+``transport="auto"`` falls back). Publish goes over the socket when it is open and over HTTP
+otherwise, each batch under an idempotency key.
 """
 
 from __future__ import annotations
@@ -24,20 +26,29 @@ import orjson
 
 from liveviews.client._aiohttp import aiohttp
 from liveviews.client.backoff import MAX_DELAY, MIN_DELAY, Backoff, full_jitter
-from liveviews.client.connection import ClientState, Connection
+from liveviews.client.connection import Connection, FallBack
 from liveviews.client.errors import (
     ClientStateError,
     ConnectionLost,
     GatewayError,
     LiveviewsClientError,
     ProtocolError,
-    gateway_error,
+    http_error,
     is_token_error,
 )
+from liveviews.client.fallback import Fallback, gateway_answers
 from liveviews.client.frames import decode_offsets
 from liveviews.client.query import Cursor, parse_query
 from liveviews.client.shapes import PrefixSubscription, WindowSubscription
+from liveviews.client.sse import SseTransport
 from liveviews.client.subscription import Subscription
+from liveviews.client.transport import (
+    TRANSPORTS,
+    ClientState,
+    Transport,
+    TransportChoice,
+    TransportName,
+)
 from liveviews.client.types import TokenProvider
 from liveviews.log.events import Offset
 
@@ -63,9 +74,20 @@ class Client:
 
     ``token`` is a bearer token; or ``token_provider``, a callable (async or not) that returns
     one, called again whenever the token is about to expire or was refused. ``min_delay`` and
-    ``max_delay`` bound the reconnect delays (seconds, full jitter); a socket with nothing heard
-    for ``heartbeat_timeout`` seconds is dead; a publish whose answer was lost is sent again
-    under its key up to ``publish_retries`` times.
+    ``max_delay`` bound the reconnect delays (seconds, full jitter); a connection with nothing
+    heard for ``heartbeat_timeout`` seconds is dead, and one not open within
+    ``connect_timeout`` seconds failed; a publish whose answer was lost is sent again under its
+    key up to ``publish_retries`` times.
+
+    ``transport`` says how the subscriptions travel: ``"websocket"``, all on one socket;
+    ``"sse"``, each on a Server-Sent Events stream of its own (``GET .../live``), for networks
+    that pass no WebSocket; ``"auto"`` (the default), the WebSocket, falling back to SSE for
+    good when a handshake fails before any socket ever opened -- answered with an HTTP status
+    other than 101 and 401 (a proxy's 403, 502, ...), its connection dropped at the upgrade, or
+    not answered within ``connect_timeout`` -- while ``GET /healthz`` on the same url is
+    answered by the gateway. Otherwise (the gateway is out of reach, or a socket opened once)
+    it stays on the WebSocket and keeps reconnecting, as ``"websocket"`` always does.
+    ``client.transport`` says which is in use.
     """
 
     def __init__(
@@ -79,6 +101,7 @@ class Client:
         heartbeat_timeout: float = 45.0,
         connect_timeout: float = 10.0,
         publish_retries: int = 3,
+        transport: TransportChoice = "auto",
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -89,6 +112,8 @@ class Client:
             raise ValueError("give token= or token_provider=, one of them")
         if publish_retries < 0:
             raise ValueError("publish_retries is a whole number of retries, 0 or more")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport is one of {', '.join(TRANSPORTS)}, not {transport!r}")
         self.url = url.rstrip("/")
         self.ws_url = (
             ("wss" if parts.scheme == "https" else "ws") + self.url[len(parts.scheme) :] + "/v1/ws"
@@ -101,24 +126,50 @@ class Client:
         self._heartbeat_timeout = heartbeat_timeout
         self._connect_timeout = connect_timeout
         self.publish_retries = publish_retries
+        self._choice = transport
         self._session: aiohttp.ClientSession | None = None
-        self._connection: Connection | None = None
+        self._transport: Transport | None = None
         self._closed = False
 
     async def __aenter__(self) -> Client:
         if self._session is not None or self._closed:
             raise ClientStateError("a Client is entered once")
-        self._session = aiohttp.ClientSession()
-        backoff = Backoff(*self._delays)
-        self._connection = Connection(
+        # No cap on the pool: over SSE each subscription holds a connection for as long as it
+        # lives, and aiohttp's default of 100 would hold the 101st back.
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        if self._choice == "sse":
+            self._transport = self._sse()
+        elif self._choice == "websocket":
+            self._transport = self._websocket(None)
+        else:
+            session, url, timeout = self._session, self.url, self._connect_timeout
+            self._transport = Fallback(
+                self._websocket, self._sse, lambda: gateway_answers(session, url, timeout)
+            )
+        return self
+
+    def _websocket(self, fall_back: FallBack | None) -> Connection:
+        assert self._session is not None
+        return Connection(
             self.ws_url,
             self._session,
             self,
-            backoff,
+            Backoff(*self._delays),
+            self._heartbeat_timeout,
+            self._connect_timeout,
+            fall_back,
+        )
+
+    def _sse(self) -> SseTransport:
+        assert self._session is not None
+        return SseTransport(
+            self.url,
+            self._session,
+            self,
+            self._delays,
             self._heartbeat_timeout,
             self._connect_timeout,
         )
-        return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -127,10 +178,19 @@ class Client:
 
     @property
     def state(self) -> ClientState:
-        """``disconnected`` (no socket now), ``connecting``, ``connected`` or ``closed``."""
+        """``disconnected`` (no socket now; over SSE, no stream open), ``connecting``,
+        ``connected`` (over SSE, every stream open) or ``closed``."""
         if self._closed:
             return ClientState.CLOSED
-        return self._connection.state if self._connection else ClientState.DISCONNECTED
+        return self._transport.state if self._transport else ClientState.DISCONNECTED
+
+    @property
+    def transport(self) -> TransportName:
+        """The transport in use: ``"websocket"`` or ``"sse"``. With ``transport="auto"`` it is
+        ``"websocket"`` until the client falls back."""
+        if self._transport is not None:
+            return self._transport.name
+        return "sse" if self._choice == "sse" else "websocket"
 
     @overload
     def subscribe(self, view: str, key: str) -> Subscription: ...
@@ -155,11 +215,11 @@ class Client:
         """Follow one key (``subscribe(view, key)``), the keys of a listable view that start with
         a prefix (``subscribe(view, prefix="board1/")``; ``""``: every key), or a window of a
         ranked view's key: its ``limit`` top rows, after the row ``after`` names (a page)."""
-        connection = self._require_open("subscribe")
+        transport = self._require_open("subscribe")
         query = parse_query(view, key, prefix=prefix, limit=limit, after=after)
         shape = {"key": Subscription, "prefix": PrefixSubscription, "window": WindowSubscription}
-        sub = shape[query.shape](connection, query)
-        connection.attach(sub)
+        sub = shape[query.shape](transport, query)
+        transport.attach(sub)
         return sub
 
     async def publish(
@@ -172,7 +232,7 @@ class Client:
         answer is lost or the gateway could not take it just then, it is sent again under that
         key, up to ``publish_retries`` times: the gateway appends it at most once. An error
         that ends the publish carries the key as ``idempotency_key``."""
-        connection = self._require_open("publish")
+        transport = self._require_open("publish")
         batch = list(events)
         if not batch:
             raise ValueError("publish needs at least one event")
@@ -184,8 +244,8 @@ class Client:
         attempt = 0
         while True:
             try:
-                if connection.can_publish:
-                    return await connection.publish(batch, key)
+                if transport.can_publish:
+                    return await transport.publish(batch, key)
                 return await self._http_publish(batch, key)
             except LiveviewsClientError as error:
                 error.idempotency_key = key
@@ -195,28 +255,31 @@ class Client:
             attempt += 1
 
     async def close(self) -> None:
-        """Close every subscription (their iterators end) and the connection, for good."""
+        """Close every subscription (their iterators end) and the connections, for good."""
         if self._closed:
             return
         self._closed = True
-        if self._connection is not None:
-            await self._connection.close()
+        if self._transport is not None:
+            await self._transport.close()
         if self._session is not None:
             await self._session.close()
 
-    # ---- tokens: what the connection asks -------------------------------------------------
+    # ---- tokens: what the transports ask ---------------------------------------------------
 
     @property
     def can_refresh(self) -> bool:
         return self._provider is not None
 
-    async def token(self, *, refresh: bool = False) -> str:
-        """The token to send; a new one from the provider when ``refresh`` or none yet."""
+    async def token(self, *, refresh: bool = False, instead_of: str | None = None) -> str:
+        """The token to send; a new one from the provider when ``refresh`` or none yet. With
+        ``instead_of``, the token to replace, only if it is still the one held: the streams that
+        all see one token expire make one call of the provider, not one each."""
         if self._provider is None:
             assert self._static_token is not None
             return self._static_token
         async with self._token_lock:  # one call of the provider for everyone who asks at once
-            if refresh or self._token is None:
+            stale = refresh and (instead_of is None or instead_of == self._token)
+            if stale or self._token is None:
                 answer = self._provider()
                 token = await answer if inspect.isawaitable(answer) else answer
                 if not isinstance(token, str) or not token:
@@ -226,12 +289,12 @@ class Client:
 
     # ---- HTTP ---------------------------------------------------------------------------------
 
-    def _require_open(self, what: str) -> Connection:
+    def _require_open(self, what: str) -> Transport:
         if self._closed:
             raise ClientStateError(f"cannot {what} on a closed client")
-        if self._connection is None:
+        if self._transport is None:
             raise ClientStateError(f"{what} inside `async with Client(...) as client:`")
-        return self._connection
+        return self._transport
 
     async def _http_publish(self, events: list[Mapping[str, Any]], key: str) -> list[Offset]:
         body = await self._request(
@@ -259,12 +322,9 @@ class Client:
                     status = response.status
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 raise ConnectionLost(f"could not reach the gateway: {exc!r}") from exc
-            body = _json_or_none(text)
             if 200 <= status < 300:
-                return body
-            if not (isinstance(body, dict) and isinstance(body.get("code"), str)):
-                body = {"code": f"http_{status}", "message": f"the gateway answered HTTP {status}"}
-            error = gateway_error(body, status)
+                return _json_or_none(text)
+            error = http_error(status, text)
             if not (is_token_error(error) and self.can_refresh and not refresh):
                 raise error
         raise AssertionError("unreachable")

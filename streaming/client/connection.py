@@ -1,4 +1,4 @@
-"""The WebSocket connection: every subscription of a client on one socket (``/v1/ws``), and
+"""The WebSocket transport: every subscription of a client on one socket (``/v1/ws``), and
 publishing and token refresh on it (docs/PROTOCOL.md, section 5).
 
 One task runs the connection: open a socket, sign in with an ``auth`` message, (re)subscribe
@@ -11,11 +11,10 @@ socket since replaced does nothing.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from liveviews.client._aiohttp import aiohttp
 from liveviews.client.backoff import Backoff
@@ -41,37 +40,38 @@ from liveviews.client.frames import (
     encode_wait,
 )
 from liveviews.client.subscription import Subscription
+from liveviews.client.transport import REFRESH_MARGIN, ClientState, Tokens, TransportName
 from liveviews.log.events import Offset
 
 log = logging.getLogger("liveviews.client")
 
 CLOSE_UNAUTHORIZED = 4401
-REFRESH_MARGIN = 60.0
-"""Refresh this long before the token expires (at most a fifth of its remaining life)."""
 RESUMABLE = frozenset({"slow_consumer", "store_unavailable", "too_many_subscriptions"})
 """Errors of a subscription after which it resumes instead of failing."""
 
 
-class ClientState(enum.StrEnum):
-    DISCONNECTED = "disconnected"
-    CONNECTING = "connecting"
-    CONNECTED = "connected"
-    CLOSED = "closed"
-
-
 C = ClientState
 
+FallBack = Callable[[BaseException], Awaitable[bool]]
+"""Asked, with why, when a handshake was refused and no socket ever opened: True if the
+subscriptions went over to another transport, and this connection is done."""
 
-class Tokens(Protocol):
-    """Where the connection gets its token (the client)."""
 
-    @property
-    def can_refresh(self) -> bool: ...
-
-    async def token(self, *, refresh: bool = False) -> str: ...
+def refused_handshake(exc: BaseException) -> bool:
+    """Whether a failed handshake says that WebSockets do not get through: an HTTP answer other
+    than 101 (but 401, the gateway's own refusal of a token), the connection dropped at the
+    upgrade, or no answer in time. Not a connection that could not be made at all: the gateway
+    is out of reach then, for SSE as much."""
+    if isinstance(exc, aiohttp.WSServerHandshakeError):
+        return exc.status != 401
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(exc, TimeoutError | aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
 
 
 class Connection:
+    name: TransportName = "websocket"
+
     def __init__(
         self,
         ws_url: str,
@@ -80,6 +80,7 @@ class Connection:
         backoff: Backoff,
         heartbeat_timeout: float,
         connect_timeout: float,
+        fall_back: FallBack | None = None,
     ) -> None:
         self.state = C.DISCONNECTED
         self.subject: str | None = None
@@ -102,6 +103,10 @@ class Connection:
         self._refresher: asyncio.Task[None] | None = None
         self._wanted = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._fall_back = fall_back
+        self._opened = False
+        """Whether a handshake ever succeeded: from then on a failure is an outage, not a network
+        that refuses WebSockets."""
 
     # ---- what the client and subscriptions call ---------------------------------------------
 
@@ -140,6 +145,14 @@ class Connection:
         self._send(encode_publish(req, events, idempotency_key))
         return await future
 
+    def hand_over(self) -> list[Subscription]:
+        """Give up for good, from within the connection's own task (``fall_back``): its
+        subscriptions, untouched, for another transport to carry."""
+        subs = list(self._ids)
+        self._ids.clear()
+        self.state = C.CLOSED
+        return subs
+
     async def close(self) -> None:
         if self.state == C.CLOSED:
             return
@@ -160,6 +173,11 @@ class Connection:
             self._set_state(C.CONNECTING)
             try:
                 token = await self._tokens.token(refresh=self._refreshing)
+            except Exception as exc:  # the token provider's own failure
+                self._drop(ConnectionLost(f"could not get a token: {exc!r}"))
+                await asyncio.sleep(self._backoff.next())
+                continue
+            try:
                 # A handshake cut short may never be reported: time it out.
                 async with asyncio.timeout(self._connect_timeout):
                     ws = await self._session.ws_connect(
@@ -168,10 +186,18 @@ class Connection:
                         heartbeat=None,  # the gateway pings; aiohttp answers on its own
                         max_msg_size=0,
                     )
-            except Exception as exc:  # a refused handshake, the network, the token provider
+            except Exception as exc:  # a refused handshake, the network
                 self._drop(ConnectionLost(f"could not open a WebSocket: {exc!r}"))
+                if (
+                    self._fall_back is not None
+                    and not self._opened
+                    and refused_handshake(exc)
+                    and await self._fall_back(exc)
+                ):
+                    return
                 await asyncio.sleep(self._backoff.next())
                 continue
+            self._opened = True
             code, error = await self._serve(ws, token)
             self._drop(error)
             if code == CLOSE_UNAUTHORIZED:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from liveviews.errors import LiveviewsError
 
 TOKEN_CODES = frozenset({"token_missing", "token_invalid", "token_expired"})
@@ -69,6 +71,18 @@ def gateway_error(body: dict[str, Any], status: int | None = None) -> GatewayErr
         status=status,
         details=details,
     )
+
+
+def http_error(status: int, body: bytes) -> GatewayError:
+    """An HTTP answer other than 2xx: the gateway's error object, or, from something else on
+    the way (a proxy's page), ``http_<status>``."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if not (isinstance(parsed, dict) and isinstance(parsed.get("code"), str)):
+        parsed = {"code": f"http_{status}", "message": f"the gateway answered HTTP {status}"}
+    return gateway_error(parsed, status)
 
 
 def is_token_error(error: BaseException | None) -> bool:

@@ -1,10 +1,12 @@
-"""The one decoder of what the gateway sends over WebSocket, and encoder of what the client
-sends: the Python mirror of client-js/src/frames.js. docs/PROTOCOL.md is normative, and
-protocol/golden/ holds the examples this module is tested against byte for byte.
+"""The one decoder of what the gateway sends, over WebSocket or as SSE events, and encoder of
+what the client sends over WebSocket: the Python mirror of client-js/src/frames.js.
+docs/PROTOCOL.md is normative, and protocol/golden/ holds the examples this module is tested
+against byte for byte.
 
 A frame is its kind (``snapshot``, ``delta``, ``progress``, ``reset``, ``end``), its event id
-(snapshot and delta only), its JSON ``data`` and the subscription id it belongs to. Every other
-message of the socket is one of the small classes below.
+(snapshot and delta only), its JSON ``data`` and the subscription id it belongs to (over SSE,
+where a stream is one subscription, the stream's own name). Every other message of the socket
+is one of the small classes below.
 """
 
 from __future__ import annotations
@@ -219,6 +221,16 @@ def decode(text: str | bytes) -> Message:
             raise ProtocolError("an error message must carry a code")
         return ErrorMessage(msg.get("sub"), msg.get("req"), gateway_error(msg))
     return Unknown(msg)
+
+
+def decode_sse(event: str, id: str | None, data: str, sub: str = "") -> Frame:
+    """One event of an SSE stream (its ``event``, ``id`` and ``data`` fields): the frame it
+    carries, checked as the same frame over WebSocket is."""
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"the data of a {event} event is not JSON") from exc
+    return frame(event, id, payload, sub)
 
 
 def _text(fields: dict[str, Any]) -> str:

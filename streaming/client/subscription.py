@@ -150,7 +150,9 @@ class Subscription:
     async def reflects(self, offsets: Offset | str | Iterable[Offset | str]) -> None:
         """Returns once this view reflects every one of ``offsets`` (what publish answered): its
         frontier reached them, and every delta they caused here has been applied. Over a
-        WebSocket the gateway is asked (``wait``) to send that frontier at once."""
+        WebSocket the gateway is asked (``wait``) to send that frontier at once; an SSE stream
+        has no way back to the gateway, so this waits for the frontier it sends at its progress
+        interval (``LV_PROGRESS_INTERVAL_MS``, at most one and a half intervals apart)."""
         many = [offsets] if isinstance(offsets, Offset | str) else list(offsets)
         wanted = [parse_offset(o) for o in many]
         if covers(self.frontier, wanted):

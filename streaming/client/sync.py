@@ -23,11 +23,11 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Se
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from liveviews.client.client import Client
-from liveviews.client.connection import ClientState
 from liveviews.client.errors import ClientStateError
 from liveviews.client.query import Cursor
 from liveviews.client.shapes import PrefixSubscription, Ranked, WindowSubscription
 from liveviews.client.subscription import Change, Subscription, SubscriptionState
+from liveviews.client.transport import ClientState, TransportName
 from liveviews.client.types import Frontier, Json
 from liveviews.log.events import Offset
 
@@ -85,6 +85,11 @@ class SyncClient:
     @property
     def state(self) -> ClientState:
         return self._client.state
+
+    @property
+    def transport(self) -> TransportName:
+        """As ``Client.transport``: ``"websocket"`` or ``"sse"``."""
+        return self._client.transport
 
     def subscribe(
         self,
