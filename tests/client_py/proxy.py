@@ -15,6 +15,9 @@ class Proxy:
         """Refuse new connections (close them at once), as a gateway out of reach."""
         self.swallow = False
         """Drop whatever the gateway sends: answers that are lost on the way."""
+        self.stall = False
+        """Read nothing from the gateway until cleared, as a client that stopped reading: the
+        gateway's sends block once the connection's buffers are full."""
         self.connections = 0
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -66,7 +69,12 @@ class Proxy:
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, from_gateway: bool
     ) -> None:
         try:
-            while data := await source.read(65536):
+            while True:
+                while from_gateway and self.stall:
+                    await asyncio.sleep(0.01)
+                data = await source.read(65536)
+                if not data:
+                    break
                 if from_gateway and self.swallow:
                     continue
                 sink.write(data)
