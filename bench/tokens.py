@@ -50,13 +50,21 @@ def public_jwk(alg: str, key: Any) -> dict[str, Any]:
 
 
 class KeySet(http.server.ThreadingHTTPServer):
-    """The provider's key set, served on 127.0.0.1."""
+    """An identity provider's key set served on 127.0.0.1, as a context manager. ``mode`` is
+    what it answers (``keys``; ``garbage``; ``slow``: the keys, 2 s late) and ``fetches`` how
+    often it was asked, for the gateway's tests of a failing key set."""
 
     def __init__(self, document: dict[str, Any]) -> None:
-        body = json.dumps(document).encode()
+        self.document, self.mode, self.fetches = document, "keys", 0
+        server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+                server.fetches += 1
+                if server.mode == "slow":
+                    time.sleep(2)
+                body = (b"<html>oops" if server.mode == "garbage"
+                        else json.dumps(server.document).encode())  # fmt: skip
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -67,11 +75,19 @@ class KeySet(http.server.ThreadingHTTPServer):
                 pass
 
         super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/jwks"
+
+    def __enter__(self) -> KeySet:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.shutdown()
+        self.server_close()
 
 
 def tokens_for(alg: str, key: Any, n: int) -> list[str]:
@@ -111,17 +127,13 @@ def run(quick: bool = False, tokens: int = 2000, rounds: int = 5, name: str = "t
         tokens, rounds = 100, 2
     moment = Moment()
     keys = {alg: private_key(alg) for alg in ALGORITHMS if alg != "HS256"}
-    server = KeySet({"keys": [public_jwk(alg, key) for alg, key in keys.items()]})
-    try:
+    with KeySet({"keys": [public_jwk(alg, key) for alg, key in keys.items()]}) as server:
         provider = ProviderKeys(("RS256", "ES256", "EdDSA"), server.url, ISSUER)
         auth = Authenticator(SECRET, AUDIENCE, provider=provider)
         figures: dict[str, Any] = {"tokens": tokens, "rounds": rounds, "us_per_verify": {}}
         for alg in ALGORITHMS:
             signed = tokens_for(alg, keys.get(alg), tokens)
             figures["us_per_verify"][alg] = round(asyncio.run(cost_us(auth, signed, rounds)), 1)
-    finally:
-        server.shutdown()
-        server.server_close()
     save(name, figures, moment)
     per = figures["us_per_verify"]
     rows = [

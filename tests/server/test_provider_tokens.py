@@ -13,9 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.server
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +26,7 @@ import pytest
 import redis
 from cryptography.hazmat.primitives import serialization
 
+from bench.tokens import KeySet
 from liveviews.errors import ConfigurationError
 from liveviews.gateway import keys
 from liveviews.gateway.settings import GatewaySettings
@@ -204,45 +203,6 @@ async def test_the_scope_claim_can_be_a_path_to_a_list_of_roles(
         assert (resp.status, body["code"]) == (403, "insufficient_scope")
     finally:
         gateway.stop()
-
-
-class KeySet(http.server.ThreadingHTTPServer):
-    """A JWKS endpoint whose answer a test changes: the provider's keys, garbage, or a slow
-    answer; it counts the fetches."""
-
-    def __init__(self, document: dict[str, Any]) -> None:
-        self.document, self.mode, self.fetches = document, "keys", 0
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-                server.fetches += 1
-                if server.mode == "slow":
-                    time.sleep(2)
-                body = b"<html>oops" if server.mode == "garbage" else orjson.dumps(server.document)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/jwks"
-
-    def __enter__(self) -> KeySet:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.shutdown()
-        self.server_close()
 
 
 async def test_a_key_set_that_answers_garbage_or_slowly_keeps_the_keys_held(
