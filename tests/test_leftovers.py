@@ -11,10 +11,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 LEAVES = """
+import os
 import subprocess
 
 def test_starts_a_process_and_forgets_it():
-    subprocess.Popen(["sleep", "300"], start_new_session=True)
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    with open(os.environ["LV_LEFT_PID_FILE"], "w") as out:
+        out.write(str(proc.pid))
 """
 STOPS = """
 import subprocess
@@ -29,7 +32,7 @@ def test_starts_a_process_and_stops_it():
 def inner_run(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     test = tmp_path / "test_inner.py"
     test.write_text(source)
-    env = {**os.environ, "LV_TEST_GRACE_S": "1"}
+    env = {**os.environ, "LV_TEST_GRACE_S": "1", "LV_LEFT_PID_FILE": str(tmp_path / "left.pid")}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
          "--rootdir", str(tmp_path), "-c", os.devnull, str(test)],
@@ -42,8 +45,11 @@ def test_a_process_left_running_fails_the_run_and_is_killed(tmp_path: Path) -> N
     assert done.returncode == 1, done.stdout + done.stderr
     assert "were still running at its end (killed now)" in done.stdout
     assert "sleep 300" in done.stdout
-    left = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True)
-    assert left.stdout == "", "the process left behind was not killed"
+    # That very process, not any "sleep 300" of the machine's (a shell's, say).
+    pid = int((tmp_path / "left.pid").read_text())
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    alive = cmdline.exists() and cmdline.read_bytes().split(b"\0")[:2] == [b"sleep", b"300"]
+    assert not alive, "the process left behind was not killed"
 
 
 def test_a_run_that_stops_what_it_starts_passes(tmp_path: Path) -> None:
