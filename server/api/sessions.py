@@ -125,7 +125,9 @@ class Session:
         self.slot = slot
         """Its place in the process's connection budgets (``liveviews.gateway.admission``)."""
         self.principal: Principal | None = None
-        self.auth_deadline = time.time() + gw.settings.ws_auth_timeout_seconds
+        # Monotonic: a wall clock set back would keep a socket that never signs in, and its
+        # place in the budget of those waiting to, for as long as the clock went back.
+        self.auth_deadline = time.monotonic() + gw.settings.ws_auth_timeout_seconds
         self.senders: dict[str, WsSender] = {}
         self.last_write = gw.ticker.now
         self.closed = False
@@ -210,7 +212,7 @@ class Session:
     def tick(self, now: float, wall: float, heartbeat: float) -> None:
         if self.closed:
             return
-        if self.principal is None and wall >= self.auth_deadline:
+        if self.principal is None and now >= self.auth_deadline:
             self._close_unauthorized(
                 Unauthorized("send an auth message with a token first.", code="token_missing")
             )

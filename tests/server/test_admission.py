@@ -218,3 +218,24 @@ def test_a_socket_that_never_signs_in_is_dropped_at_its_deadline_though_it_ignor
     # The deadline, a second to answer the close, and the ticker's beat (0.5 s here) twice.
     assert took < AUTH_TIMEOUT + 1 + 2 * 0.5 + 0.5, took
     assert deadline.gateway.metrics.ws_unauthenticated == 0
+
+
+def test_the_sign_in_deadline_holds_when_the_wall_clock_is_set_back(
+    deadline: ServedGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clock set back an hour (an NTP step, a VM restored) after a socket opened must not
+    keep that socket, which never signs in, and its place among those waiting to, for an hour."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    s = socket.create_connection(("127.0.0.1", deadline.settings.port))
+    s.sendall(f"GET /v1/ws HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n".encode())  # fmt: skip
+    s.settimeout(5 * AUTH_TIMEOUT)
+    got = s.recv(65536)
+    assert got.startswith(b"HTTP/1.1 101"), got[:200]  # the socket is open, its deadline set
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)
+    with contextlib.suppress(TimeoutError, ConnectionResetError):
+        while part := s.recv(65536):
+            got += part
+    s.close()
+    assert b"token_missing" in got, got[:300]
