@@ -264,13 +264,15 @@ async def authenticate(conn: HTTPConnection, auth: Authenticator, scope: str) ->
     if conn.scope.get("method") not in SAFE_METHODS and by_cookie(conn):
         check_origin(conn, auth.origins)
     principal = await auth.verify(token)
-    if principal.service and by_cookie(conn):
-        raise_service_by_cookie()
+    refuse_service_by_cookie(conn, principal)
     principal.require(scope)
     return principal
 
 
-def raise_service_by_cookie() -> None:
+def refuse_service_by_cookie(conn: HTTPConnection, principal: Principal) -> None:
+    """A service token is a backend's: never taken from the cookie a browser sends on its own."""
+    if not principal.service or not by_cookie(conn):
+        return
     raise Forbidden(
         "a token with the 'service' scope is a backend's and is not taken from the lv_token "
         "cookie, which a browser sends on its own: send it in the Authorization header.",

@@ -339,8 +339,10 @@ def load_app(spec: str) -> App:
     except Exception as exc:  # noqa: BLE001 - the application's code, as it declares itself
         # Starting again would fail the same way: a sentence and exit status 2, not a restart
         # loop; the traceback goes to the log file only.
+        from liveviews.console import FILE_ONLY  # here: the console imports the settings
+
         logging.getLogger("liveviews.app").error(
-            "importing %s failed", module_name, exc_info=exc, extra={"file_only": True}
+            "importing %s failed", module_name, exc_info=exc, extra=FILE_ONLY
         )
         raise ConfigurationError(
             f"LV_APP={spec!r}: the application failed as it was declared, with "

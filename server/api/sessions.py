@@ -36,7 +36,7 @@ from liveviews.gateway.auth import (
     Principal,
     by_cookie,
     check_origin,
-    raise_service_by_cookie,
+    refuse_service_by_cookie,
     token_from,
 )
 from liveviews.gateway.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
@@ -442,8 +442,8 @@ async def socket(websocket: WebSocket) -> None:
     try:
         token = token_from(websocket)
         principal = await gw.auth.verify(token) if token is not None else None
-        if principal is not None and principal.service and by_cookie(websocket):
-            raise_service_by_cookie()
+        if principal is not None:
+            refuse_service_by_cookie(websocket, principal)
     except (Unauthorized, Forbidden) as exc:
         await _refuse(websocket, exc, CLOSE_UNAUTHORIZED)
         return

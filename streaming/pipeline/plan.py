@@ -74,10 +74,10 @@ def refused(pipeline: str, why: str, cause: BaseException | None = None) -> Pipe
 def spark_said(exc: BaseException) -> str:
     """Spark's refusal in a sentence and what to change: its first line, without the plan
     that follows it, nor the SQLSTATE."""
-    text = (getattr(exc, "getMessage", None) or (lambda: str(exc)))()
-    first = str(text).strip().splitlines()[0].rstrip(";").strip() if str(text).strip() else ""
-    first = first.split(" SQLSTATE:")[0].rstrip(". ")
-    hint = next((h for phrase, h in HINTS.items() if phrase in str(text)), None)
+    message = getattr(exc, "getMessage", None)
+    text = str(message() if callable(message) else exc).strip()
+    first = (text.splitlines() or [""])[0].split(" SQLSTATE:")[0].rstrip(";. ")
+    hint = next((h for phrase, h in HINTS.items() if phrase in text), None)
     said = f"Spark refuses its query: {first}."
     return f"{said} To run it, {hint}." if hint else said
 
