@@ -59,7 +59,9 @@ class Gateway:
         self.layout = store.Layout(settings.store.log_partitions, settings.store.change_shards)
         self.client = store.connect(settings.store.store_url)
         self.publisher = Publisher(settings, self.app, self.client, self.metrics)
-        self.feed_client = store.connect(settings.store.store_url, blocking=True)
+        self.feed_client = store.connect(
+            settings.store.store_url, blocking_ms=settings.feed_block_ms
+        )
         # A view's subscribers follow the frontier of the pipeline that writes it: a pipeline
         # that runs its micro-batches seconds apart does not hold back the others' views.
         self.owners = {v: self.app.owner_of(v) or VIEWS_FRONTIER for v in self.app.views}
@@ -91,7 +93,7 @@ class Gateway:
         """The scripts that read query-shaped subscriptions (``liveviews.gateway.fanout.query``)."""
         self.log_feed = (
             LogFeed(
-                store.connect(settings.store.store_url, blocking=True),
+                store.connect(settings.store.store_url, blocking_ms=settings.feed_block_ms),
                 settings.store.log_partitions,
                 buffer=settings.subscriber_buffer,
                 block_ms=settings.feed_block_ms,

@@ -51,30 +51,38 @@ from liveviews.store.client import cluster_enabled
 
 Client = nodes.Client
 MAX_STORE_CONNECTIONS = 64
+ANSWER_MARGIN_S = 5.0
+"""How long past its wait a blocking read may take to answer before its connection is
+presumed lost (a store busy with a long script still answers well within it)."""
 STORE_ERRORS = (RedisError, OSError, RedisClusterException)
 """What a call to the store can fail with while it is away: a cluster client that cannot
 learn the slots (a cluster still forming, or failing over) raises ``RedisClusterException``,
 which is not a ``RedisError``."""
 
 
-def connect(url: str, *, blocking: bool = False) -> Client:
-    """A client for requests, or (``blocking``) one whose reads may wait for new entries.
+def connect(url: str, *, blocking_ms: int | None = None) -> Client:
+    """A client for requests, or (``blocking_ms``) one whose reads may wait that long for new
+    entries.
 
     Requests share at most ``MAX_STORE_CONNECTIONS`` connections and wait for a free one, so
     a burst of subscribers queues here instead of exhausting the store's clients. On a store
     cluster the client is a cluster client with at most that many connections per server.
+    A blocking read not answered ``ANSWER_MARGIN_S`` after its wait ends gives the connection
+    up: after a partition, TCP's backed-off retransmissions could hold it for many seconds
+    more, where a new connection answers at once.
     """
+    if blocking_ms is not None:
+        timeout = blocking_ms / 1000 + ANSWER_MARGIN_S
+        if cluster_enabled(url):
+            return RedisCluster.from_url(url, socket_timeout=timeout, socket_connect_timeout=5)
+        return aioredis.Redis.from_url(url, socket_timeout=timeout, health_check_interval=30)
     if cluster_enabled(url):
-        if blocking:
-            return RedisCluster.from_url(url, socket_timeout=None, socket_connect_timeout=5)
         return RedisCluster.from_url(
             url,
             max_connections=MAX_STORE_CONNECTIONS,
             socket_timeout=10,
             socket_connect_timeout=5,
         )
-    if blocking:
-        return aioredis.Redis.from_url(url, socket_timeout=None, health_check_interval=30)
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=MAX_STORE_CONNECTIONS,
