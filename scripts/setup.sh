@@ -14,6 +14,10 @@ command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
 # The embedded store allocates with jemalloc when the machine has it (streaming/store/embedded.py).
 compgen -G '/usr/lib/*-linux-gnu/libjemalloc.so.2' >/dev/null || need_apt+=(libjemalloc2)
+# The network fault tests cut and thin the store's traffic with nftables inside a network
+# namespace (tests/faults/netns.py); the clock tests move a gateway's clock with libfaketime.
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
+compgen -G '/usr/lib/*-linux-gnu/faketime/libfaketime.so.1' >/dev/null || need_apt+=(libfaketime)
 # Change data capture runs an embedded PostgreSQL (streaming/cdc/embedded.py); Debian keeps its
 # programs in /usr/lib/postgresql/<version>/bin, off PATH.
 command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \

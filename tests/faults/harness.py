@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,11 +73,15 @@ def store_env(store_url: str) -> dict[str, str]:
 class Pipeline:
     """``python -m liveviews.pipeline`` as a child process, restartable over the same checkpoint."""
 
-    def __init__(self, store_url: str, workdir: Path, supervised: bool = False) -> None:
+    def __init__(
+        self, store_url: str, workdir: Path, supervised: bool = False, prefix: Sequence[str] = ()
+    ) -> None:
         self.store_url = store_url
         self.workdir = workdir
         self.supervised = supervised
         """Run under ``liveviews.supervise``, as ``make run`` and ``liveviews dev`` do."""
+        self.prefix = list(prefix)
+        """A command the process runs under (``ip netns exec <name>``); it keeps its pid."""
         self.env = {
             **os.environ,
             **store_env(store_url),
@@ -97,7 +101,7 @@ class Pipeline:
         if self.supervised:
             command = [sys.executable, "-m", "liveviews.supervise", "pipeline", "--", *command]
         self.process = subprocess.Popen(
-            command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            [*self.prefix, *command], cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         out.close()
         self.starts += 1
@@ -168,14 +172,20 @@ def _kill_quietly(pid: int) -> None:
 class Gateway:
     """``python -m liveviews.gateway`` as a child process on a fixed port, restartable on that port."""
 
-    def __init__(self, store_url: str, workdir: Path, port: int, **env: str) -> None:
+    def __init__(
+        self, store_url: str, workdir: Path, port: int, host: str = "127.0.0.1",
+        prefix: Sequence[str] = (), **env: str,
+    ) -> None:  # fmt: skip
         self.port = port
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://{host}:{port}"
+        self.prefix = list(prefix)
+        """A command the process runs under (``ip netns exec <name>``); it keeps its pid."""
         self.workdir = workdir
         self.env = {
             **os.environ,
             **store_env(store_url),
             "LV_DATA_DIR": str(workdir / "gateway-data"),
+            "LV_HOST": host,
             "LV_PORT": str(port),
             "LV_FEED_BLOCK_MS": "100",
             "LV_HEARTBEAT_SECONDS": "1",
@@ -186,7 +196,7 @@ class Gateway:
     def start(self, timeout: float = 30) -> None:
         out = open(self.workdir / "gateway.log", "ab")  # noqa: SIM115 - the child owns it
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "liveviews.gateway"], cwd=ROOT, env=self.env,
+            [*self.prefix, sys.executable, "-m", "liveviews.gateway"], cwd=ROOT, env=self.env,
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         out.close()

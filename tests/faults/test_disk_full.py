@@ -51,7 +51,8 @@ from tests.support.disk import fill, small_filesystem
 from tests.support.gateway import free_port, stored_rows
 
 KNOBS = Knobs.from_env(kills=1)
-FULL_S = float(os.environ.get("LV_FAULT_STALL_S") or 5)
+# scripts/faults.sh passes 0 when no STALL is given: the default then.
+FULL_S = float(os.environ.get("LV_FAULT_STALL_S") or 0) or 5.0
 DISK_MB = 160
 RESERVE = 32 * 1_048_576
 
