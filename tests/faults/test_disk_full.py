@@ -154,3 +154,80 @@ def _supervisor_starts(workdir: Path) -> int:
     """How many times the supervisor started the pipeline, from its log."""
     text = (workdir / "pipeline.log").read_text(errors="replace")
     return 1 + text.count("starting it again")
+
+
+@pytest.mark.timeout(420 + int(FULL_S))
+def test_a_full_checkpoint_disk_pauses_the_views_and_recovers(tmp_path, disk):
+    """The pipeline's checkpoints (Spark's offset and commit logs, its state) on the small file
+    system, filled to the last byte under load: publishes are still taken, the gateway keeps
+    serving what the views hold, nothing is set aside as a dead letter and no half-written
+    checkpoint file stops a restart; once the space is freed the views catch up by themselves,
+    each event counted once."""
+    figures = Figures("checkpoint_disk_full", {"seed": KNOBS.seed, "full_s": FULL_S})
+    store = EmbeddedStore(tmp_path / "store", free_port(), appendfsync="always")
+    url = store.start()
+    client = redis.Redis.from_url(url)
+    pipeline = Pipeline(url, tmp_path, supervised=True)
+    pipeline.env["LV_CHECKPOINT_DIR"] = str(disk / "checkpoints")
+    gateway = Gateway(url, tmp_path, free_port())
+    clients = ClientLoop()
+    watcher = Resumer("sse-activity", "activity", "global")
+    publisher = Publisher(gateway.url, KNOBS.seed)
+    try:
+        gateway.start()
+        pipeline.start()
+        publisher.start()
+        wait_for_progress(client, 0, pipeline)
+        clients.spawn(sse_subscriber(gateway.url, dev_token("watcher"), watcher, clients.halt))
+        wait_until("a snapshot", lambda: watcher.state.last_id is not None)
+        time.sleep(1)
+        filler = fill(disk, leave=0)
+        progress = client.xlen("lv:{m}:progress")
+        # Full until the pipeline has tried to write a checkpoint into it and failed, and
+        # for as long as asked beyond that.
+        wait_until("a micro-batch refused by the full disk",
+                   lambda: "No space left on device" in pipeline.tail(400), timeout=120)  # fmt: skip
+        time.sleep(FULL_S)
+        stalled_batches = client.xlen("lv:{m}:progress") - progress
+        assert snapshot_served(gateway.url), "the gateway stopped serving reads"
+        acked_while_full = len(publisher.acked)
+        filler.unlink()
+        freed_at = time.monotonic()
+        seen = len(watcher.state.ids)
+        wait_until("the subscriber receives again", lambda: len(watcher.state.ids) > seen,
+                   timeout=180)  # fmt: skip
+        delivering_after_s = time.monotonic() - freed_at
+        time.sleep(1)
+        publisher.stop()
+        catch_up = wait_caught_up(client, pipeline)
+        assert pipeline.alive(), "the pipeline's supervisor gave up"
+        want = stored_rows(client, "activity", "global", SHARDS)
+        wait_until("the subscriber holds the stored rows", lambda: watcher.state.rows == want, 30)
+        assert watcher.failure is None, watcher.failure
+    finally:
+        publisher.halt.set()
+        clients.stop()
+        gateway.stop()
+        pipeline.stop()
+    try:
+        missing = missing_acked(client, publisher.acked)
+        assert not missing, f"acknowledged events lost: {missing[:5]}"
+        logged = sum(client.xlen(log_stream(p)) for p in range(PARTITIONS))
+        assert len(set(publisher.acked)) == len(publisher.acked) == logged
+        assert deadletters.listed(client) == [], "the full disk set events aside"
+        deltas = assert_views_consistent(client, PARTITIONS, SHARDS)
+    finally:
+        client.close()
+        store.stop()
+    assert dict(publisher.answers) == {"202": publisher.answers["202"]}, publisher.answers
+    figures.values.update(
+        disk_mb=DISK_MB,
+        events_acknowledged=len(publisher.acked),
+        acknowledged_while_full=acked_while_full,
+        batches_written_while_full=stalled_batches,
+        delivering_again_within_s=round(delivering_after_s, 1),
+        pipeline_starts_under_supervisor=_supervisor_starts(tmp_path),
+        deltas_checked=deltas,
+        catch_up_s=round(catch_up, 1),
+    )
+    figures.print()
