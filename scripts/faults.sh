@@ -26,6 +26,7 @@ start=$(date +%s)
   tests/faults/test_pipeline_kills.py tests/faults/test_gateway_kills.py \
   tests/faults/test_gateway_failover.py \
   tests/faults/test_store_restart.py tests/faults/test_store_durability.py \
-  tests/faults/test_stalls.py tests/faults/test_disk_full.py tests/faults/test_network.py \
+  tests/faults/test_stalls.py tests/faults/test_disk_full.py tests/faults/test_memory_full.py \
+  tests/faults/test_network.py \
   tests/cdc/test_crash.py "$@"
 echo "fault suite took $(( $(date +%s) - start )) s; figures in $LV_FAULT_REPORT"

@@ -1,0 +1,135 @@
+"""The store at its ``maxmemory`` under load, then given room again.
+
+The store's limit is set just below what it holds (``CONFIG SET maxmemory``), so it refuses
+every write: the gateway's publishes, the pipeline's sink. A publisher posts through the
+gateway, a pipeline runs under ``liveviews.supervise`` and an SSE subscriber follows
+``activity/global``. While full: every publish is answered 202 or 503 ``store_full`` (never 202
+for an event that was not written), the gateway keeps serving snapshots (its reads must not
+begin with a write the store would refuse), and no event is set aside as a dead letter. Once
+the limit is raised, publishes are taken and the subscriber receives again with nobody
+restarting anything; at the end every acknowledged event is in the log once and the views are
+consistent with it.
+
+``LV_FAULT_STALL_S`` keeps the store full that long (default 5 s); ``LV_FAULT_SEED``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from liveviews.log import deadletters
+from liveviews.log.events import log_stream
+from liveviews.store.embedded import EmbeddedStore
+from tests.faults.clients import (
+    ClientLoop,
+    Publisher,
+    Resumer,
+    dev_token,
+    missing_acked,
+    sse_subscriber,
+)
+from tests.faults.harness import (
+    PARTITIONS,
+    SHARDS,
+    Figures,
+    Gateway,
+    Knobs,
+    Pipeline,
+    wait_caught_up,
+    wait_for_progress,
+    wait_until,
+)
+from tests.faults.test_disk_full import _supervisor_starts, snapshot_served
+from tests.support.checks import assert_views_consistent
+from tests.support.gateway import free_port, stored_rows
+
+KNOBS = Knobs.from_env(kills=1)
+# scripts/faults.sh passes 0 when no STALL is given: the default then.
+FULL_S = float(os.environ.get("LV_FAULT_STALL_S") or 0) or 5.0
+ROOMY = 512 * 1_048_576
+
+
+def used_memory(client: redis.Redis) -> int:
+    info: Any = client.info("memory")
+    return int(info["used_memory"])
+
+
+@pytest.mark.timeout(420 + int(FULL_S))
+def test_a_store_at_its_maxmemory_keeps_reads_and_recovers(tmp_path):
+    figures = Figures("memory_full", {"seed": KNOBS.seed, "full_s": FULL_S})
+    store = EmbeddedStore(tmp_path / "store", free_port(), appendfsync="always", maxmemory=ROOMY)
+    url = store.start()
+    client = redis.Redis.from_url(url)
+    pipeline = Pipeline(url, tmp_path, supervised=True)
+    gateway = Gateway(url, tmp_path, free_port())
+    clients = ClientLoop()
+    watcher = Resumer("sse-activity", "activity", "global")
+    publisher = Publisher(gateway.url, KNOBS.seed)
+    try:
+        gateway.start()
+        pipeline.start()
+        publisher.start()
+        wait_for_progress(client, 0, pipeline)
+        clients.spawn(sse_subscriber(gateway.url, dev_token("watcher"), watcher, clients.halt))
+        wait_until("a snapshot", lambda: watcher.state.last_id is not None)
+        time.sleep(1)
+        client.config_set("maxmemory", int(used_memory(client) * 0.98))
+        full_at = time.monotonic()
+        wait_until("a publish refused store_full",
+                   lambda: publisher.answers["503 store_full"] > 0, timeout=10)  # fmt: skip
+        refused_after_s = time.monotonic() - full_at
+        progress = client.xlen("lv:{m}:progress")
+        time.sleep(FULL_S)
+        batches_while_full = client.xlen("lv:{m}:progress") - progress
+        assert snapshot_served(gateway.url), "the gateway stopped serving reads"
+        acked_while_full = len(publisher.acked)
+        client.config_set("maxmemory", ROOMY)
+        freed_at = time.monotonic()
+        wait_until("publishes taken again", lambda: len(publisher.acked) > acked_while_full + 20,
+                   timeout=30)  # fmt: skip
+        taken_after_s = time.monotonic() - freed_at
+        seen = len(watcher.state.ids)
+        wait_until("the subscriber receives again", lambda: len(watcher.state.ids) > seen,
+                   timeout=180)  # fmt: skip
+        delivering_after_s = time.monotonic() - freed_at
+        time.sleep(1)
+        publisher.stop()
+        catch_up = wait_caught_up(client, pipeline)
+        assert pipeline.alive(), "the pipeline's supervisor gave up"
+        want = stored_rows(client, "activity", "global", SHARDS)
+        wait_until("the subscriber holds the stored rows", lambda: watcher.state.rows == want, 30)
+        assert watcher.failure is None, watcher.failure
+    finally:
+        publisher.halt.set()
+        clients.stop()
+        gateway.stop()
+        pipeline.stop()
+    try:
+        missing = missing_acked(client, publisher.acked)
+        assert not missing, f"acknowledged events lost: {missing[:5]}"
+        logged = sum(client.xlen(log_stream(p)) for p in range(PARTITIONS))
+        assert len(set(publisher.acked)) == len(publisher.acked) == logged
+        assert deadletters.listed(client) == [], "the store's refusal set events aside"
+        deltas = assert_views_consistent(client, PARTITIONS, SHARDS)
+    finally:
+        client.close()
+        store.stop()
+    answers = {k: v for k, v in publisher.answers.items() if k != "202"}
+    assert set(answers) == {"503 store_full"}, (answers, publisher.refused_bodies[:3])
+    figures.values.update(
+        events_acknowledged=len(publisher.acked),
+        publishes_refused=answers["503 store_full"],
+        refused_within_s=round(refused_after_s, 2),
+        batches_written_while_full=batches_while_full,
+        taken_again_within_s=round(taken_after_s, 2),
+        delivering_again_within_s=round(delivering_after_s, 1),
+        pipeline_starts_under_supervisor=_supervisor_starts(tmp_path),
+        deltas_checked=deltas,
+        catch_up_s=round(catch_up, 1),
+    )
+    figures.print()
