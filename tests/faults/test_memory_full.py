@@ -10,6 +10,9 @@ the limit is raised, publishes are taken and the subscriber receives again with 
 restarting anything; at the end every acknowledged event is in the log once and the views are
 consistent with it.
 
+The pipeline retries a write the store refused for memory for ``STORE_OUTAGE_S``: a store
+full for less than that pauses the pipeline, which is not restarted.
+
 ``LV_FAULT_STALL_S`` keeps the store full that long (default 5 s); ``LV_FAULT_SEED``.
 """
 
@@ -24,6 +27,7 @@ import redis
 
 from liveviews.log import deadletters
 from liveviews.log.events import log_stream
+from liveviews.pipeline.source import STORE_OUTAGE_S
 from liveviews.store.embedded import EmbeddedStore
 from tests.faults.clients import (
     ClientLoop,
@@ -121,6 +125,9 @@ def test_a_store_at_its_maxmemory_keeps_reads_and_recovers(tmp_path):
         store.stop()
     answers = {k: v for k, v in publisher.answers.items() if k != "202"}
     assert set(answers) == {"503 store_full"}, (answers, publisher.refused_bodies[:3])
+    starts = _supervisor_starts(tmp_path)
+    if FULL_S < STORE_OUTAGE_S / 2:
+        assert starts == 1, "the pipeline was restarted: a store out of memory should pause it"
     figures.values.update(
         events_acknowledged=len(publisher.acked),
         publishes_refused=answers["503 store_full"],
@@ -128,7 +135,7 @@ def test_a_store_at_its_maxmemory_keeps_reads_and_recovers(tmp_path):
         batches_written_while_full=batches_while_full,
         taken_again_within_s=round(taken_after_s, 2),
         delivering_again_within_s=round(delivering_after_s, 1),
-        pipeline_starts_under_supervisor=_supervisor_starts(tmp_path),
+        pipeline_starts_under_supervisor=starts,
         deltas_checked=deltas,
         catch_up_s=round(catch_up, 1),
     )
