@@ -114,7 +114,9 @@ class Authenticator:
             raise Unauthorized("the token is malformed.", code="token_invalid") from None
         alg = header.get("alg")
         if alg == ALGORITHM and self.secret is not None:
-            return self._verified(token, self.secret, ALGORITHM, None, Claims(), leeway=0.0)
+            return self._verified(
+                token, self.secret, ALGORITHM, None, Claims(), leeway=0.0, check_iat=False
+            )
         provider = self.provider
         if provider is not None and isinstance(alg, str) and alg in provider.algorithms:
             kid = header.get("kid")
@@ -129,10 +131,12 @@ class Authenticator:
         )
 
     def _verified(
-        self, token: str, key: Any, alg: str, issuer: str | None, where: Claims, leeway: float
-    ) -> Principal:
+        self, token: str, key: Any, alg: str, issuer: str | None, where: Claims, leeway: float,
+        check_iat: bool = True,
+    ) -> Principal:  # fmt: skip
         """``token``'s principal, its signature checked with ``key``; ``leeway`` is the clock
-        skew allowed, for a provider's clock only (the gateway's own tokens share its clock)."""
+        skew allowed, for a provider's clock only (the gateway's own tokens share its clock);
+        ``check_iat``: refuse a token issued after this clock's now, beyond the leeway."""
         try:
             claims = jwt.decode(
                 token,
@@ -147,7 +151,11 @@ class Authenticator:
                         "aud",
                         *(["sub"] if where.subject == "sub" else []),
                         *(["iss"] if issuer else []),
-                    ]
+                    ],
+                    # An HS256 token's iat is its signer's clock (a backend's, or this gateway's
+                    # before its clock was set back): with no leeway a second of skew would
+                    # refuse fresh tokens, and exp alone bounds what a token may do.
+                    "verify_iat": check_iat,
                 },  # fmt: skip
             )
         except jwt.ExpiredSignatureError:
@@ -162,6 +170,12 @@ class Authenticator:
         except jwt.MissingRequiredClaimError as exc:
             raise Unauthorized(
                 f"the token lacks the {exc.claim!r} claim; tokens need sub, aud and exp.",
+                code="token_invalid",
+            ) from None
+        except jwt.ImmatureSignatureError:
+            raise Unauthorized(
+                "the token is not valid yet by this gateway's clock (its 'nbf' or 'iat' is "
+                "ahead of it); check the clocks of the gateway and of the token's issuer.",
                 code="token_invalid",
             ) from None
         except jwt.InvalidIssuerError:

@@ -51,6 +51,28 @@ def denials(gw: ServedGateway) -> list[tuple[str, dict[str, str], int, str]]:
     ]  # fmt: skip
 
 
+def signed(gw: ServedGateway, **claims: Any) -> str:
+    body = {"sub": "alice", "scope": "read", "aud": gw.settings.jwt_audience,
+            "exp": int(time.time()) + 60, **claims}  # fmt: skip
+    return jwt.encode(body, gw.settings.jwt_secret, algorithm="HS256")
+
+
+async def test_a_token_issued_by_a_clock_ahead_is_taken_and_one_not_valid_yet_says_why(
+    gateway: ServedGateway,
+) -> None:
+    # The signer's clock (a backend's, or this gateway's before it was set back) may be ahead:
+    # a gateway-signed token's 'iat' is not checked, its 'exp' bounds it. An explicit 'nbf' is.
+    ahead = signed(gateway, iat=int(time.time()) + 600)
+    later = signed(gateway, nbf=int(time.time()) + 600)
+    async with aiohttp.ClientSession() as s:
+        taken = await s.get(gateway.url + VIEW, headers={"Authorization": f"Bearer {ahead}"})
+        assert taken.status == 200
+        refused = await s.get(gateway.url + VIEW, headers={"Authorization": f"Bearer {later}"})
+        body = await refused.json()
+        assert (refused.status, body["code"]) == (401, "token_invalid")
+        assert "clock" in body["message"]
+
+
 @pytest.mark.parametrize("path", [VIEW, VIEW + "/live"])
 async def test_every_denial_answers_its_status_and_code(gateway: ServedGateway, path: str) -> None:
     async with aiohttp.ClientSession() as s:
