@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -72,7 +71,10 @@ class Presence:
             await asyncio.sleep(self.interval)
 
     async def report(self) -> None:
-        now = time.time()
+        # The store's clock, which every gateway and ``liveviews status`` share: on this
+        # process's own, a clock set back would hide its report and one set ahead prune others'.
+        seconds, micros = await self.client.time()
+        now = seconds + micros / 1_000_000
         await self.client.hset(
             GATEWAYS_KEY, self.name, encode(self.connections(), self.subscribers(), now)
         )

@@ -1,7 +1,8 @@
 """What each gateway process reports about itself, for ``liveviews status``.
 
 Every gateway process writes one field of the ``lv:gateways`` hash every few seconds:
-``<host>:<pid>`` -> JSON ``{"at": <unix seconds>, "connections": n, "subscribers": {view: n}}``.
+``<host>:<pid>`` -> JSON ``{"at": <unix seconds>, "connections": n, "subscribers": {view: n}}``,
+``at`` by the store's clock.
 A field not refreshed for ``STALE_SECONDS`` is a gateway that stopped; readers leave it out and
 any gateway may delete it.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from liveviews.log.eventlog import store_time_ms
 from liveviews.store.client import Client
 
 GATEWAYS_KEY = "lv:gateways"
@@ -54,7 +56,8 @@ def decode(name: str, raw: bytes) -> GatewayReport:
 
 def read_gateways(client: Client, now: float | None = None) -> list[GatewayReport]:
     """The gateways that reported within ``STALE_SECONDS``, by name."""
-    now = time.time() if now is None else now
+    # The store's clock, on which the gateways write their reports (``Presence.report``).
+    now = store_time_ms(client) / 1000 if now is None else now
     raw: Any = client.hgetall(GATEWAYS_KEY)
     reports = []
     for k, v in raw.items():
