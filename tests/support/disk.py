@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -26,10 +27,16 @@ def small_filesystem(path: Path, megabytes: int) -> Iterator[Path]:
 
 
 def fill(disk: Path, leave: int) -> Path:
-    """A file that takes the disk's free space but ``leave`` bytes; remove it to free them."""
+    """A file that takes the disk's free space but ``leave`` bytes; remove it to free them.
+
+    The processes under test write to the disk meanwhile, so a write may find it full first:
+    that is the end of the filling, not a failure."""
     filler = disk / "filler"
-    with open(filler, "wb") as out:
-        while (free := shutil.disk_usage(disk).free) > leave:
-            out.write(b"x" * min(4 * 1_048_576, free - leave))
-            out.flush()
+    with open(filler, "wb", buffering=0) as out:
+        try:
+            while (free := shutil.disk_usage(disk).free) > leave:
+                out.write(b"x" * min(4 * 1_048_576, free - leave))
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
     return filler
