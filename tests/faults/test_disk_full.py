@@ -25,30 +25,25 @@ import pytest
 import redis
 
 from liveviews.log import deadletters
-from liveviews.log.events import log_stream
 from liveviews.store.embedded import EmbeddedStore
 from tests.faults.clients import (
     ClientLoop,
     Publisher,
     Resumer,
     dev_token,
-    missing_acked,
     sse_subscriber,
 )
+from tests.faults.ending import logged_once, receives_again, taken_again, wind_down
 from tests.faults.harness import (
-    PARTITIONS,
-    SHARDS,
     Figures,
     Gateway,
     Knobs,
     Pipeline,
-    wait_caught_up,
     wait_for_progress,
     wait_until,
 )
-from tests.support.checks import assert_views_consistent
 from tests.support.disk import fill, small_filesystem
-from tests.support.gateway import free_port, stored_rows
+from tests.support.gateway import free_port
 
 KNOBS = Knobs.from_env(kills=1)
 # scripts/faults.sh passes 0 when no STALL is given: the default then.
@@ -99,23 +94,13 @@ def test_a_full_disk_refuses_publishes_keeps_reads_and_recovers(tmp_path, disk):
         time.sleep(FULL_S)
         assert store.process is not None and store.process.poll() is None, "the store exited"
         assert snapshot_served(gateway.url), "the gateway stopped serving reads"
-        acked_while_full = len(publisher.acked)
         filler.unlink()
         freed_at = time.monotonic()
-        wait_until("publishes taken again", lambda: len(publisher.acked) > acked_while_full + 20,
-                   timeout=30)  # fmt: skip
-        taken_after_s = time.monotonic() - freed_at
-        seen = len(watcher.state.ids)
-        wait_until("the subscriber receives again", lambda: len(watcher.state.ids) > seen,
-                   timeout=120)  # fmt: skip
-        delivering_after_s = time.monotonic() - freed_at
+        taken_after_s = taken_again(publisher, freed_at)
+        delivering_after_s = receives_again(watcher, freed_at)
         time.sleep(1)
-        publisher.stop()
-        catch_up = wait_caught_up(client, pipeline)
+        catch_up = wind_down(client, pipeline, publisher, [watcher])
         assert pipeline.alive(), "the pipeline's supervisor gave up"
-        want = stored_rows(client, "activity", "global", SHARDS)
-        wait_until("the subscriber holds the stored rows", lambda: watcher.state.rows == want, 30)
-        assert watcher.failure is None, watcher.failure
     finally:
         publisher.halt.set()
         clients.stop()
@@ -124,12 +109,8 @@ def test_a_full_disk_refuses_publishes_keeps_reads_and_recovers(tmp_path, disk):
         store.stop()
     store.start()
     try:
-        missing = missing_acked(client, publisher.acked)
-        assert not missing, f"acknowledged events lost: {missing[:5]}"
-        logged = sum(client.xlen(log_stream(p)) for p in range(PARTITIONS))
-        assert len(set(publisher.acked)) == len(publisher.acked) == logged
         assert deadletters.listed(client) == [], "the store's refusal set events aside"
-        deltas = assert_views_consistent(client, PARTITIONS, SHARDS)
+        deltas = logged_once(client, publisher.acked)
     finally:
         client.close()
         store.stop()
@@ -193,29 +174,18 @@ def test_a_full_checkpoint_disk_pauses_the_views_and_recovers(tmp_path, disk):
         acked_while_full = len(publisher.acked)
         filler.unlink()
         freed_at = time.monotonic()
-        seen = len(watcher.state.ids)
-        wait_until("the subscriber receives again", lambda: len(watcher.state.ids) > seen,
-                   timeout=180)  # fmt: skip
-        delivering_after_s = time.monotonic() - freed_at
+        delivering_after_s = receives_again(watcher, freed_at)
         time.sleep(1)
-        publisher.stop()
-        catch_up = wait_caught_up(client, pipeline)
+        catch_up = wind_down(client, pipeline, publisher, [watcher])
         assert pipeline.alive(), "the pipeline's supervisor gave up"
-        want = stored_rows(client, "activity", "global", SHARDS)
-        wait_until("the subscriber holds the stored rows", lambda: watcher.state.rows == want, 30)
-        assert watcher.failure is None, watcher.failure
     finally:
         publisher.halt.set()
         clients.stop()
         gateway.stop()
         pipeline.stop()
     try:
-        missing = missing_acked(client, publisher.acked)
-        assert not missing, f"acknowledged events lost: {missing[:5]}"
-        logged = sum(client.xlen(log_stream(p)) for p in range(PARTITIONS))
-        assert len(set(publisher.acked)) == len(publisher.acked) == logged
         assert deadletters.listed(client) == [], "the full disk set events aside"
-        deltas = assert_views_consistent(client, PARTITIONS, SHARDS)
+        deltas = logged_once(client, publisher.acked)
     finally:
         client.close()
         store.stop()

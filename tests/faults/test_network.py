@@ -26,7 +26,6 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from liveviews.log.events import log_stream
 from liveviews.store.embedded import EmbeddedStore
 from tests.faults.clients import (
     ClientLoop,
@@ -37,20 +36,17 @@ from tests.faults.clients import (
     sse_subscriber,
     ws_subscriber,
 )
+from tests.faults.ending import logged_once, wind_down
 from tests.faults.harness import (
-    PARTITIONS,
-    SHARDS,
     Figures,
     Gateway,
     Knobs,
     Pipeline,
-    wait_caught_up,
     wait_for_progress,
     wait_until,
 )
 from tests.faults.netns import DelayProxy, Namespace, with_host
-from tests.support.checks import assert_views_consistent
-from tests.support.gateway import free_port, stored_rows
+from tests.support.gateway import free_port
 
 KNOBS = Knobs.from_env(kills=1)
 # scripts/faults.sh passes 0 when no STALL is given: the default then.
@@ -142,12 +138,7 @@ def test_delay_loss_and_partitions_lose_nothing(tmp_path):
                 })  # fmt: skip
                 assert gateway.process is not None and gateway.process.poll() is None
         time.sleep(1)
-        publisher.stop()
-        catch_up = wait_caught_up(client, pipeline, timeout=240)
-        want = stored_rows(client, "activity", "global", SHARDS)
-        for r in (sse, ws):
-            wait_until(f"{r.name} holds the stored rows", lambda r=r: r.state.rows == want, 30)
-            assert r.failure is None, r.failure
+        catch_up = wind_down(client, pipeline, publisher, (sse, ws), timeout=240)
     finally:
         if publisher is not None:
             publisher.halt.set()
@@ -163,13 +154,7 @@ def test_delay_loss_and_partitions_lose_nothing(tmp_path):
         store.stop()
     store.start()  # on loopback only; the proxies were its only clients on the links
     try:
-        missing = missing_acked(client, publisher.acked)
-        assert not missing, f"acknowledged events lost: {missing[:5]}"
-        # Every batch was sent until taken, under one key: the log holds each once, and
-        # nothing that was not acknowledged.
-        logged = sum(client.xlen(log_stream(p)) for p in range(PARTITIONS))
-        assert len(set(publisher.acked)) == len(publisher.acked) == logged
-        deltas = assert_views_consistent(client, PARTITIONS, SHARDS)
+        deltas = logged_once(client, publisher.acked)
     finally:
         client.close()
         store.stop()

@@ -25,7 +25,6 @@ import time
 import pytest
 import redis
 
-from liveviews.log.events import log_stream
 from liveviews.store.embedded import EmbeddedStore
 from tests.faults.clients import (
     ClientLoop,
@@ -36,19 +35,16 @@ from tests.faults.clients import (
     sse_subscriber,
     ws_subscriber,
 )
+from tests.faults.ending import logged_once, wind_down
 from tests.faults.harness import (
-    PARTITIONS,
-    SHARDS,
     Figures,
     Gateway,
     Knobs,
     Pipeline,
-    wait_caught_up,
     wait_for_progress,
     wait_until,
 )
-from tests.support.checks import assert_views_consistent
-from tests.support.gateway import free_port, stored_rows
+from tests.support.gateway import free_port
 from tests.support.processes import descendants, spark_jvm
 
 KNOBS = Knobs.from_env(kills=1)
@@ -133,13 +129,8 @@ def test_stalled_store_gateway_and_pipeline_lose_nothing(tmp_path):
                 assert _child_of(pipeline.pid()) == supervised, "the supervisor restarted it"
                 assert gateway.process.poll() is None and store.process.poll() is None
         time.sleep(1)
-        publisher.stop()
-        catch_up = wait_caught_up(client, pipeline)
+        catch_up = wind_down(client, pipeline, publisher, (sse, ws))
         assert pipeline.alive() and _child_of(pipeline.pid()) == supervised
-        want = stored_rows(client, "activity", "global", SHARDS)
-        for r in (sse, ws):
-            wait_until(f"{r.name} holds the stored rows", lambda r=r: r.state.rows == want, 30)
-            assert r.failure is None, r.failure
     finally:
         publisher.halt.set()
         clients.stop()
@@ -148,13 +139,7 @@ def test_stalled_store_gateway_and_pipeline_lose_nothing(tmp_path):
         store.stop()
     store.start()
     try:
-        missing = missing_acked(client, publisher.acked)
-        assert not missing, f"acknowledged events lost: {missing[:5]}"
-        # Every batch was sent until taken, under one key: the log holds each once, and
-        # nothing that was not acknowledged.
-        logged = sum(client.xlen(log_stream(p)) for p in range(PARTITIONS))
-        assert len(set(publisher.acked)) == len(publisher.acked) == logged
-        deltas = assert_views_consistent(client, PARTITIONS, SHARDS)
+        deltas = logged_once(client, publisher.acked)
     finally:
         client.close()
         store.stop()

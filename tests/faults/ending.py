@@ -1,0 +1,57 @@
+"""How a fault test under load ends: the publisher stops, the views catch up, every subscriber
+holds the stored rows; then the log holds exactly what was acknowledged and the views are
+consistent with it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import redis
+
+from liveviews.log.events import log_stream
+from tests.faults.clients import Publisher, Resumer, missing_acked
+from tests.faults.harness import PARTITIONS, SHARDS, Pipeline, wait_caught_up, wait_until
+from tests.support.checks import assert_views_consistent
+from tests.support.gateway import stored_rows
+
+
+def wind_down(
+    client: redis.Redis, pipeline: Pipeline, publisher: Publisher, subscribers: Sequence[Resumer],
+    view: str = "activity", key: str = "global", timeout: float = 180,
+) -> float:  # fmt: skip
+    """Stop publishing; once the views caught up, each subscriber must hold the stored rows
+    with no failure. Returns how long the views took to catch up."""
+    publisher.stop()
+    catch_up = wait_caught_up(client, pipeline, timeout)
+    want = stored_rows(client, view, key, SHARDS)
+    for r in subscribers:
+        wait_until(f"{r.name} holds the stored rows", lambda r=r: r.state.rows == want, 30)
+        assert r.failure is None, r.failure
+    return catch_up
+
+
+def logged_once(client: redis.Redis, acked: list[tuple[int, str]]) -> int:
+    """Every acknowledged event is in the log once and nothing else is (each batch was sent
+    until taken, under one key), and the views are consistent with the log. Returns how many
+    deltas were checked."""
+    missing = missing_acked(client, acked)
+    assert not missing, f"acknowledged events lost: {missing[:5]}"
+    logged = sum(client.xlen(log_stream(p)) for p in range(PARTITIONS))
+    assert len(set(acked)) == len(acked) == logged
+    return assert_views_consistent(client, PARTITIONS, SHARDS)
+
+
+def taken_again(publisher: Publisher, since: float) -> float:
+    """Seconds from ``since`` (monotonic) until publishes are taken again (20 more)."""
+    acked = len(publisher.acked)
+    wait_until("publishes taken again", lambda: len(publisher.acked) > acked + 20, timeout=30)
+    return time.monotonic() - since
+
+
+def receives_again(subscriber: Resumer, since: float, timeout: float = 180) -> float:
+    """Seconds from ``since`` (monotonic) until ``subscriber`` receives a new delta."""
+    seen = len(subscriber.state.ids)
+    wait_until(f"{subscriber.name} receives again", lambda: len(subscriber.state.ids) > seen,
+               timeout)  # fmt: skip
+    return time.monotonic() - since
