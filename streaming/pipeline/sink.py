@@ -12,6 +12,7 @@ batch id recorded, or re-apply values already stored, which appends no delta.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -146,9 +147,12 @@ class ChangeTopicSink:
         letters = self._dead_letters(letter_rows, batch_id) if letter_rows else []
         batch = Batch(batch_id, letters, by_shard, len(rows) - len(letter_rows), read_to)
         if is_cluster(self.client):
-            retrying(lambda: self._write_nodes(batch), self.client, f"writing batch {batch_id}")
+            write = functools.partial(self._write_nodes, batch)
         else:
-            retrying(lambda: self._write_one(batch), self.client, f"writing batch {batch_id}")
+            write = functools.partial(self._write_one, batch)
+        # A store that refuses writes for a while (a full disk, its maxmemory) pauses the
+        # batch: a JVM's restart would cost ~10 s more once it takes them again.
+        retrying(write, self.client, f"writing batch {batch_id}", refusals=True)
 
     def _write_one(self, batch: Batch) -> None:
         """A single server: the whole batch on one pipeline."""

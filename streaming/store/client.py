@@ -59,6 +59,20 @@ ACK_TIMEOUT_MS = 5000
 """How long a write waits for its replicas before the writer is told it may not be durable."""
 
 
+WRITES_REFUSED = ("NOREPLICAS", "OOM", "MISCONF")
+"""How a store answers a write it refuses for a time: its disk guard is on (``NOREPLICAS``,
+``liveviews.store.diskguard``), it is at its ``maxmemory`` (``OOM``), or it could not write its
+append-only file (``MISCONF``). A script is refused at
+its first write, and the guard cannot turn on within one, so a refused script wrote nothing."""
+
+
+def refused_for_now(exc: BaseException) -> bool:
+    """Is ``exc`` one of the ``WRITES_REFUSED`` answers? A pipeline's error names the command
+    first ("Command # 1 (EVALSHA ...) of pipeline caused error: NOREPLICAS ...")."""
+    text = str(exc)
+    return any(text.startswith(c) or f"caused error: {c} " in text for c in WRITES_REFUSED)
+
+
 class NotReplicated(redis.RedisError):
     """Fewer replicas than ``LV_STORE_ACK_REPLICAS`` confirmed a write in time."""
 
@@ -70,18 +84,22 @@ def retrying(
     *,
     seconds: float = OUTAGE_SECONDS,
     errors: tuple[type[BaseException], ...] = (*FAILOVER_ERRORS, NotReplicated),
+    refusals: bool = False,
 ) -> T:
     """``command()`` until it succeeds, for about ``seconds``, learning the cluster's slots
-    again after each of ``errors``; then that error is raised. ``command`` must be safe to
-    repeat (a read, or a write that is idempotent: a micro-batch by its id, an append by its
+    again after each of ``errors`` (and, with ``refusals``, while the store refuses writes for
+    a time: ``WRITES_REFUSED``); then that error is raised. ``command`` must be safe to repeat
+    (a read, or a write that is idempotent: a micro-batch by its id, an append by its
     idempotency key)."""
     deadline = time.monotonic() + seconds
     delay = 0.05
+    caught: tuple[type[BaseException], ...] = (*errors, redis.ResponseError)
     while True:
         try:
             return command()
-        except errors as exc:
-            if time.monotonic() + delay > deadline:
+        except caught as exc:
+            again = isinstance(exc, errors) or (refusals and refused_for_now(exc))
+            if not again or time.monotonic() + delay > deadline:
                 raise
             log.warning("%s: %s; trying again in %.2f s", what, exc, delay)
             time.sleep(delay)

@@ -6,8 +6,10 @@ through a gateway, a pipeline runs under ``liveviews.supervise`` and an SSE subs
 (``LV_STORE_DISK_RESERVE``) and keeps it there for a while. Meanwhile: every publish is answered
 202 or 503 ``store_disk_full`` (never 202 for an event that was not written), the store stays up
 and the gateway keeps serving snapshots, and no event of the pipeline's refused batches is set
-aside as a dead letter. Once the file filling the disk is removed, publishes are taken again and
-the subscriber receives again, with no one restarting anything by hand; at the end every
+aside as a dead letter. The pipeline's sink retries a refused batch (for ``OUTAGE_SECONDS``), so
+a disk full for less than that pauses the pipeline rather than restarting it. Once the file
+filling the disk is removed, publishes are taken again and the subscriber receives again, with
+no one restarting anything by hand; at the end every
 acknowledged event is in the log once, and the views are consistent with it.
 
 ``LV_FAULT_STALL_S`` keeps the disk full that long (default 5 s); ``LV_FAULT_SEED``.
@@ -25,6 +27,7 @@ import pytest
 import redis
 
 from liveviews.log import deadletters
+from liveviews.store.client import OUTAGE_SECONDS
 from liveviews.store.embedded import EmbeddedStore
 from tests.faults.clients import (
     ClientLoop,
@@ -116,6 +119,9 @@ def test_a_full_disk_refuses_publishes_keeps_reads_and_recovers(tmp_path, disk):
         store.stop()
     answers = {k: v for k, v in publisher.answers.items() if k != "202"}
     assert set(answers) == {"503 store_disk_full"}, (answers, publisher.refused_bodies[:3])
+    starts = _supervisor_starts(tmp_path)
+    if FULL_S < OUTAGE_SECONDS / 2:
+        assert starts == 1, "the pipeline was restarted: a store refusing writes should pause it"
     figures.values.update(
         disk_mb=DISK_MB,
         reserve_mb=RESERVE // 1_048_576,
@@ -124,7 +130,7 @@ def test_a_full_disk_refuses_publishes_keeps_reads_and_recovers(tmp_path, disk):
         refused_within_s=round(refused_after_s, 2),
         taken_again_within_s=round(taken_after_s, 2),
         delivering_again_within_s=round(delivering_after_s, 1),
-        pipeline_starts_under_supervisor=_supervisor_starts(tmp_path),
+        pipeline_starts_under_supervisor=starts,
         deltas_checked=deltas,
         catch_up_s=round(catch_up, 1),
     )
