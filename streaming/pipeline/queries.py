@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -19,7 +20,7 @@ from liveviews.pipeline.plan import built, started
 from liveviews.pipeline.session import QUERY_NAME, SHUFFLE_PARTITIONS
 from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.sink import BUILD_CALL_OPS, CALL_OPS, ChangeTopicSink
-from liveviews.pipeline.source import SOURCE_NAME, retried_errors, screen_option, store_retry
+from liveviews.pipeline.source import SOURCE_NAME, screen_option, store_retry
 from liveviews.store.client import Client, connect
 
 SINK_TIMEOUT_S = 600
@@ -59,8 +60,8 @@ def sink_client(settings: Settings) -> Client:
     return connect(
         settings.store_url,
         socket_timeout=SINK_TIMEOUT_S,
-        retry=store_retry(),  # a restarting or full store pauses the batch instead of failing it
-        retry_on_error=list(retried_errors()),
+        retry=store_retry(),  # a restarting store pauses the batch instead of failing it
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
 
 

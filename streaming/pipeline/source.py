@@ -87,11 +87,10 @@ def store_retry() -> Retry:
     """Retries of a store command for about ``STORE_OUTAGE_S``: 50 ms doubling up to 2 s.
 
     Only for commands whose repetition changes nothing: the source's reads, and the sink's
-    writes, which are idempotent by batch id. A restarted store (SIGKILL, upgrade) or one at
-    its ``maxmemory`` is then a pause of the pipeline, not a failed query to start again
-    (~13 s of a JVM's start once the store has room). A store refuses a script for memory
-    only at its first write, so a refused script wrote nothing.
+    writes, which are idempotent by batch id. A restarted store (SIGKILL, upgrade) is then a
+    pause of the pipeline, not a failed query that needs someone to restart it.
     """
+    import redis
     from redis.backoff import ExponentialBackoff
     from redis.retry import Retry
 
@@ -100,14 +99,7 @@ def store_retry() -> Retry:
     while delays < STORE_OUTAGE_S:
         retries += 1
         delays += min(2.0, 0.05 * 2**retries)
-    return Retry(backoff, retries, supported_errors=retried_errors())
-
-
-def retried_errors() -> tuple[type[Exception], ...]:
-    """What ``store_retry`` retries: a store out of reach, or out of memory."""
-    import redis
-
-    return (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError)
+    return Retry(backoff, retries, supported_errors=(redis.ConnectionError, redis.TimeoutError))
 
 
 def _client(url: str, *, log: bool = False) -> Client:

@@ -59,16 +59,19 @@ ACK_TIMEOUT_MS = 5000
 """How long a write waits for its replicas before the writer is told it may not be durable."""
 
 
-WRITES_REFUSED = ("NOREPLICAS", "OOM", "MISCONF")
-"""How a store answers a write it refuses for a time: its disk guard is on (``NOREPLICAS``,
-``liveviews.store.diskguard``), it is at its ``maxmemory`` (``OOM``), or it could not write its
-append-only file (``MISCONF``). A script is refused at
-its first write, and the guard cannot turn on within one, so a refused script wrote nothing."""
+WRITES_REFUSED = ("NOREPLICAS", "MISCONF")
+"""How a store answers a write it refuses for a time, besides ``OutOfMemoryError`` at its
+``maxmemory``: its disk guard is on (``NOREPLICAS``, ``liveviews.store.diskguard``) or it could
+not write its append-only file (``MISCONF``). A script is refused at its first write, and the
+guard cannot turn on within one, so a refused script wrote nothing."""
 
 
 def refused_for_now(exc: BaseException) -> bool:
-    """Is ``exc`` one of the ``WRITES_REFUSED`` answers? A pipeline's error names the command
-    first ("Command # 1 (EVALSHA ...) of pipeline caused error: NOREPLICAS ...")."""
+    """Is ``exc`` a store refusing writes for a time? redis-py raises ``OOM`` as
+    ``OutOfMemoryError`` (without the code); the others are plain ``ResponseError``s, whose
+    text a pipeline prefixes ("Command # 1 (EVALSHA ...) of pipeline caused error: NOREPLICAS")."""
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return True
     text = str(exc)
     return any(text.startswith(c) or f"caused error: {c} " in text for c in WRITES_REFUSED)
 

@@ -10,7 +10,7 @@ the limit is raised, publishes are taken and the subscriber receives again with 
 restarting anything; at the end every acknowledged event is in the log once and the views are
 consistent with it.
 
-The pipeline retries a write the store refused for memory for ``STORE_OUTAGE_S``: a store
+The pipeline's sink retries a batch the store refused for memory for ``OUTAGE_SECONDS``: a store
 full for less than that pauses the pipeline, which is not restarted.
 
 ``LV_FAULT_STALL_S`` keeps the store full that long (default 5 s); ``LV_FAULT_SEED``.
@@ -26,13 +26,14 @@ import pytest
 import redis
 
 from liveviews.log import deadletters
-from liveviews.pipeline.source import STORE_OUTAGE_S
+from liveviews.store.client import OUTAGE_SECONDS
 from liveviews.store.embedded import EmbeddedStore
 from tests.faults.clients import (
     ClientLoop,
     Publisher,
     Resumer,
     dev_token,
+    snapshot_served,
     sse_subscriber,
 )
 from tests.faults.ending import logged_once, receives_again, taken_again, wind_down
@@ -44,7 +45,6 @@ from tests.faults.harness import (
     wait_for_progress,
     wait_until,
 )
-from tests.faults.test_disk_full import _supervisor_starts, snapshot_served
 from tests.support.gateway import free_port
 
 KNOBS = Knobs.from_env(kills=1)
@@ -106,8 +106,8 @@ def test_a_store_at_its_maxmemory_keeps_reads_and_recovers(tmp_path):
         store.stop()
     answers = {k: v for k, v in publisher.answers.items() if k != "202"}
     assert set(answers) == {"503 store_full"}, (answers, publisher.refused_bodies[:3])
-    starts = _supervisor_starts(tmp_path)
-    if FULL_S < STORE_OUTAGE_S / 2:
+    starts = pipeline.supervised_starts()
+    if FULL_S < OUTAGE_SECONDS / 2:
         assert starts == 1, "the pipeline was restarted: a store out of memory should pause it"
     figures.values.update(
         events_acknowledged=len(publisher.acked),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 import redis
+from redis._parsers.base import BaseParser
 
 from liveviews.store.client import refused_for_now, retrying
 
@@ -15,10 +16,8 @@ from liveviews.store.client import refused_for_now, retrying
     "answer, for_now",
     [
         ("NOREPLICAS Not enough good replicas to write.", True),
-        ("OOM command not allowed when used memory > 'maxmemory'.", True),
         ("Command # 1 (EVALSHA 14f5 112 lv:{c0}:changes) of pipeline caused error: "
          "NOREPLICAS Not enough good replicas to write. script: on @user_script:53.", True),
-        ("Command # 3 (XADD lv:{p0}:log) of pipeline caused error: OOM command not allowed", True),
         ("MISCONF Errors writing to the AOF file: No space left on device", True),
         ("WRONGTYPE Operation against a key holding the wrong kind of value", False),
         ("ERR Error running script: user_script:1: NOREPLICAS in a message", False),
@@ -27,6 +26,13 @@ from liveviews.store.client import refused_for_now, retrying
 )  # fmt: skip
 def test_a_refusal_for_now_is_told_from_an_error(answer: str, for_now: bool) -> None:
     assert refused_for_now(redis.ResponseError(answer)) is for_now
+
+
+def test_a_store_out_of_memory_refuses_for_now_as_redis_py_raises_it() -> None:
+    # redis-py's own parsing of the store's answer: the OOM code becomes the class.
+    error = BaseParser.parse_error("OOM command not allowed when used memory > 'maxmemory'.")
+    assert isinstance(error, redis.exceptions.OutOfMemoryError)
+    assert refused_for_now(error)
 
 
 def refused_once() -> Callable[[], str]:
