@@ -14,6 +14,7 @@ import collections
 import contextlib
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -278,6 +279,15 @@ class Publisher(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join(60)
+
+
+def snapshot_served(url: str) -> bool:
+    """Does the gateway at ``url`` still answer a snapshot of ``activity/global``?"""
+    request = urllib.request.Request(
+        f"{url}/v1/views/activity/global", headers={"Authorization": f"Bearer {dev_token('x')}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return bool(answer.status == 200)
 
 
 def missing_acked(client: redis.Redis, acked: list[tuple[int, str]]) -> list[tuple[int, str]]:

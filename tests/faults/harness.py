@@ -159,6 +159,11 @@ class Pipeline:
         if jvm is not None:
             _kill_quietly(jvm)
 
+    def supervised_starts(self) -> int:
+        """How many times the supervisor started the pipeline, from its log."""
+        text = (self.workdir / "pipeline.log").read_text(errors="replace")
+        return 1 + text.count("starting it again")
+
     def tail(self, lines: int = 40) -> str:
         path = self.workdir / "pipeline.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

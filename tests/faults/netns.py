@@ -19,7 +19,6 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Sequence
 
 _SUBNET = 200 + os.getpid() % 50
 """Second octet of this run's addresses (10.<n>.<index>.0/30), apart from other runs'."""
@@ -37,7 +36,6 @@ class Namespace:
         self.link = f"lv{os.getpid() % 100000}h{index}"  # interface names have 15 bytes at most
         self.host = f"10.{_SUBNET}.{index}.1"
         self.peer = f"10.{_SUBNET}.{index}.2"
-        self.fault = "none"
 
     @property
     def prefix(self) -> list[str]:
@@ -62,17 +60,14 @@ class Namespace:
     def cut(self, port: int) -> None:
         """A partition from the store at ``host:port``: every packet either way dropped."""
         self._drop(port, "")
-        self.fault = "partition"
 
     def lose(self, port: int, percent: int) -> None:
         """Drop ``percent`` % of the packets either way, at random."""
         self._drop(port, f"numgen random mod 100 < {percent} ")
-        self.fault = f"loss {percent}%"
 
     def heal(self) -> None:
         self._nft("flush chain inet fault out")
         self._nft("flush chain inet fault in")
-        self.fault = "none"
 
     def delete(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
@@ -165,7 +160,3 @@ def with_host(url: str, host: str, port: int) -> str:
     credentials = parts.netloc.rpartition("@")[0]
     at = f"{credentials}@" if credentials else ""
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{at}{host}:{port}"))
-
-
-def namespaces(count: int) -> Sequence[Namespace]:
-    return [Namespace(i).create() for i in range(count)]

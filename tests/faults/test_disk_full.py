@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from tests.faults.clients import (
     Publisher,
     Resumer,
     dev_token,
+    snapshot_served,
     sse_subscriber,
 )
 from tests.faults.ending import logged_once, receives_again, taken_again, wind_down
@@ -60,14 +60,6 @@ def disk(tmp_path: Path) -> Iterator[Path]:
     """A file system of the test's own under the store, which the test fills."""
     with small_filesystem(tmp_path / "disk", DISK_MB) as path:
         yield path
-
-
-def snapshot_served(url: str) -> bool:
-    request = urllib.request.Request(
-        f"{url}/v1/views/activity/global", headers={"Authorization": f"Bearer {dev_token('x')}"}
-    )
-    with urllib.request.urlopen(request, timeout=5) as answer:
-        return bool(answer.status == 200)
 
 
 @pytest.mark.timeout(420 + int(FULL_S))
@@ -119,7 +111,7 @@ def test_a_full_disk_refuses_publishes_keeps_reads_and_recovers(tmp_path, disk):
         store.stop()
     answers = {k: v for k, v in publisher.answers.items() if k != "202"}
     assert set(answers) == {"503 store_disk_full"}, (answers, publisher.refused_bodies[:3])
-    starts = _supervisor_starts(tmp_path)
+    starts = pipeline.supervised_starts()
     if FULL_S < OUTAGE_SECONDS / 2:
         assert starts == 1, "the pipeline was restarted: a store refusing writes should pause it"
     figures.values.update(
@@ -135,12 +127,6 @@ def test_a_full_disk_refuses_publishes_keeps_reads_and_recovers(tmp_path, disk):
         catch_up_s=round(catch_up, 1),
     )
     figures.print()
-
-
-def _supervisor_starts(workdir: Path) -> int:
-    """How many times the supervisor started the pipeline, from its log."""
-    text = (workdir / "pipeline.log").read_text(errors="replace")
-    return 1 + text.count("starting it again")
 
 
 @pytest.mark.timeout(420 + int(FULL_S))
@@ -202,7 +188,7 @@ def test_a_full_checkpoint_disk_pauses_the_views_and_recovers(tmp_path, disk):
         acknowledged_while_full=acked_while_full,
         batches_written_while_full=stalled_batches,
         delivering_again_within_s=round(delivering_after_s, 1),
-        pipeline_starts_under_supervisor=_supervisor_starts(tmp_path),
+        pipeline_starts_under_supervisor=pipeline.supervised_starts(),
         deltas_checked=deltas,
         catch_up_s=round(catch_up, 1),
     )
