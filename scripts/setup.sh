@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 # A JDK rather than a JRE: javac compiles the pipeline's local file system (streaming/pipeline/tuning/localfs.py).
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
+# Maven builds the pipeline's JVM code for Spark's Real-Time Mode (streaming/pipeline/realtime/jvm).
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser tests drive Debian's Chromium
@@ -49,6 +51,10 @@ fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
 
 command -v javac >/dev/null 2>&1 || echo "No javac (a JDK's compiler): the pipeline writes checkpoint files through Hadoop's slower local file system." >&2
+
+# The Real-Time Mode source and writer (streaming/pipeline/realtime/jar.py): built once per pyspark
+# installation, Jedis fetched from Maven Central the first time.
+.venv/bin/python -m liveviews.pipeline.realtime.jar >/dev/null
 
 # The JVM class archive the pipeline starts from (streaming/pipeline/tuning/classarchive.py): built once per
 # pyspark installation and JDK, in ~1 min. Without it everything works; the pipeline starts ~4-5 s slower.

@@ -16,6 +16,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from liveviews import console
+from liveviews.errors import LiveviewsError
 from liveviews.pipeline.cluster import (
     check_checkpoints,
     driver_runners_import,
@@ -23,6 +24,7 @@ from liveviews.pipeline.cluster import (
     pack_shipped,
     ship_code,
 )
+from liveviews.pipeline.realtime import jar as realtime_jar
 from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.source import LogDataSource
 from liveviews.pipeline.tuning import classarchive, localdir, localfs, pythonlauncher, rocksdblib
@@ -100,6 +102,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Each query's jobs in a pool of their own: a backlog batch of one pipeline does not
         # hold back the small batches of another.
         "spark.scheduler.mode": "FAIR",
+        # Real-Time Mode's epochs may be as short as a second (Spark's floor is 5 s): a
+        # pipeline that declares a shorter trigger_interval checkpoints more often, and replays
+        # less after a failure (docs/REALTIME.md).
+        "spark.sql.streaming.realTimeMode.minBatchDuration": "1s",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -118,6 +124,12 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     # Checkpoint files on a local disk without a chmod process per file
     # (streaming/pipeline/tuning/localfs.py).
     conf.update(localfs.spark_conf(settings.spark_master, localfs.jar_path()))
+    # The Real-Time Mode source and writer (streaming/pipeline/realtime/), once built: beside
+    # the local file system's jar on the class path.
+    realtime = realtime_jar.spark_conf(settings.spark_master, realtime_jar.jar_path())
+    for name, value in realtime.items():
+        sep = "," if name == "spark.jars" else os.pathsep
+        conf[name] = sep.join(filter(None, [conf.get(name), value]))
     # RocksDB's library loaded from one extracted copy, not copied to /tmp at every start
     # (streaming/pipeline/tuning/rocksdblib.py).
     conf.update(rocksdblib.spark_conf(settings.spark_master, rocksdblib.library_dir()))
@@ -190,6 +202,10 @@ def build_session(settings: Settings, process: str = "pipeline") -> SparkSession
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     localfs.ensure_jar()
     rocksdblib.ensure_library()
+    try:
+        realtime_jar.ensure_jar()
+    except LiveviewsError as exc:  # a pipeline that asks for Real-Time Mode says so at start
+        log.info("no Real-Time Mode jar: %s", exc)
     builder = SparkSession.builder.master(settings.spark_master).appName(QUERY_NAME)
     conf = spark_conf(settings)
     # Scratch files under the data directory, per process; a killed one's removed at start.

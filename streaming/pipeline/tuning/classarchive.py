@@ -33,7 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from liveviews.errors import LiveviewsError
 from liveviews.pipeline.java import java_binary
+from liveviews.pipeline.realtime import jar as realtime_jar
 from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.tuning import localfs
 from liveviews.pipeline.tuning.jars import cache_dir, mtime, recorded_path, spark_jars
@@ -57,13 +59,13 @@ def default_path() -> Path | None:
 
 def archive_for(jars: Path, java: Path) -> Path:
     """The default archive's path for the jars in ``jars`` run by the JVM ``java``, with the
-    local file system's jar on the class path when it is built
-    (``liveviews.pipeline.tuning.localfs``)."""
+    local file system's jar and the Real-Time Mode jar on the class path when they are built
+    (``liveviews.pipeline.tuning.localfs``, ``liveviews.pipeline.realtime.jar``)."""
 
-    extra = localfs.jar_path()
     stamp = f"{jars}|{mtime(jars)}|{java}|{mtime(java)}"
-    if extra is not None and extra.is_file():
-        stamp += f"|{extra}"
+    for extra in (localfs.jar_path(), realtime_jar.jar_path()):
+        if extra is not None and extra.is_file():
+            stamp += f"|{extra}"
     key = hashlib.sha256(stamp.encode()).hexdigest()[:12]
     return cache_dir() / f"spark-classes-{key}.jsa"
 
@@ -222,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
-    localfs.ensure_jar()  # first: the archive maps over a class path that includes it
+    # First: the archive maps over a class path that includes them.
+    localfs.ensure_jar()
+    with contextlib.suppress(LiveviewsError):
+        realtime_jar.ensure_jar()
     settings = Settings.from_env()
     path = archive_path(settings)
     if path is None:
