@@ -1,0 +1,9 @@
+package io.liveviews.spark;
+
+import org.apache.spark.sql.connector.read.InputPartition;
+
+/**
+ * A Real-Time Mode task: the entries of the log partitions {@code partitions} after
+ * {@code after} (each partition's id), as they are appended, until the batch's time ends.
+ */
+record LogTail(String url, int[] partitions, String[] after) implements InputPartition {}
