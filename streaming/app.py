@@ -106,6 +106,11 @@ class Pipeline:
     rows (an aggregation's changed groups); or ``"append"``, each row once, when it is final,
     which Spark requires of an outer join of two event types and which holds an aggregation's
     window back until the watermark closes it."""
+    realtime: bool = False
+    """Run the pipeline's query in Spark's Real-Time Mode (docs/REALTIME.md): each event flows
+    through the query as it is appended, and its changes reach subscribers in milliseconds;
+    ``trigger_interval`` is then the time between checkpoints (``REALTIME_INTERVAL`` when None).
+    Only a query Spark can run that way (a declared view; no Python per event) is accepted."""
 
 
 @dataclass
@@ -193,12 +198,14 @@ class App:
         trigger_interval: str | None = None,
         version: str | None = None,
         output_mode: str = "update",
+        realtime: bool = False,
     ) -> Callable[[Callable[[DataFrame], DataFrame]], Callable[[DataFrame], DataFrame]]:
         """Decorator: ``@app.pipeline("entities", views=["profiles", ...])``; ``partitions``:
         its state partitions, when not ``LV_SHUFFLE_PARTITIONS``; ``trigger_interval``: the
         time between its micro-batches, when not ``LV_TRIGGER_INTERVAL``; ``version``: its
         version, when not derived from its code (see ``Pipeline``); ``output_mode``: Spark's
-        output mode of its query, ``"update"`` or ``"append"`` (see ``Pipeline``)."""
+        output mode of its query, ``"update"`` or ``"append"``; ``realtime``: run it in Spark's
+        Real-Time Mode (see ``Pipeline``)."""
         names = tuple(views)
         if partitions is not None and partitions < 1:
             raise ConfigurationError(
@@ -230,7 +237,7 @@ class App:
                 if owner is not None:
                     raise ConfigurationError(f"view {v!r} is already written by {owner!r}.")
             self.pipelines[name] = Pipeline(
-                name, fn, names, partitions, trigger_interval, version, output_mode
+                name, fn, names, partitions, trigger_interval, version, output_mode, realtime
             )
             return fn
 

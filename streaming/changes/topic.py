@@ -99,6 +99,12 @@ def history_stream(pipeline: str) -> str:
     return f"lv:{{m}}:history:{pipeline}"
 
 
+def realtime_attempts_key(pipeline: str, epoch: int) -> str:
+    """The writer partitions that started an epoch of a pipeline version in Real-Time Mode
+    (``io.liveviews.spark.ChangeTopicKeys.attempts``): one finding itself there runs it again."""
+    return f"lv:{{m}}:realtime:{pipeline}:{epoch}"
+
+
 def live_key(shard: int) -> str:
     return f"{_tag(shard)}:live"
 

@@ -16,6 +16,7 @@ from liveviews import console
 from liveviews.app import load_app
 from liveviews.errors import LiveviewsError
 from liveviews.pipeline.java import require_java
+from liveviews.pipeline.realtime import slots as realtime_slots
 from liveviews.pipeline.settings import Settings
 from liveviews.store.embedded import ensure_store
 from liveviews.supervise import NEEDS_A_PERSON
@@ -47,6 +48,7 @@ def watch_driver(spark: Any, stopping: threading.Event) -> None:
 def run(settings: Settings) -> None:
     require_java()
     app = load_app(settings.app)
+    settings = realtime_slots.sized(settings, app)  # room for queries in Real-Time Mode
     spark_log = console.shown(console.log_file("pipeline", settings))
     log.info("starting application %r on Spark %s; Spark's log: %s",
              app.name, settings.spark_master, spark_log)  # fmt: skip

@@ -185,6 +185,7 @@ def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
 
     from liveviews.pipeline.progress import record_progress
     from liveviews.pipeline.queries import sink_client, start_pipeline
+    from liveviews.pipeline.realtime import slots as realtime_slots
     from liveviews.pipeline.recovery import Recovery
     from liveviews.pipeline.session import build_session
 
@@ -204,7 +205,7 @@ def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
             code="version_gone",
         )
     stop = console.stop_requested()
-    spark = build_session(settings, PROCESS)
+    spark = build_session(realtime_slots.sized(settings, app), PROCESS)
     record_progress(spark, client)
     cap = rebuild_cap(settings, app, pipeline)
 

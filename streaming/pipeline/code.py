@@ -28,7 +28,7 @@ def derive(app: App, pipeline: str) -> str:
     decides its results (docs/VERSIONS.md):
 
     - its declaration: name, views with their limits (and whether listable), state partitions,
-      output mode;
+      output mode, Real-Time Mode;
     - the application's event types: names and schemas;
     - the source text of its build function and of every function and class of the
       application's package that the build function reaches by name, through globals,
@@ -50,6 +50,9 @@ def derive(app: App, pipeline: str) -> str:
         "partitions": p.partitions,
         # Only when not the default, so that the versions of update-mode pipelines stay.
         **({"output_mode": p.output_mode} if p.output_mode != "update" else {}),
+        # A query in Real-Time Mode keeps another checkpoint (another source, epochs): a
+        # pipeline moved in or out of it is built again beside the serving version.
+        **({"realtime": True} if p.realtime else {}),
         "events": {n: _schema(e.schema) for n, e in sorted(app.event_types.items())},
     }
     h.update(orjson.dumps(declaration))

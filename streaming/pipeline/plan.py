@@ -14,10 +14,13 @@ same log, would be read to other offsets, so a pipeline reads only the DataFrame
 from __future__ import annotations
 
 import logging
+import re
+import time
 from typing import TYPE_CHECKING, Any
 
-from py4j.protocol import Py4JError
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors import AnalysisException
+from pyspark.errors.exceptions.captured import CapturedException
 
 from liveviews.console import FILE_ONLY
 from liveviews.errors import ConfigurationError
@@ -33,6 +36,9 @@ if TYPE_CHECKING:
     from liveviews.app import Pipeline
 
 log = logging.getLogger("liveviews.pipeline")
+
+JVM_SOURCE_NAMES = ("io.liveviews.spark.LogSource", "liveviews-log-jvm")
+"""How Spark names the Real-Time Mode source (liveviews.pipeline.realtime.jar.SOURCE_CLASS)."""
 
 HINTS = {
     "only in Append output mode": (
@@ -55,6 +61,17 @@ HINTS = {
     "UNRESOLVED_COLUMN": "name a column the query has (payloads() gives each field its own)",
 }
 """What to change, by a phrase of Spark's refusal, for the refusals people meet most."""
+REALTIME_REFUSALS = (
+    "OPERATOR_OR_SINK_NOT_IN_ALLOWLIST",
+    "INPUT_STREAM_NOT_SUPPORTED",
+    "REAL_TIME",
+    "Real-Time Mode",
+    "realtime",
+)
+"""Phrases of Spark's refusals of a plan in Real-Time Mode."""
+REALTIME_PLANNING_S = 60
+"""How long a query in Real-Time Mode may take to plan its first epoch, where Spark refuses
+what the mode cannot run; past it, a later failure restarts it as any other would."""
 
 
 class PipelineRefused(ConfigurationError):
@@ -117,6 +134,80 @@ def started(pipeline: str, start: Callable[[], StreamingQuery]) -> StreamingQuer
         raise refused(pipeline, spark_said(exc), exc) from exc
 
 
+def started_realtime(
+    pipeline: str, start: Callable[[], StreamingQuery], jobs: Callable[[str], list[int]]
+) -> StreamingQuery:
+    """``start()`` of a query in Real-Time Mode, returned once Spark runs its first epoch;
+    Spark's refusal of an operator, a source or a sink the mode cannot run, which comes as it
+    plans that epoch, is a refused pipeline that says how to run it. ``jobs``: Spark's jobs of
+    a run of a query (its job group is the run's id)."""
+    try:
+        query = start()
+    except (CapturedException, Py4JJavaError) as exc:
+        raise _realtime_refusal(pipeline, exc) from exc
+    deadline = time.monotonic() + REALTIME_PLANNING_S
+    while time.monotonic() < deadline and not jobs(str(query.runId)):
+        if not query.isActive:
+            exc = query.exception()
+            if exc is None:
+                break
+            raise _realtime_refusal(pipeline, exc) from exc
+        time.sleep(0.05)
+    return query
+
+
+def _realtime_refusal(pipeline: str, exc: BaseException) -> BaseException:
+    text = spark_text(exc)
+    if not any(phrase in text for phrase in REALTIME_REFUSALS):
+        if isinstance(exc, AnalysisException):
+            return refused(pipeline, spark_said(exc), exc)
+        return exc
+    return refused(
+        pipeline, f"Spark cannot run its query in Real-Time Mode: {_realtime_said(text)}", exc
+    )
+
+
+MICRO_BATCHES = "declare it without realtime=True, and it runs in micro-batches"
+
+
+def _realtime_said(text: str) -> str:
+    """Why, and what to change, for the refusals a declared view meets; Spark's own first
+    line otherwise (never the bypass it offers: an allowlist turned off runs what it was not
+    made for)."""
+    operator = re.search(r"The operator\(s\): (\S+) is not", text)
+    if operator:
+        name = operator.group(1).rsplit(".", 1)[-1]
+        what = "Python code per event" if "python" in operator.group(1).lower() else "an operator"
+        return (f"its plan runs {what} ({name}), which that mode does not. To run it, "
+                f"{MICRO_BATCHES}.")  # fmt: skip
+    if "IDENTICAL_SOURCES_IN_UNION" in text:
+        return ("it joins or unions two reads of the events, which that mode refuses. To run it, "
+                "read the event types together (payloads(events, app, 'a', 'b'), or one table "
+                f"with a condition on `type`), or {MICRO_BATCHES}.")  # fmt: skip
+    interval = re.search(r"set to (\d+) ms\. This is less than the (\d+) ms minimum", text)
+    if interval:
+        return (f"its trigger_interval is {interval.group(1)} ms, and that mode checkpoints at "
+                f"most every {interval.group(2)} ms. To run it, declare a trigger_interval of at "
+                f"least {int(interval.group(2)) // 1000} s.")  # fmt: skip
+    said = re.sub(r"^\[[A-Z_.]+\] ", "", _first_line(text)).split(" To bypass this check")[0]
+    said = said.replace("Streaming real-time mode has the following limitation: ", "")
+    return f"{said.rstrip('. ')}. To run it, {MICRO_BATCHES}."
+
+
+def spark_text(exc: BaseException) -> str:
+    """The message of a Spark error, from Python or from the JVM."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        return str(java.getMessage() or java.toString())
+    message = getattr(exc, "getMessage", None)
+    # PySpark's getMessage() is empty for an error that is not one of Spark's own classes.
+    return (str(message()) if callable(message) else "") or str(exc)
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0].split(" SQLSTATE:")[0].rstrip(";. ")
+
+
 def _check_columns(pipeline: str, rows: DataFrame) -> None:
     have = {f.name: f.dataType for f in rows.schema.fields}
     wanted = ", ".join(f.name for f in CHANGE_SCHEMA.fields)
@@ -151,7 +242,7 @@ def _check_reads(pipeline: str, rows: DataFrame) -> None:
             pipeline,
             "it does not read the events it is given; build its rows from that DataFrame.",
         )
-    if len(streams) > 1 or names[0] != SOURCE_NAME:
+    if len(streams) > 1 or names[0] not in (SOURCE_NAME, *JVM_SOURCE_NAMES):
         raise refused(
             pipeline,
             f"it reads {len(streams)} streams ({', '.join(names)}), not only the events it is "

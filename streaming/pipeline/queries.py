@@ -17,6 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 from liveviews.app import App
 from liveviews.pipeline.offsetlog import BatchEnds
 from liveviews.pipeline.plan import built, started
+from liveviews.pipeline.realtime.query import start_realtime
 from liveviews.pipeline.session import QUERY_NAME, SHUFFLE_PARTITIONS
 from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.sink import BUILD_CALL_OPS, CALL_OPS, ChangeTopicSink
@@ -94,6 +95,11 @@ def start_pipeline(
     # records this count, which the query then keeps.
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
     try:
+        if pipeline.realtime:
+            return start_realtime(
+                spark, app, settings, name, sink, str(checkpoint_of(settings, qualified)),
+                f"{QUERY_NAME}.{qualified}",
+            )  # fmt: skip
         writer = (
             built(pipeline, read_log(spark, settings, app, qualified, max_events))
             .writeStream.queryName(f"{QUERY_NAME}.{qualified}")

@@ -43,6 +43,7 @@ from liveviews.changes.topic import (
     physical,
     positions_key,
     rank_key,
+    realtime_attempts_key,
     rows_key,
     shard_for,
 )
@@ -75,6 +76,11 @@ Op = tuple[str, str, str, float]  # (kind, row, value, score)
 
 def _script(name: str) -> str:
     return resources.files("liveviews.pipeline").joinpath(name).read_text()
+
+
+def sink_script() -> str:
+    """The text of ``sink.lua``, which the Real-Time Mode writer runs too."""
+    return _script("sink.lua")
 
 
 class ChangeTopicSink:
@@ -153,6 +159,24 @@ class ChangeTopicSink:
         # A store that refuses writes for a while (a full disk, its maxmemory) pauses the
         # batch: a JVM's restart would cost ~10 s more once it takes them again.
         retrying(write, self.client, f"writing batch {batch_id}", refusals=True)
+
+    def advance_frontier(self, batch_id: int, read_to: dict[int, str], events: int) -> None:
+        """Advances the frontier alone, to ``read_to``: for a query in Real-Time Mode, whose
+        writer applied the epoch's changes as they came, once Spark reports the epoch done
+        (``liveviews.pipeline.realtime.frontier``). The epoch's record of its writers goes."""
+        batch = Batch(batch_id, [], {}, events, read_to)
+
+        def write() -> None:
+            heads = self._heads(read_to)
+            control = self.client
+            if is_cluster(control):
+                control = node_client(control, FRONTIER_KEY)  # type: ignore[arg-type]
+            with control.pipeline(transaction=False) as pipe:
+                self._queue_frontier(pipe, batch, heads)
+                pipe.delete(realtime_attempts_key(self.qualified, batch_id))
+                self._execute_acknowledged(pipe)
+
+        retrying(write, self.client, f"advancing the frontier to epoch {batch_id}", refusals=True)
 
     def _write_one(self, batch: Batch) -> None:
         """A single server: the whole batch on one pipeline."""

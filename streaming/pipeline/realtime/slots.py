@@ -1,0 +1,77 @@
+"""Task slots for queries in Real-Time Mode.
+
+A query in Real-Time Mode runs every task of an epoch at once and for the whole epoch: one per
+reader of the log and one per state partition after the shuffle, which streams records from
+the first to the second. Spark never preempts a task, so a query that cannot have all its
+slots waits forever, and one that takes the last slot leaves the micro-batch queries of the
+same driver none. Each such query's slots are counted when it starts, against the master's,
+and a local master the user did not choose is sized for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import TYPE_CHECKING
+
+from liveviews.pipeline.plan import refused
+from liveviews.pipeline.settings import default_master
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from liveviews.app import App, Pipeline
+    from liveviews.pipeline.settings import Settings
+
+READERS = 1
+"""Tasks that read the log in Real-Time Mode, each blocking on its share of the partitions for
+the whole epoch."""
+_held: dict[str, dict[str, int]] = {}
+"""Per SparkContext (its application id): query name -> slots of its running queries."""
+
+
+def needed(pipeline: Pipeline, shuffle_partitions: int) -> int:
+    """The slots ``pipeline``'s query holds: its readers and its state partitions (counted
+    whether or not its plan shuffles: the slots of a plan without one are then spare)."""
+    return READERS + (pipeline.partitions or shuffle_partitions)
+
+
+def sized(settings: Settings, app: App) -> Settings:
+    """``settings`` with a local master big enough for ``app``'s queries in Real-Time Mode
+    beside the default slots, unless the user chose the master (``SPARK_MASTER``)."""
+    realtime = [p for p in app.pipelines.values() if p.realtime]
+    if not realtime or settings.spark_master != default_master():
+        return settings
+    extra = sum(needed(p, settings.shuffle_partitions) for p in realtime)
+    return dataclasses.replace(settings, spark_master=f"local[{2 * (os.cpu_count() or 1) + extra}]")
+
+
+def reserve(spark: SparkSession, app: App, name: str, query_name: str, slots: int) -> None:
+    """Counts ``slots`` for ``query_name`` (of ``app``'s pipeline ``name``), or refuses the
+    pipeline with a sentence when the master cannot give them beside the others."""
+    context = spark.sparkContext
+    held = _held.setdefault(context.applicationId, {})
+    active = {q.name for q in spark.streams.active}
+    for other in [q for q in held if q not in active or q == query_name]:
+        del held[other]
+    capacity = _capacity(str(context.master), context.defaultParallelism)
+    # Micro-batch queries need a slot that no long-running task holds.
+    kept = 1 if any(not p.realtime for p in app.pipelines.values()) else 0
+    if sum(held.values()) + slots + kept > capacity:
+        others = ", ".join(sorted(held)) or "none"
+        raise refused(
+            name,
+            f"in Real-Time Mode its query needs {slots} task slots at once ({READERS} to read "
+            f"the log, {slots - READERS} for its state partitions), and the master has "
+            f"{capacity}, {sum(held.values())} of them held by other queries in Real-Time Mode "
+            f"({others}){' and one kept for micro-batches' if kept else ''}. Run on a master "
+            f"with more (SPARK_MASTER=local[{sum(held.values()) + slots + kept + 2}]), declare "
+            "it with fewer partitions, or run it in micro-batches (without realtime=True).",
+        )
+    held[query_name] = slots
+
+
+def _capacity(master: str, parallelism: int) -> int:
+    found = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", master)
+    return int(found.group(1)) if found else parallelism

@@ -1,0 +1,184 @@
+"""Declared views in Spark's Real-Time Mode (``liveviews.pipeline.realtime``), end to end.
+
+The shop's two declared views of ``tests/streaming/pipeline/test_declared.py`` (a count with
+latest-by-offset in the DataFrame API, latest-by-offset in Spark SQL) run in Real-Time Mode
+through the JVM source and writer on the run's SparkSession and a real store: the stored views
+must equal a recomputation in Python and a replay of the change topic, whose deltas arrive one
+per change, before the epoch that holds them ends; a query stopped in the middle of an epoch
+and started again must neither repeat a delta nor show an older value again.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from liveviews import App, Integer, Schema, String
+from liveviews.changes.topic import (
+    history_stream,
+    read_deltas,
+    read_frontier,
+    realtime_attempts_key,
+)
+from liveviews.log.eventlog import EventLog
+from liveviews.pipeline.declared import payloads, sql, view_changes
+from liveviews.pipeline.plan import PipelineRefused
+from liveviews.pipeline.queries import sink_client, start_pipeline
+from tests.streaming.pipeline import test_declared as shop
+from tests.support.checks import replayed_views, stored_views
+from tests.support.pipeline import RunningPipeline
+
+
+def realtime_shop(interval: str) -> App:
+    """The shop's views, declared to run in Real-Time Mode with epochs ``interval`` long."""
+    app = App("shop", event_types=shop.app.event_types)
+    for view in shop.app.views.values():
+        app.views[view.name] = view
+    # One state partition each: both queries' tasks (a reader and a state partition) then fit
+    # the run's local[4] at once.
+    for name, view, build in (("likes", "like_counts", shop.likes),
+                              ("orders", "open_orders", shop.orders)):  # fmt: skip
+        app.pipeline(name, views=[view], realtime=True, trigger_interval=interval, partitions=1,
+                     version="rt1")(build)  # fmt: skip
+    return app
+
+
+def wait_for(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout} s")
+        time.sleep(0.1)
+
+
+def test_realtime_views_equal_a_recomputation_through_several_epochs(store, settings, spark):
+    rng = random.Random(11)
+    app = realtime_shop("2 seconds")
+    log = EventLog(store, app, settings.log_partitions)
+    running = RunningPipeline(spark, settings, app)
+    written: list[dict[str, Any]] = []
+    try:
+        for size in (40, 60, 80):
+            batch = shop._events(rng, size)
+            log.append_batch(batch)
+            written += batch
+            running.wait_until_caught_up(store, timeout=90)
+    finally:
+        running.stop()
+    expected = shop._recompute(written)
+    assert stored_views(store, settings.change_shards) == expected
+    replayed, deltas = replayed_views(store, settings.change_shards, streamed=True)
+    assert replayed == expected and deltas > 0
+
+
+def test_changes_arrive_within_an_epoch_and_a_replayed_epoch_repeats_none(store, settings, spark):
+    """Likes only, so each tweet's count only grows: a delta that showed a smaller count after
+    a larger one would be an older value shown again."""
+    rng = random.Random(5)
+    likes = [{"type": "like", "payload": {"user": f"u{rng.randrange(9)}", "tweet": f"t{rng.randrange(4)}"}}
+             for _ in range(60)]  # fmt: skip
+    log = EventLog(store, shop.app, settings.log_partitions)
+    # A first run whose epoch outlasts the test: its changes must arrive without it ending.
+    running = RunningPipeline(spark, settings, realtime_shop("10 minutes"))
+    try:
+        log.append_batch(likes[:40])
+        expected = shop._recompute(likes[:40])
+        wait_for(lambda: stored_views(store, settings.change_shards) == expected, 60,
+                 "the views did not take the first likes")  # fmt: skip
+        # The epoch has not ended, so the frontier has not moved: the changes came as they were
+        # made, not with a checkpoint.
+        assert read_frontier(store, "likes") == {}
+    finally:
+        running.stop()  # in the middle of the epoch: Spark runs it again from its start
+    # The writer recorded that it started the epoch, which the next run then runs again.
+    assert store.smembers(realtime_attempts_key("likes", 0))
+    running = RunningPipeline(spark, settings, realtime_shop("2 seconds"))
+    try:
+        log.append_batch(likes[40:])
+        running.wait_until_caught_up(store, timeout=90)
+    finally:
+        running.stop()
+    # Epoch 0, stopped in the first run, was the one run again and committed in the second.
+    assert [int(f[b"batch"]) for _, f in store.xrange(history_stream("likes"), count=1)] == [0]
+    expected = shop._recompute(likes)
+    assert stored_views(store, settings.change_shards) == expected
+    replayed, _ = replayed_views(store, settings.change_shards, streamed=True)
+    assert replayed == expected
+    counts: dict[str, list[int]] = {}
+    for shard in range(settings.change_shards):
+        for d in read_deltas(store, shard):
+            for op in d.ops:
+                counts.setdefault(d.key, []).append(op["value"]["likes"])
+    for tweet, seen in counts.items():
+        assert seen == sorted(set(seen)), f"{tweet}: counts went back or repeated: {seen}"
+
+
+def _python_udf(app: App, events: DataFrame) -> DataFrame:
+    doubled = F.udf(lambda total: total * 2, "long")
+    rows = payloads(events, app, "order").select("order", doubled("total").alias("total"))
+    return view_changes(rows, "orders", key="order")
+
+
+def _union_of_two_types(app: App, events: DataFrame) -> DataFrame:
+    rows = sql(events, app, "SELECT `order`, total FROM `order` "
+                            "UNION ALL SELECT `order`, paid AS total FROM payment")  # fmt: skip
+    return view_changes(rows.groupBy("order").agg(F.sum("total").alias("total")), "orders",
+                        key="order")  # fmt: skip
+
+
+def _latest_total(app: App, events: DataFrame) -> DataFrame:
+    rows = (
+        payloads(events, app, "order")
+        .groupBy("order")
+        .agg(F.max_by("total", "position").alias("total"))
+    )
+    return view_changes(rows, "orders", key="order")
+
+
+REFUSED = {
+    "Python per event": (
+        _python_udf, {},
+        r"pipeline 'orders' cannot run: Spark cannot run its query in Real-Time Mode: its plan "
+        r"runs Python code per event \(ArrowEvalPythonExec\), which that mode does not\. To run "
+        r"it, declare it without realtime=True, and it runs in micro-batches\.",
+    ),
+    "one source read twice": (
+        _union_of_two_types, {},
+        r"pipeline 'orders' cannot run: Spark cannot run its query in Real-Time Mode: it joins "
+        r"or unions two reads of the events, which that mode refuses\. To run it, read the event "
+        r"types together",
+    ),
+    "more slots than the master": (
+        _latest_total, {"partitions": 8},
+        r"pipeline 'orders' cannot run: in Real-Time Mode its query needs 9 task slots at once "
+        r"\(1 to read the log, 8 for its state partitions\), and the master has 4",
+    ),
+    "an epoch shorter than Spark allows": (
+        _latest_total, {"trigger_interval": "100 milliseconds"},
+        r"pipeline 'orders' cannot run: Spark cannot run its query in Real-Time Mode: its "
+        r"trigger_interval is 100 ms, and that mode checkpoints at most every 1000 ms\. To run "
+        r"it, declare a trigger_interval of at least 1 s\.",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_query_real_time_mode_cannot_run_is_refused_with_a_sentence(case, spark, settings):
+    build, declared, sentence = REFUSED[case]
+    app = App("plans")
+    app.event_type("order", Schema({"order": String(), "total": Integer()}), lambda p: p["order"])
+    app.event_type("payment", Schema({"order": String(), "paid": Integer()}), lambda p: p["order"])
+    app.view("orders", description="each order")
+    app.pipeline("orders", views=["orders"], realtime=True, **declared)(
+        lambda events: build(app, events)
+    )
+    before = {q.name for q in spark.streams.active}
+    with pytest.raises(PipelineRefused, match=sentence) as refused:
+        start_pipeline(spark, app, settings, "orders", sink_client(settings))
+    assert "\n" not in refused.value.message and refused.value.code == "pipeline_refused"
+    assert {q.name for q in spark.streams.active} == before
