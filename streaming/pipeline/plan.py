@@ -148,10 +148,10 @@ def started_realtime(
     deadline = time.monotonic() + REALTIME_PLANNING_S
     while time.monotonic() < deadline and not jobs(str(query.runId)):
         if not query.isActive:
-            exc = query.exception()
-            if exc is None:
+            failure = query.exception()
+            if failure is None:
                 break
-            raise _realtime_refusal(pipeline, exc) from exc
+            raise _realtime_refusal(pipeline, failure) from failure
         time.sleep(0.05)
     return query
 
