@@ -21,7 +21,7 @@ minutes to compile what each micro-batch runs. Each phase records when it starte
 CPU the driver JVM used in it, its JIT compiler threads apart.
 
     .venv/bin/python -m bench.latency [--quick] [--seconds 60] [--rates 10,100,1000,100]
-        [--configurations tuned,untuned,spark_state,python_state]
+        [--configurations tuned,realtime,untuned,spark_state,python_state]
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ RATES = [10, 100, 1000, 100]
 BOUND_PHASES = 2
 """The bounds run the first phases of the run only: 10 events/s, then 100 a minute after the
 pipeline's start, as Chirp's views do."""
-CONFIGURATIONS = ["tuned", "untuned", *ceilings.LATENCY_KINDS]
+CONFIGURATIONS = ["tuned", "realtime", "untuned", *ceilings.LATENCY_KINDS]
 POLL_INTERVAL_S = 1.0
 TICK_S = 0.02
 
@@ -289,6 +289,7 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
 
     rates = [r["rate"] for r in max(results.values(), key=len)]
     labels = {"tuned": "Liveviews (push)", "untuned": "Spark defaults (push)",
+              "realtime": "Liveviews, Real-Time Mode (push)",
               "spark_state": "bound: one view, Spark's aggregation",
               "python_state": "bound: one view, Python operator"}  # fmt: skip
     fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
@@ -317,6 +318,8 @@ def configuration_env(name: str) -> dict[str, str]:
         return UNTUNED
     if name in ceilings.LATENCY_KINDS:
         return {"LV_APP": f"bench.ceilings:{name.upper()}"}
+    if name == "realtime":
+        return {"LV_APP": "demo.chirp.realtime:app"}
     return {}
 
 

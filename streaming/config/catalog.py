@@ -192,6 +192,18 @@ TRIGGER_INTERVAL = Setting(
     section=PIPELINE,
     doc="time between micro-batches, for each pipeline that declares no `trigger_interval`",
 )  # fmt: skip
+REALTIME = Setting(
+    "LV_REALTIME",
+    Choice(
+        ("on", "off"),
+        explain="'on' runs the pipelines declared realtime=True in Spark's Real-Time Mode, "
+        "'off' runs every pipeline in micro-batches.",
+    ),
+    "on", section=PIPELINE,
+    doc="`on`: pipelines declared `realtime=True` run in Spark's Real-Time Mode; `off`: every "
+    "pipeline runs in micro-batches (a master without the task slots it needs, a comparison). "
+    "A pipeline moved in or out of the mode is rebuilt ([REALTIME.md](REALTIME.md))",
+)  # fmt: skip
 SHUFFLE_PARTITIONS = Setting(
     "LV_SHUFFLE_PARTITIONS", Whole(), 2, section=PIPELINE,
     doc="`spark.sql.shuffle.partitions` (Spark's default of 200 makes tiny batches slow)",

@@ -47,7 +47,7 @@ def watch_driver(spark: Any, stopping: threading.Event) -> None:
 
 def run(settings: Settings) -> None:
     require_java()
-    app = load_app(settings.app)
+    app = realtime_slots.chosen(settings, load_app(settings.app))
     settings = realtime_slots.sized(settings, app)  # room for queries in Real-Time Mode
     spark_log = console.shown(console.log_file("pipeline", settings))
     log.info("starting application %r on Spark %s; Spark's log: %s",

@@ -179,6 +179,9 @@ def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     pipeline, _, version = qualified.partition("@")
     app = load_app(settings.app)
+    from liveviews.pipeline.realtime import slots as realtime_slots
+
+    app = realtime_slots.chosen(settings, app)
     if pipeline not in app.pipelines:
         raise LiveviewsError(f"the application declares no pipeline {pipeline!r}.",
                              code="invalid_pipeline")  # fmt: skip

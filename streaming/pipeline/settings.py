@@ -44,6 +44,8 @@ class Settings:
     spark_master: str
     checkpoint_dir: Path
     trigger_interval: str
+    realtime: bool
+    """Pipelines declared ``realtime=True`` run in Real-Time Mode (``LV_REALTIME=on``)."""
     shuffle_partitions: int
     max_events_per_batch: int
     wait_for_store: int
@@ -119,6 +121,7 @@ class Settings:
             spark_master=C.SPARK_MASTER.read(env) or default_master(),
             checkpoint_dir=Path(C.CHECKPOINT_DIR.read(env) or data_dir / "checkpoints"),
             trigger_interval=C.TRIGGER_INTERVAL.get(env),
+            realtime=C.REALTIME.get(env) == "on",
             shuffle_partitions=C.SHUFFLE_PARTITIONS.get(env),
             max_events_per_batch=C.MAX_EVENTS_PER_BATCH.get(env),
             wait_for_store=C.WAIT_FOR_STORE.get(env),

@@ -37,6 +37,16 @@ def needed(pipeline: Pipeline, shuffle_partitions: int) -> int:
     return READERS + (pipeline.partitions or shuffle_partitions)
 
 
+def chosen(settings: Settings, app: App) -> App:
+    """``app`` as ``settings`` run it: with ``LV_REALTIME=off``, no pipeline in Real-Time Mode
+    (each is then its own version, built again in micro-batches)."""
+    if not settings.realtime:
+        # In place: the process knows its application as the one object LV_APP names.
+        for name, pipeline in app.pipelines.items():
+            app.pipelines[name] = dataclasses.replace(pipeline, realtime=False)
+    return app
+
+
 def sized(settings: Settings, app: App) -> Settings:
     """``settings`` with a local master big enough for ``app``'s queries in Real-Time Mode
     beside the default slots, unless the user chose the master (``SPARK_MASTER``)."""
