@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from liveviews.pipeline.realtime import jar as realtime_jar
 from liveviews.pipeline.session import spark_conf
 from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.tuning import localfs
@@ -58,8 +59,11 @@ def test_the_file_system_is_set_in_local_mode_only(tmp_path: Path) -> None:
 def test_the_users_class_path_is_added_to_the_jar() -> None:
     jar = localfs.ensure_jar()
     assert jar is not None
+    realtime = realtime_jar.ensure_jar()  # the Real-Time Mode jar comes between them
     conf = spark_conf(settings(LV_SPARK_CONF_spark__driver__extraClassPath="/opt/extra.jar"))
-    assert conf["spark.driver.extraClassPath"] == f"{jar}{os.pathsep}/opt/extra.jar"
+    assert conf["spark.driver.extraClassPath"] == os.pathsep.join(
+        [str(jar), str(realtime), "/opt/extra.jar"]
+    )
 
 
 def test_the_pipeline_writes_local_files_with_their_permissions_in_process(
