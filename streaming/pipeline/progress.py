@@ -25,23 +25,12 @@ PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
 PIPELINE_PROGRESS_RETENTION = 10_000
 
 
-class ProgressRecorder:
-    """A ``StreamingQueryListener`` on the JVM's side of py4j: which query, which batch, how
-    many events, and where its time went (``durationMs``)."""
+class JsonListener:
+    """A ``StreamingQueryListener`` on the JVM's side of py4j that takes each progress report as
+    Spark's JSON (``progress``); registered with ``listen``."""
 
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    def record(self, progress: dict[str, Any]) -> None:
-        with contextlib.suppress(redis.RedisError):
-            self.client.xadd(
-                PIPELINE_PROGRESS_STREAM,
-                {"query": progress.get("name") or "", "batch": progress["batchId"],
-                 "events": progress.get("numInputRows", 0),
-                 "duration_ms": orjson.dumps(progress.get("durationMs", {}))},
-                maxlen=PIPELINE_PROGRESS_RETENTION,
-                approximate=True,
-            )  # fmt: skip
+    def progress(self, progress: dict[str, Any]) -> None:
+        raise NotImplementedError
 
     # org.apache.spark.sql.streaming.PythonStreamingQueryListener, called on Spark's listener
     # thread through the py4j callback server.
@@ -49,7 +38,7 @@ class ProgressRecorder:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
-        self.record(orjson.loads(event.json())["progress"])
+        self.progress(orjson.loads(event.json())["progress"])
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -59,6 +48,34 @@ class ProgressRecorder:
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def listen(spark: SparkSession, listener: JsonListener) -> None:
+    """Registers ``listener`` with the session's queries."""
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None
+    ensure_callback_server_started(gateway)
+    jvm = gateway.jvm
+    wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(listener)
+    spark._jsparkSession.streams().addListener(wrapper)
+
+
+class ProgressRecorder(JsonListener):
+    """Which query, which batch, how many events, and where its time went (``durationMs``)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def progress(self, progress: dict[str, Any]) -> None:
+        with contextlib.suppress(redis.RedisError):
+            self.client.xadd(
+                PIPELINE_PROGRESS_STREAM,
+                {"query": progress.get("name") or "", "batch": progress["batchId"],
+                 "events": progress.get("numInputRows", 0),
+                 "duration_ms": orjson.dumps(progress.get("durationMs", {}))},
+                maxlen=PIPELINE_PROGRESS_RETENTION,
+                approximate=True,
+            )  # fmt: skip
 
 
 _recorders: weakref.WeakKeyDictionary[SparkSession, ProgressRecorder] = weakref.WeakKeyDictionary()
@@ -71,11 +88,6 @@ def record_progress(spark: SparkSession, client: Client) -> ProgressRecorder:
         recorder.client = client
         return recorder
     recorder = ProgressRecorder(client)
-    gateway = spark.sparkContext._gateway
-    assert gateway is not None
-    ensure_callback_server_started(gateway)
-    jvm = gateway.jvm
-    wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(recorder)
-    spark._jsparkSession.streams().addListener(wrapper)
+    listen(spark, recorder)
     _recorders[spark] = recorder
     return recorder

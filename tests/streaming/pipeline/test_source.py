@@ -14,6 +14,7 @@ from liveviews.log.eventlog import EventLog
 from liveviews.log.events import entry_id_tuple
 from liveviews.pipeline import source
 from liveviews.pipeline.source import LogDataSource, LogPrefetchReader, LogStreamReader, _read_range
+from tests.support.transactions import append_transactions
 
 PARTITIONS = 4
 
@@ -66,36 +67,13 @@ def test_read_tasks_choose_the_executor_reader():
         _source("redis://unused", "0").streamReader(LogDataSource.schema(source))
 
 
-def _transactions(store, sizes: list[int]) -> dict[tuple[int, str], str]:
-    """Source transactions of ``sizes`` events (0: one event of no transaction), each appended in
-    one MULTI as change data capture appends them; which transaction each entry belongs to."""
-    import dataclasses
-    import random
-
-    from liveviews.log.events import Transaction
-
-    log = EventLog(store, app, PARTITIONS)
-    events = iter(app.validate_batch(Activity(users=30, seed=9).take(sum(sizes) + len(sizes))))
-    tx_of: dict[tuple[int, str], str] = {}
-    for i, n in enumerate(sizes):
-        if n == 0:
-            log.append_validated([next(events)])
-            continue
-        tx = Transaction(f"0/{i:X}", n)
-        batch = [dataclasses.replace(next(events), tx=tx) for _ in range(n)]
-        random.Random(i).shuffle(batch)
-        for offset in log.append_validated(batch):
-            tx_of[(offset.partition, offset.id)] = tx.id
-    return tx_of
-
-
 def test_a_batch_never_ends_inside_a_source_transaction(store, store_url):
     """The changes of one database transaction become visible in the views together: a batch
     holds all of a transaction's events or none, even where the cap would cut it, and a
     transaction larger than the cap comes whole in one batch."""
     # (90 events: more than the cap of 40 allows, in 4 partitions of 10.)
     sizes = [3, 0, 17, 1, 0, 0, 25, 8, 90, 2, 0, 13, 40, 0, 5]
-    tx_of = _transactions(store, sizes)
+    tx_of = append_transactions(store, sizes, PARTITIONS)
     reader = _source(store_url, "0").simpleStreamReader(LogDataSource.schema(None))  # type: ignore[arg-type]
     start, seen, batches = reader.initialOffset(), [], 0
     while True:

@@ -11,7 +11,6 @@ and started again must neither repeat a delta nor show an older value again.
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import pytest
@@ -23,12 +22,15 @@ from liveviews.changes.topic import (
     history_stream,
     read_deltas,
     read_frontier,
+    read_snapshot,
     realtime_attempts_key,
 )
 from liveviews.log.eventlog import EventLog
+from liveviews.pipeline import versions
 from liveviews.pipeline.declared import payloads, sql, view_changes
 from liveviews.pipeline.plan import PipelineRefused
 from liveviews.pipeline.queries import sink_client, start_pipeline
+from tests.faults.harness import wait_until
 from tests.streaming.pipeline import test_declared as shop
 from tests.support.checks import replayed_views, stored_views
 from tests.support.pipeline import RunningPipeline
@@ -46,14 +48,6 @@ def realtime_shop(interval: str) -> App:
         app.pipeline(name, views=[view], realtime=True, trigger_interval=interval, partitions=1,
                      version="rt1")(build)  # fmt: skip
     return app
-
-
-def wait_for(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout} s")
-        time.sleep(0.1)
 
 
 def test_realtime_views_equal_a_recomputation_through_several_epochs(store, settings, spark):
@@ -88,8 +82,8 @@ def test_changes_arrive_within_an_epoch_and_a_replayed_epoch_repeats_none(store,
     try:
         log.append_batch(likes[:40])
         expected = shop._recompute(likes[:40])
-        wait_for(lambda: stored_views(store, settings.change_shards) == expected, 60,
-                 "the views did not take the first likes")  # fmt: skip
+        wait_until("the views took the first likes",
+                   lambda: stored_views(store, settings.change_shards) == expected)  # fmt: skip
         # The epoch has not ended, so the frontier has not moved: the changes came as they were
         # made, not with a checkpoint.
         assert read_frontier(store, "likes") == {}
@@ -182,3 +176,32 @@ def test_a_query_real_time_mode_cannot_run_is_refused_with_a_sentence(case, spar
         start_pipeline(spark, app, settings, "orders", sink_client(settings))
     assert "\n" not in refused.value.message and refused.value.code == "pipeline_refused"
     assert {q.name for q in spark.streams.active} == before
+
+
+def test_a_realtime_pipeline_is_rebuilt_beside_its_serving_version(store, settings, spark):
+    """``liveviews rebuild`` of a pipeline in Real-Time Mode: the new version reads the log from
+    offset 0 in the mode too, readers move to it once it has caught up, and it keeps up."""
+    rng = random.Random(3)
+    app = App("shop", event_types=shop.app.event_types)
+    app.views["like_counts"] = shop.app.views["like_counts"]
+    # One pipeline: it and its version being built hold all of the run's local[4] at once.
+    app.pipeline("likes", views=["like_counts"], realtime=True, trigger_interval="1 second",
+                 partitions=1, version="rt1")(shop.likes)  # fmt: skip
+    log = EventLog(store, app, settings.log_partitions)
+    written = [e for e in shop._events(rng, 200) if e["type"] != "order"]
+    running = RunningPipeline(spark, settings, app)
+    try:
+        log.append_batch(written[:40])
+        running.wait_until_caught_up(store, timeout=90)
+        running.rebuild(store, "likes", timeout=120)
+        log.append_batch(written[40:])
+        running.wait_until_caught_up(store, timeout=90)
+    finally:
+        running.stop()
+    active = versions.read(store, "likes")
+    assert active is not None and active.active is not None and active.active.namespace
+    expected = shop._recompute(written)
+    assert expected
+    for (view, key), rows in expected.items():
+        served = read_snapshot(store, view, key, settings.change_shards, active.active.namespace)
+        assert served.rows == rows, key

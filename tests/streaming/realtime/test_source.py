@@ -4,9 +4,7 @@ and what it reads in Real-Time Mode."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,8 +15,9 @@ import pytest
 from demo.chirp import app
 from demo.chirp.generate import Activity
 from liveviews.log.eventlog import EventLog
-from liveviews.log.events import Offset, Transaction, entry_id_tuple
+from liveviews.log.events import Offset, entry_id_tuple
 from liveviews.pipeline.source import SOURCE_NAME
+from tests.support.transactions import append_transactions
 
 PARTITIONS = 4
 JVM_SOURCE = "io.liveviews.spark.LogSource"
@@ -107,28 +106,10 @@ def test_max_events_per_batch_splits_a_backlog(spark, store, url, tmp_path):
     assert len(got) == len(set(got)) and sorted(got) == _ids(offsets)
 
 
-def _transactions(store: Any, sizes: list[int]) -> dict[Entry, str]:
-    """Source transactions of ``sizes`` events (0: one event of no transaction), each appended
-    in one MULTI as change data capture appends them; which transaction each entry is of."""
-    log = EventLog(store, app, PARTITIONS)
-    events = iter(app.validate_batch(Activity(users=30, seed=9).take(sum(sizes) + len(sizes))))
-    tx_of: dict[Entry, str] = {}
-    for i, n in enumerate(sizes):
-        if n == 0:
-            log.append_validated([next(events)])
-            continue
-        tx = Transaction(f"0/{i:X}", n)
-        batch = [dataclasses.replace(next(events), tx=tx) for _ in range(n)]
-        random.Random(i).shuffle(batch)
-        for offset in log.append_validated(batch):
-            tx_of[(offset.partition, offset.id)] = tx.id
-    return tx_of
-
-
 def test_a_batch_never_ends_inside_a_source_transaction(spark, store, url, tmp_path):
     # 90 events: more than the cap of 40 allows, in 4 partitions of 10.
     sizes = [3, 0, 17, 1, 0, 0, 25, 8, 90, 2, 0, 13, 40, 0, 5]
-    tx_of = _transactions(store, sizes)
+    tx_of = append_transactions(store, sizes, PARTITIONS)
     batches = _drain(_read(spark, url, max_events=40), tmp_path / "cp")
     for i, rows in enumerate(batches):
         counts: dict[str, int] = {}
