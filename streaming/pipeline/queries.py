@@ -95,7 +95,7 @@ def start_pipeline(
     # records this count, which the query then keeps.
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
     try:
-        if pipeline.realtime:
+        if pipeline.realtime and settings.realtime:
             return start_realtime(
                 spark, app, settings, name, sink, str(checkpoint_of(settings, qualified)),
                 f"{QUERY_NAME}.{qualified}",

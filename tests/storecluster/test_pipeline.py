@@ -5,6 +5,7 @@ switch is cut short between its steps."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,3 +148,18 @@ def test_a_rebuild_on_a_cluster_switches_readers_even_when_its_switch_is_cut_sho
     assert not any(b"profiles:next" in h for h in live)
     # The replaced version stopped; nothing but the serving versions run.
     assert before.active.qualified("profiles") not in pipeline.versioning.running
+
+
+def test_a_pipeline_in_real_time_mode_is_refused_on_a_store_cluster(
+    spark: Any, settings: Settings, cluster_store: RedisCluster
+) -> None:
+    from demo.chirp.realtime import app as realtime
+    from liveviews.pipeline.plan import PipelineRefused
+    from liveviews.pipeline.queries import sink_client, start_pipeline
+
+    with pytest.raises(PipelineRefused, match=r"REDIS_URL names a store cluster\. Run it in "
+                                              r"micro-batches there: LV_REALTIME=off\."):  # fmt: skip
+        start_pipeline(spark, realtime, settings, "profiles", sink_client(settings))
+    off = dataclasses.replace(settings, realtime=False)  # LV_REALTIME=off: a micro-batch query
+    query = start_pipeline(spark, realtime, off, "profiles", sink_client(off))
+    query.stop()

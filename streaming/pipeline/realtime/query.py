@@ -22,6 +22,7 @@ from liveviews.pipeline.realtime.frontier import realtime_frontier
 from liveviews.pipeline.realtime.slots import READERS, needed, reserve
 from liveviews.pipeline.session import SHUFFLE_PARTITIONS
 from liveviews.pipeline.sink import ChangeTopicSink, sink_script
+from liveviews.store.client import is_cluster
 
 if TYPE_CHECKING:
     from liveviews.pipeline.settings import Settings
@@ -65,6 +66,12 @@ def start_realtime(
 ) -> StreamingQuery:
     """The Real-Time Mode query of one pipeline version; ``sink`` advances its frontier."""
     pipeline = app.pipelines[name]
+    if is_cluster(sink.client):
+        raise refused(
+            name,
+            "in Real-Time Mode its JVM source and writer talk to one store server, and REDIS_URL "
+            "names a store cluster. Run it in micro-batches there: LV_REALTIME=off.",
+        )
     try:
         jar.ensure_jar()
     except Exception as exc:  # noqa: BLE001 - its message says what to install
