@@ -109,7 +109,8 @@ class Pipeline:
     realtime: bool = False
     """Run the pipeline's query in Spark's Real-Time Mode (docs/REALTIME.md): each event flows
     through the query as it is appended, and its changes reach subscribers in milliseconds;
-    ``trigger_interval`` is then the time between checkpoints (``REALTIME_INTERVAL`` when None).
+    ``trigger_interval`` is then the time between checkpoints (``LV_REALTIME_INTERVAL`` when
+    None).
     Only a query Spark can run that way (a declared view; no Python per event) is accepted."""
 
 

@@ -204,6 +204,15 @@ REALTIME = Setting(
     "pipeline runs in micro-batches (a master without the task slots it needs, a comparison). "
     "A pipeline moved in or out of the mode is rebuilt ([REALTIME.md](REALTIME.md))",
 )  # fmt: skip
+REALTIME_INTERVAL = Setting(
+    "LV_REALTIME_INTERVAL",
+    Text("an interval of 1 second or more (5 seconds, 1500 milliseconds)",
+         r"[0-9]+ (millisecond|second|minute)s?"),
+    "5 seconds", section=PIPELINE,
+    doc="time between the checkpoints of a pipeline in Real-Time Mode that declares no "
+    "`trigger_interval`: the records that arrive at one wait for it, and a restarted query "
+    "reads again what came since the last ([REALTIME.md](REALTIME.md))",
+)  # fmt: skip
 SHUFFLE_PARTITIONS = Setting(
     "LV_SHUFFLE_PARTITIONS", Whole(), 2, section=PIPELINE,
     doc="`spark.sql.shuffle.partitions` (Spark's default of 200 makes tiny batches slow)",

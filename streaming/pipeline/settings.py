@@ -46,6 +46,8 @@ class Settings:
     trigger_interval: str
     realtime: bool
     """Pipelines declared ``realtime=True`` run in Real-Time Mode (``LV_REALTIME=on``)."""
+    realtime_interval: str
+    """Their epochs, when they declare no ``trigger_interval`` (``LV_REALTIME_INTERVAL``)."""
     shuffle_partitions: int
     max_events_per_batch: int
     wait_for_store: int
@@ -122,6 +124,7 @@ class Settings:
             checkpoint_dir=Path(C.CHECKPOINT_DIR.read(env) or data_dir / "checkpoints"),
             trigger_interval=C.TRIGGER_INTERVAL.get(env),
             realtime=C.REALTIME.get(env) == "on",
+            realtime_interval=C.REALTIME_INTERVAL.get(env),
             shuffle_partitions=C.SHUFFLE_PARTITIONS.get(env),
             max_events_per_batch=C.MAX_EVENTS_PER_BATCH.get(env),
             wait_for_store=C.WAIT_FOR_STORE.get(env),

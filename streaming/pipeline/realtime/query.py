@@ -2,8 +2,8 @@
 
 The query reads the log with ``io.liveviews.spark.LogSource`` and writes each row change as it
 comes with ``io.liveviews.spark.ChangeTopicWriter`` (``jvm/``): Spark refuses a Python source,
-Python sink or ``foreachBatch`` in this mode. It runs in epochs of ``REALTIME_INTERVAL`` (or the
-pipeline's ``trigger_interval``): Spark checkpoints at each epoch's end, and the pipeline's
+Python sink or ``foreachBatch`` in this mode. It runs in epochs of ``LV_REALTIME_INTERVAL`` (or
+the pipeline's ``trigger_interval``): Spark checkpoints at each epoch's end, and the pipeline's
 frontier advances then (``RealtimeFrontier``), after every writer of the epoch has closed.
 """
 
@@ -26,11 +26,6 @@ from liveviews.store.client import is_cluster
 
 if TYPE_CHECKING:
     from liveviews.pipeline.settings import Settings
-
-REALTIME_INTERVAL = "5 seconds"
-"""Time between a Real-Time Mode query's checkpoints, when the pipeline names none: the
-records that arrive at a checkpoint wait for it (a few hundred ms here), and a query restarted
-after a failure reads again what came since the last one (docs/REALTIME.md)."""
 
 
 def read_log_realtime(spark: SparkSession, settings: Settings) -> DataFrame:
@@ -82,7 +77,7 @@ def start_realtime(
     writer = jvm.io.liveviews.spark.ChangeTopicWriter(
         writer_config(app, settings, name, sink.namespace)
     )
-    interval = pipeline.trigger_interval or REALTIME_INTERVAL
+    interval = pipeline.trigger_interval or settings.realtime_interval
     stream = (
         rows._jdf.writeStream()
         .queryName(query_name)
