@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from liveviews.app import App
+from liveviews.pipeline.checkpoint import clear_unstarted
 from liveviews.pipeline.offsetlog import BatchEnds
 from liveviews.pipeline.plan import built, started
 from liveviews.pipeline.realtime.query import start_realtime
@@ -94,6 +95,7 @@ def start_pipeline(
     # A query takes the session's settings as they are when it starts; a new checkpoint
     # records this count, which the query then keeps.
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
+    clear_unstarted(checkpoint_of(settings, qualified))
     try:
         if pipeline.realtime and settings.realtime:
             return start_realtime(

@@ -48,15 +48,7 @@ Spark runs again from its start after the restart (docs/REALTIME.md)."""
 
 
 @pytest.mark.timeout(300 + 120 * KNOBS.kills + int(KNOBS.seconds))
-@pytest.mark.parametrize("realtime", [
-    False,
-    # A driver killed during a query's first epoch in Real-Time Mode can leave its checkpoint
-    # with a commit and no state, which Spark then refuses at every start
-    # (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY on batch 0): docs/REALTIME.md, not yet fixed.
-    pytest.param(True, marks=pytest.mark.xfail(
-        reason="a kill in the first Real-Time Mode epoch can leave a checkpoint Spark refuses",
-        strict=False)),
-], ids=["micro-batches", "realtime"])  # fmt: skip
+@pytest.mark.parametrize("realtime", [False, True], ids=["micro-batches", "realtime"])
 def test_sigkill_driver_jvm_repeatedly(store, store_url, tmp_path, realtime):
     rng = KNOBS.rng()
     figures = Figures("pipeline_kills" + ("_realtime" if realtime else ""), {"seed": KNOBS.seed})

@@ -1,0 +1,44 @@
+"""A query's checkpoint before its first batch: what a crash can leave there.
+
+Spark starts a query afresh when its offset log holds no batch, and then refuses a checkpoint
+whose ``offsets``, ``commits`` (or, in micro-batches, ``state``) directory is not empty
+(``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``), at every start after. A driver killed while it
+writes the first offset log entry leaves such a file: the entry's temporary copy. In Real-Time
+Mode the entry is written when the first epoch ends, so the window is that whole epoch, and the
+state store has files by then too. None of it is committed (a batch is committed after its
+offset log entry), so it is removed and the query starts from the beginning, as it would have.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+log = logging.getLogger("liveviews.pipeline")
+
+UNCOMMITTED = ("offsets", "commits", "state")
+"""The directories a first batch writes, all of them meaningless without an offset log entry."""
+
+
+def has_batch(offsets: Path) -> bool:
+    """Whether the offset log holds an entry: a file named by its batch id."""
+    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+
+
+def clear_unstarted(checkpoint: Path) -> list[str]:
+    """Remove what a first batch that never wrote its offset log entry left in ``checkpoint``;
+    the names of the directories removed (none for a new or a started checkpoint)."""
+    if has_batch(checkpoint / "offsets"):
+        return []
+    removed = [name for name in UNCOMMITTED if (checkpoint / name).exists()]
+    if not any(any((checkpoint / name).rglob("*")) for name in removed):
+        return []
+    for name in removed:
+        shutil.rmtree(checkpoint / name)
+    log.warning(
+        "checkpoint %s: its first batch did not finish before the last stop; removed what it "
+        "left (%s), and the query starts from the beginning",
+        checkpoint, ", ".join(removed),
+    )  # fmt: skip
+    return removed
