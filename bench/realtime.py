@@ -1,5 +1,6 @@
 """What queries in Spark's Real-Time Mode cost: the board's three declared pipelines with
-0, 1, 2 and 3 of them in the mode (``demo.board.realtime``), each run on its own.
+0, 1, 2 and 3 of them in the mode (``LV_REALTIME=off``, ``demo.board.realtime``, the board as
+declared), each run on its own.
 
 Each configuration starts a store and ``python -m liveviews.pipeline`` as ``make run`` does,
 seeds the board, waits until the views reflect it, then measures the driver JVM's CPU for
@@ -26,7 +27,7 @@ from liveviews.log.eventlog import EventLog
 
 COUNTS = [0, 1, 2, 3]
 APPS = {0: "demo.board.app:app", 1: "demo.board.realtime:ONE", 2: "demo.board.realtime:TWO",
-        3: "demo.board.realtime:app"}  # fmt: skip
+        3: "demo.board.app:app"}  # fmt: skip
 
 
 def measure(count: int, seconds: float, rate: int) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def measure(count: int, seconds: float, rate: int) -> dict[str, Any]:
     with running_store() as system:
         log = EventLog(system.client, board, 4)
         log.append_batch(seed_events(int(time.time() * 1000)))
-        system.start_pipeline({"LV_APP": APPS[count]})
+        system.start_pipeline({"LV_APP": APPS[count], "LV_REALTIME": "on" if count else "off"})
         system.wait_until_caught_up(timeout=300)
         jvm = system.driver_jvm()
         assert jvm is not None, "no driver JVM"

@@ -20,6 +20,9 @@ export LV_WAIT_FOR_STORE="${LV_WAIT_FOR_STORE:-60}"
 # embedded store; a write is acknowledged once a replica has it, so a failover loses none.
 export LV_EMBEDDED_PORT="${LV_EMBEDDED_PORT:-7000}"
 export LV_STORE_ACK_REPLICAS="${LV_STORE_ACK_REPLICAS:-1}"
+# Real-Time Mode's JVM source and writer talk to one store server (docs/REALTIME.md): Chirp's
+# profiles run in micro-batches on the store cluster.
+export LV_REALTIME=off
 export LV_PORT="${LV_PORT:-8000}"
 export LV_GATEWAY1_PORT="${LV_GATEWAY1_PORT:-8001}"
 export LV_GATEWAY2_PORT="${LV_GATEWAY2_PORT:-8002}"

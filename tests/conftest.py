@@ -34,6 +34,11 @@ from tests.support.pipeline import RunningPipeline
 
 def pytest_configure(config: pytest.Config) -> None:
     mark_run()  # before any test starts a process, so that every one inherits it
+    # The demos declare views in Real-Time Mode, whose queries hold task slots for as long as
+    # they run and move their frontier once per epoch. The suite runs every pipeline in
+    # micro-batches unless a test asks for the mode (tests/streaming/realtime, the pipeline kill
+    # test, ``make run``'s tests); ``LV_REALTIME=on make test`` runs all of it in the mode.
+    os.environ.setdefault("LV_REALTIME", "off")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -135,6 +140,7 @@ def settings(store_url: str, tmp_path: Path) -> Settings:
             "LV_LOG_PARTITIONS": "4",
             "LV_CHANGE_SHARDS": "8",
             "LV_SHUFFLE_PARTITIONS": "2",
+            "LV_REALTIME": os.environ["LV_REALTIME"],
         }
     )
 

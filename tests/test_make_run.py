@@ -55,7 +55,8 @@ class System:
             "LV_DEMO_ACTIVITY": "0",
             **env,
         }
-        for name in ("REDIS_URL", "DATABASE_URL", "LV_ENV", "LV_JWT_SECRET"):
+        # As a user runs it: LV_REALTIME too (the suite's micro-batches, tests/conftest.py).
+        for name in ("REDIS_URL", "DATABASE_URL", "LV_ENV", "LV_JWT_SECRET", "LV_REALTIME"):
             self.env.pop(name, None)
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = ""

@@ -38,8 +38,10 @@ def entities(events: DataFrame) -> DataFrame:
     return build(events)
 
 
-# A query, run by Spark without Python per event, back to back: a user sees their own rename.
-@app.pipeline("profiles", views=["profiles"])
+# A query, run by Spark without Python per event, in Real-Time Mode: a rename reaches the
+# profile's subscribers in milliseconds (docs/REALTIME.md). Its one state partition and its
+# reader hold two task slots for as long as it runs; a user's profiles are few keys.
+@app.pipeline("profiles", views=["profiles"], realtime=True, partitions=1)
 def profiles(events: DataFrame) -> DataFrame:
     from demo.chirp.declared import profiles as build
 

@@ -17,6 +17,7 @@ a SIGTERM, as in a rolling restart), ``LV_FAULT_SEED``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,7 @@ def test_subscribers_fail_over_with_the_live_pipeline(
         "LV_CHANGE_SHARDS": str(SHARDS),
         "LV_CHANGE_RETENTION": str(RETENTION),
         "LV_SHUFFLE_PARTITIONS": "2",
+        "LV_REALTIME": os.environ["LV_REALTIME"],  # micro-batches: tests/conftest.py
     })  # fmt: skip
     pipeline = RunningPipeline(spark, settings)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ def cluster_settings(url: str, where: Path, **env: str) -> Settings:
         "LV_CHANGE_SHARDS": str(SHARDS),
         "LV_SHUFFLE_PARTITIONS": "2",
         "LV_REBUILD_GRACE_SECONDS": "3600",
+        "LV_REALTIME": os.environ["LV_REALTIME"],  # micro-batches: tests/conftest.py
         **env,
     })  # fmt: skip
 
@@ -153,13 +155,14 @@ def test_a_rebuild_on_a_cluster_switches_readers_even_when_its_switch_is_cut_sho
 def test_a_pipeline_in_real_time_mode_is_refused_on_a_store_cluster(
     spark: Any, settings: Settings, cluster_store: RedisCluster
 ) -> None:
-    from demo.chirp.realtime import app as realtime
+    from demo.chirp import app as chirp
     from liveviews.pipeline.plan import PipelineRefused
     from liveviews.pipeline.queries import sink_client, start_pipeline
 
+    on = dataclasses.replace(settings, realtime=True)  # profiles as Chirp declares it
     with pytest.raises(PipelineRefused, match=r"REDIS_URL names a store cluster\. Run it in "
                                               r"micro-batches there: LV_REALTIME=off\."):  # fmt: skip
-        start_pipeline(spark, realtime, settings, "profiles", sink_client(settings))
+        start_pipeline(spark, chirp, on, "profiles", sink_client(settings))
     off = dataclasses.replace(settings, realtime=False)  # LV_REALTIME=off: a micro-batch query
-    query = start_pipeline(spark, realtime, off, "profiles", sink_client(off))
+    query = start_pipeline(spark, chirp, off, "profiles", sink_client(off))
     query.stop()

@@ -9,6 +9,7 @@ log.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class System:
             "LV_LOG_PARTITIONS": str(PARTITIONS),
             "LV_CHANGE_SHARDS": str(SHARDS),
             "LV_SHUFFLE_PARTITIONS": "2",
+            "LV_REALTIME": os.environ["LV_REALTIME"],  # micro-batches: tests/conftest.py
         })  # fmt: skip
         self.pipeline = RunningPipeline(spark, self.settings, app)
         env = {"LV_MAX_SUBSCRIPTIONS_PER_SOCKET": "200", "LV_HEARTBEAT_SECONDS": "5", **gateway_env}
