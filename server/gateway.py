@@ -23,6 +23,7 @@ from liveviews.gateway.feed import nodes, store
 from liveviews.gateway.feed.changes import ChangeFeed
 from liveviews.gateway.feed.log import LogFeed
 from liveviews.gateway.feed.queries import Reads
+from liveviews.gateway.feed.wants import Wants
 from liveviews.gateway.keys import ProviderKeys
 from liveviews.gateway.live.sse import sse_cohort
 from liveviews.gateway.live.ticker import Ticker
@@ -66,11 +67,14 @@ class Gateway:
         # that runs its micro-batches seconds apart does not hold back the others' views.
         self.owners = {v: self.app.owner_of(v) or VIEWS_FRONTIER for v in self.app.views}
         self.ticker = Ticker(settings.heartbeat_seconds, self.metrics)
+        # Waits on the views of pipelines in Real-Time Mode end their epochs sooner.
+        self.wants = Wants(self.client, [n for n, p in self.app.pipelines.items() if p.realtime])
         self.hub = Hub(
             self.metrics,
             settings.progress_interval_ms / 1000,
             self.frontier_of,
             new_cohort=lambda: sse_cohort(self.ticker, self.metrics),
+            on_wait=self.wants.tell,
         )
         self.feed = ChangeFeed(
             self.feed_client,

@@ -70,8 +70,11 @@ class Hub:
         progress_interval: float = 0.0,
         frontier_of: Callable[[str], str] = lambda view: VIEWS_FRONTIER,
         new_cohort: Callable[[], Cohort] | None = None,
+        on_wait: Callable[[str, Wanted], None] = lambda frontier, wanted: None,
     ) -> None:
         self.metrics = metrics
+        self.on_wait = on_wait
+        """Told each wait no frontier read answered yet (``liveviews.gateway.feed.wants``)."""
         self.by_key: dict[tuple[str, str], set[Subscriber]] = {}
         """Subscribers by key that are in no cohort."""
         self.cohorts: dict[tuple[str, str], Cohort] = {}
@@ -126,6 +129,7 @@ class Hub:
             self._answer(sub, pending)
             return
         add_wait(lane.waits.setdefault(sub, []), wanted)
+        self.on_wait(sub.frontier_name, wanted)
 
     def _answer_waits(self, lane: Lane, progress: Progress) -> None:
         for sub in _end_waits(lane, progress):

@@ -46,6 +46,11 @@ FRONTIER_LAG_KEY = "lv:{m}:frontier:lag"
 """Hash pipeline version -> ms its frontier was behind the log's head at its last batch."""
 HISTORY_RETENTION = 100_000
 PROGRESS_STREAM = "lv:{m}:progress"
+WANTS_STREAM = "lv:{m}:wants"
+"""Log positions clients wait for their views to reflect (``reflects()``), told by the gateway
+to pipelines in Real-Time Mode, whose source then ends its epoch once past them instead of at
+its interval (``io.liveviews.spark.LogTailReader``): their frontier moves only at epochs' ends."""
+WANTS_MAXLEN = 1_000
 ACTIVE_KEY = "lv:{m}:active"
 """Hash pipeline -> the namespace of the version that serves readers (absent: ``""``)."""
 VIEWS_FRONTIER = "liveviews"

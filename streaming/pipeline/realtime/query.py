@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from liveviews.app import App
+from liveviews.changes.topic import WANTS_STREAM
 from liveviews.pipeline.plan import built, refused, started_realtime
 from liveviews.pipeline.realtime import jar
 from liveviews.pipeline.realtime.frontier import realtime_frontier
@@ -36,6 +37,7 @@ def read_log_realtime(spark: SparkSession, settings: Settings) -> DataFrame:
         .option("partitions", str(settings.log_partitions))
         .option("maxEventsPerBatch", str(settings.max_events_per_batch))
         .option("readers", str(READERS))
+        .option("wants", WANTS_STREAM)  # reflects() ends an epoch early: gateway/feed/wants.py
         .load()
     )
 

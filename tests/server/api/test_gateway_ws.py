@@ -14,6 +14,7 @@ import pytest
 import redis
 from websockets.frames import Close, Frame, Opcode
 
+from liveviews.changes.topic import WANTS_STREAM
 from liveviews.gateway.wire.rfc6455 import OP_CLOSE, OP_PING, OP_PONG, OP_TEXT
 from liveviews.log.events import log_stream
 from liveviews.store.embedded import free_port
@@ -419,6 +420,12 @@ async def test_a_wait_message_brings_the_covering_frontier_before_the_progress_i
             assert (answer["type"], answer["sub"]) == ("progress", "a")
             assert answer["data"]["frontier"]["0"] == "200-5"
             assert asyncio.get_running_loop().time() - started < 1.5
+            # Chirp's profiles run in Real-Time Mode: the waits were told to its source, which
+            # ends its epoch once past them (liveviews.gateway.feed.wants).
+            told = [{k.decode(): v.decode() for k, v in f.items()}
+                    for _, f in store.xrange(WANTS_STREAM)]  # fmt: skip
+            assert told and {**told[0], **(told[1] if len(told) > 1 else {})} == {
+                "0": "200-0", "9": "1-0"}, told  # fmt: skip
 
             for bad in [{"type": "wait", "sub": "a", "offsets": []},
                         {"type": "wait", "sub": "a", "offsets": [{"partition": 0, "id": "x"}]},

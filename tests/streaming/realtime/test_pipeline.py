@@ -12,6 +12,7 @@ show an older value again.
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from pyspark.sql import functions as F
 
 from liveviews import App, Integer, Schema, String
 from liveviews.changes.topic import (
+    WANTS_STREAM,
     history_stream,
     read_deltas,
     read_frontier,
@@ -117,6 +119,46 @@ def test_changes_arrive_within_an_epoch_and_a_replayed_epoch_repeats_none(store,
                 counts.setdefault(d.key, []).append(op["value"]["likes"])
     for tweet, seen in counts.items():
         assert seen == sorted(set(seen)), f"{tweet}: counts went back or repeated: {seen}"
+
+
+def _covers(frontier: dict[int, str], wanted: dict[str, str]) -> bool:
+    def place(entry: str) -> tuple[int, int]:
+        ms, seq = entry.split("-")
+        return int(ms), int(seq)
+
+    return all(
+        int(p) in frontier and place(frontier[int(p)]) >= place(i) for p, i in wanted.items()
+    )
+
+
+def test_a_client_waiting_for_its_write_ends_the_epoch_early(store, settings, spark):
+    """``reflects()`` on a view in Real-Time Mode: the gateway tells the positions waited for
+    on ``WANTS_STREAM`` (``liveviews.gateway.feed.wants``), and the source ends its epoch once
+    past them, so the frontier covers the write long before the epoch's interval; a want met
+    once ends no later epoch."""
+    rng = random.Random(8)
+    likes = [{"type": "like", "payload": {"user": f"u{rng.randrange(9)}", "tweet": f"t{rng.randrange(4)}"}}
+             for _ in range(30)]  # fmt: skip
+    log = EventLog(store, shop.app, settings.log_partitions)
+    running = RunningPipeline(spark, settings, realtime_shop("10 minutes"))
+    try:
+        offsets = log.append_batch(likes)
+        expected = shop._recompute(likes)
+        wait_until("the views took the likes",
+                   lambda: stored_views(store, settings.change_shards) == expected)  # fmt: skip
+        assert read_frontier(store, "likes") == {}  # a 10-minute epoch, not over
+        wanted: dict[str, str] = {}
+        for o in offsets:  # an event's offset is its partition's newest so far
+            wanted[str(o.partition)] = o.id
+        store.xadd(WANTS_STREAM, wanted)  # type: ignore[arg-type]
+        wait_until("the frontier covers the write",
+                   lambda: _covers(read_frontier(store, "likes"), wanted), timeout=60)  # fmt: skip
+        query = next(q for q in spark.streams.active if q.name.endswith(".likes"))
+        ended = len(query.recentProgress)
+        time.sleep(3)
+        assert len(query.recentProgress) == ended, "a want already met ended another epoch"
+    finally:
+        running.stop()
 
 
 def _python_udf(app: App, events: DataFrame) -> DataFrame:

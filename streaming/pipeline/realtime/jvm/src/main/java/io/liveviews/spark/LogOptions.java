@@ -4,7 +4,7 @@ import java.io.Serializable;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /** The source's options, parsed once on the driver. */
-record LogOptions(String url, int partitions, long maxEventsPerBatch, int readers)
+record LogOptions(String url, int partitions, long maxEventsPerBatch, int readers, String wants)
     implements Serializable {
 
   static LogOptions from(CaseInsensitiveStringMap options) {
@@ -13,7 +13,8 @@ record LogOptions(String url, int partitions, long maxEventsPerBatch, int reader
       throw new IllegalArgumentException("the log source needs the store's URL: option(\"url\", ...)");
     }
     return new LogOptions(url, positive(options, "partitions", 4),
-        positive(options, "maxEventsPerBatch", 100_000), positive(options, "readers", 1));
+        positive(options, "maxEventsPerBatch", 100_000), positive(options, "readers", 1),
+        options.getOrDefault("wants", ""));
   }
 
   private static int positive(CaseInsensitiveStringMap options, String name, int otherwise) {

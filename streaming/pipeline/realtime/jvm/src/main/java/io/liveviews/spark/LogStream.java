@@ -99,7 +99,7 @@ final class LogStream
         partitions[i] = r + i * readers;
         after[i] = from.id(partitions[i]);
       }
-      tails[r] = new LogTail(options.url(), partitions, after);
+      tails[r] = new LogTail(options.url(), partitions, after, options.wants());
     }
     return tails;
   }

@@ -4,6 +4,8 @@ import org.apache.spark.sql.connector.read.InputPartition;
 
 /**
  * A Real-Time Mode task: the entries of the log partitions {@code partitions} after
- * {@code after} (each partition's id), as they are appended, until the batch's time ends.
+ * {@code after} (each partition's id), as they are appended, until the batch's time ends or
+ * the positions clients wait for, told on the stream {@code wants} (none when empty), are read.
  */
-record LogTail(String url, int[] partitions, String[] after) implements InputPartition {}
+record LogTail(String url, int[] partitions, String[] after, String wants)
+    implements InputPartition {}

@@ -20,17 +20,34 @@ import redis.clients.jedis.resps.StreamEntry;
  * <p>Entries are read ahead ({@code cursor}) but the offset Spark records is what was
  * returned ({@code returned}): what is still buffered when the batch's time ends is read again
  * by the next batch, which starts at the returned ids.
+ *
+ * <p>The frontier moves only when an epoch ends, so a client waiting for its own write
+ * ({@code reflects()}) would wait for the rest of the epoch. The gateway tells the positions
+ * clients wait for on the {@code wants} stream, read in the same XREAD; once this task has
+ * handed Spark every wanted entry of its partitions, it answers "no record", which ends its
+ * part of the epoch early (Spark's {@code LowLatencyReaderWrap}), and the epoch then ends as
+ * its other tasks drain. Wants its epoch already started past are left out, so a new epoch is
+ * never ended by a want an earlier one met.
  */
 final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   static final int READ_COUNT = 500;
   /** The longest XREAD block: short enough that the connection's 2 s timeout never fires. */
   static final long BLOCK_MS = 500;
+  /** Wants told this long before the task started count too: told as the last epoch ended. */
+  static final long LOOK_BACK_MS = 2_000;
+  /** The shortest epoch a want ends: bounds the epochs (and their checkpoints) per second. */
+  static final long MIN_EPOCH_MS = 100;
 
   private final LogStore store;
   private final Map<String, Integer> partitionOf = new HashMap<>();
   private final Map<String, StreamEntryID> cursor = new LinkedHashMap<>();
   private final TreeMap<Integer, String> returned = new TreeMap<>();
   private final ArrayDeque<Map.Entry<Integer, StreamEntry>> buffer = new ArrayDeque<>();
+  private final String wants;
+  private final Map<Integer, StreamEntryID> from = new HashMap<>();
+  /** Per partition of this task, the furthest entry a client waits for. */
+  private final Map<Integer, StreamEntryID> wanted = new HashMap<>();
+  private final long started = System.currentTimeMillis();
   private InternalRow row;
 
   LogTailReader(LogTail tail) {
@@ -40,6 +57,11 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
       partitionOf.put(LogEnds.stream(p), p);
       cursor.put(LogEnds.stream(p), new StreamEntryID(tail.after()[i]));
       returned.put(p, tail.after()[i]);
+      from.put(p, new StreamEntryID(tail.after()[i]));
+    }
+    wants = tail.wants() == null || tail.wants().isEmpty() ? null : tail.wants();
+    if (wants != null) {
+      cursor.put(wants, new StreamEntryID(Math.max(0, started - LOOK_BACK_MS), 0));
     }
   }
 
@@ -52,6 +74,9 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   public RecordStatus nextWithTimeout(Long timeoutMs) {
     long deadline = System.currentTimeMillis() + timeoutMs;
     do {
+      if (wantsMet() && System.currentTimeMillis() - started >= MIN_EPOCH_MS) {
+        return RecordStatus.newStatusWithoutArrivalTime(false);
+      }
       while (!buffer.isEmpty()) {
         Map.Entry<Integer, StreamEntry> next = buffer.poll();
         returned.put(next.getKey(), next.getValue().getID().toString());
@@ -60,7 +85,11 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
           return RecordStatus.newStatusWithArrivalTimeMs(next.getValue().getID().getTime());
         }
       }
-      fill(Math.min(BLOCK_MS, deadline - System.currentTimeMillis()));
+      long block = Math.min(BLOCK_MS, deadline - System.currentTimeMillis());
+      if (wantsMet()) {
+        block = Math.min(block, started + MIN_EPOCH_MS - System.currentTimeMillis());
+      }
+      fill(block);
     } while (!buffer.isEmpty() || System.currentTimeMillis() < deadline);
     return RecordStatus.newStatusWithoutArrivalTime(false);
   }
@@ -83,14 +112,50 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
       return;  // nothing arrived in the time
     }
     for (Map.Entry<String, List<StreamEntry>> stream : read) {
-      int p = partitionOf.get(stream.getKey());
+      if (stream.getKey().equals(wants)) {
+        for (StreamEntry entry : stream.getValue()) {
+          want(entry.getFields());
+        }
+      }
+      Integer p = partitionOf.get(stream.getKey());
       for (StreamEntry entry : stream.getValue()) {
-        buffer.add(Map.entry(p, entry));
+        if (p != null) {
+          buffer.add(Map.entry(p, entry));
+        }
       }
       if (!stream.getValue().isEmpty()) {
         cursor.put(stream.getKey(), stream.getValue().get(stream.getValue().size() - 1).getID());
       }
     }
+  }
+
+  /** A want's positions ({@code <partition>: <entry id>}) of this task's partitions that its
+   * epoch did not start past. */
+  private void want(Map<String, String> positions) {
+    for (Map.Entry<String, String> position : positions.entrySet()) {
+      try {
+        int p = Integer.parseInt(position.getKey());
+        StreamEntryID id = new StreamEntryID(position.getValue());
+        if (from.containsKey(p) && id.compareTo(from.get(p)) > 0) {
+          wanted.merge(p, id, (a, b) -> a.compareTo(b) >= 0 ? a : b);
+        }
+      } catch (IllegalArgumentException ignored) {
+        // Not a position: a want is a hint, and the epoch ends on time anyway.
+      }
+    }
+  }
+
+  /** Whether some client waits for entries of this task, all of them handed to Spark. */
+  private boolean wantsMet() {
+    if (wanted.isEmpty()) {
+      return false;
+    }
+    for (Map.Entry<Integer, StreamEntryID> want : wanted.entrySet()) {
+      if (new StreamEntryID(returned.get(want.getKey())).compareTo(want.getValue()) < 0) {
+        return false;
+      }
+    }
+    return true;
   }
 
   @Override
