@@ -290,7 +290,7 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
     import matplotlib.pyplot as plt
 
     rates = [r["rate"] for r in max(results.values(), key=len)]
-    labels = {"tuned": "Liveviews (push)", "untuned": "Spark defaults (push)",
+    labels = {"tuned": "Liveviews, micro-batches (push)", "untuned": "Spark defaults (push)",
               "realtime": "Liveviews, Real-Time Mode (push)",
               "spark_state": "bound: one view, Spark's aggregation",
               "python_state": "bound: one view, Python operator"}  # fmt: skip

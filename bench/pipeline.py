@@ -39,7 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def settings_for(url: str, data: Path) -> Settings:
-    return Settings.from_env({"REDIS_URL": url, "LV_DATA_DIR": str(data)})
+    # Micro-batches unless the run asks for Real-Time Mode (bench/__init__.py).
+    return Settings.from_env(
+        {"REDIS_URL": url, "LV_DATA_DIR": str(data), "LV_REALTIME": os.environ["LV_REALTIME"]}
+    )
 
 
 async def _first_delta(base: str, deadline: float) -> None:

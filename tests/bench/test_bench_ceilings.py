@@ -75,7 +75,9 @@ def test_latency_benchmark_runs_each_bound_on_its_application(
 
     for kind in ceilings.LATENCY_KINDS:
         assert load_app(latency.configuration_env(kind)["LV_APP"]).name == f"bound_{kind}"
-    assert latency.configuration_env("tuned") == {}
+    # Chirp's profiles in micro-batches, as before it declared Real-Time Mode; "realtime" as declared.
+    assert latency.configuration_env("tuned") == {"LV_REALTIME": "off"}
+    assert latency.configuration_env("realtime") == {"LV_REALTIME": "on"}
     assert latency.configuration_env("untuned") is latency.UNTUNED
     # The plot takes bounds that ran fewer phases than Chirp's views.
     monkeypatch.setenv("LV_BENCH_RESULTS", str(tmp_path))

@@ -96,9 +96,10 @@ def test_checkpoint_files_are_written_through_the_file_system_api(store, setting
 
 
 def test_each_pipeline_query_runs_its_own_count_of_state_partitions(store, settings, pipeline):
-    """Chirp's activity state has one key, so its query runs one stateful task per batch; the
-    entities and profiles queries run LV_SHUFFLE_PARTITIONS. Spark records the count in each batch's offset
-    log entry, and a query keeps the one its checkpoint was created with."""
+    """Chirp's activity state has one key, and profiles declares one state partition (as in
+    Real-Time Mode, where each holds a task slot), so their queries run one stateful task per
+    batch; the entities query runs LV_SHUFFLE_PARTITIONS. Spark records the count in each
+    batch's offset log entry, and a query keeps the one its checkpoint was created with."""
     import orjson
 
     from liveviews.pipeline.queries import checkpoint_of
@@ -106,9 +107,9 @@ def test_each_pipeline_query_runs_its_own_count_of_state_partitions(store, setti
     EventLog(store, app, settings.log_partitions).append_batch(seed_events(NOW))
     pipeline.wait_until_caught_up(store)
     shuffle = str(settings.shuffle_partitions)
-    expected = {"entities": shuffle, "profiles": shuffle, "activity": "1"}
+    expected = {"entities": shuffle, "profiles": "1", "activity": "1"}
     assert {name: p.partitions for name, p in app.pipelines.items()} == {
-        "entities": None, "profiles": None, "activity": 1,
+        "entities": None, "profiles": 1, "activity": 1,
     }  # fmt: skip
     for name, count in expected.items():
         offsets = checkpoint_of(settings, name) / "offsets"

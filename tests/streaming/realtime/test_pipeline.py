@@ -53,6 +53,12 @@ def realtime_shop(interval: str) -> App:
     return app
 
 
+def _likes(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """``n`` likes of four tweets by nine users."""
+    return [{"type": "like", "payload": {"user": f"u{rng.randrange(9)}", "tweet": f"t{rng.randrange(4)}"}}
+            for _ in range(n)]  # fmt: skip
+
+
 def test_realtime_views_equal_a_recomputation_through_several_epochs(store, settings, spark):
     rng = random.Random(11)
     app = realtime_shop("2 seconds")
@@ -76,9 +82,7 @@ def test_realtime_views_equal_a_recomputation_through_several_epochs(store, sett
 def test_changes_arrive_within_an_epoch_and_a_replayed_epoch_repeats_none(store, settings, spark):
     """Likes only, so each tweet's count only grows: a delta that showed a smaller count after
     a larger one would be an older value shown again."""
-    rng = random.Random(5)
-    likes = [{"type": "like", "payload": {"user": f"u{rng.randrange(9)}", "tweet": f"t{rng.randrange(4)}"}}
-             for _ in range(60)]  # fmt: skip
+    likes = _likes(random.Random(5), 60)
     log = EventLog(store, shop.app, settings.log_partitions)
     # A first run whose epoch outlasts the test: its changes must arrive without it ending.
     running = RunningPipeline(spark, settings, realtime_shop("10 minutes"))
@@ -136,9 +140,7 @@ def test_a_client_waiting_for_its_write_ends_the_epoch_early(store, settings, sp
     on ``WANTS_STREAM`` (``liveviews.gateway.feed.wants``), and the source ends its epoch once
     past them, so the frontier covers the write long before the epoch's interval; a want met
     once ends no later epoch."""
-    rng = random.Random(8)
-    likes = [{"type": "like", "payload": {"user": f"u{rng.randrange(9)}", "tweet": f"t{rng.randrange(4)}"}}
-             for _ in range(30)]  # fmt: skip
+    likes = _likes(random.Random(8), 30)
     log = EventLog(store, shop.app, settings.log_partitions)
     running = RunningPipeline(spark, settings, realtime_shop("10 minutes"))
     try:
