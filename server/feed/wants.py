@@ -16,12 +16,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from liveviews.changes.topic import WANTS_MAXLEN, WANTS_STREAM
+from liveviews.gateway.fanout.hub import Wanted
 from liveviews.gateway.feed.store import STORE_ERRORS, Client
 
 log = logging.getLogger("liveviews.gateway.wants")
-
-Wanted = dict[str, tuple[int, int]]
-"""Partition -> entry id as a tuple, as ``liveviews.gateway.fanout.hub`` keeps them."""
 
 
 class Wants:
@@ -30,7 +28,7 @@ class Wants:
     def __init__(self, client: Client, realtime: Iterable[str]) -> None:
         self.client = client
         self.realtime = frozenset(realtime)
-        self.pending: dict[str, tuple[int, int]] = {}
+        self.pending: Wanted = {}
         self.task: asyncio.Task[None] | None = None
 
     def tell(self, frontier: str, wanted: Wanted) -> None:

@@ -112,15 +112,12 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
       return;  // nothing arrived in the time
     }
     for (Map.Entry<String, List<StreamEntry>> stream : read) {
-      if (stream.getKey().equals(wants)) {
-        for (StreamEntry entry : stream.getValue()) {
-          want(entry.getFields());
-        }
-      }
-      Integer p = partitionOf.get(stream.getKey());
+      Integer p = partitionOf.get(stream.getKey());  // null: the wants stream
       for (StreamEntry entry : stream.getValue()) {
         if (p != null) {
           buffer.add(Map.entry(p, entry));
+        } else {
+          want(entry.getFields());
         }
       }
       if (!stream.getValue().isEmpty()) {
