@@ -23,6 +23,7 @@ from liveviews.gateway.feed import nodes, store
 from liveviews.gateway.feed.changes import ChangeFeed
 from liveviews.gateway.feed.log import LogFeed
 from liveviews.gateway.feed.queries import Reads
+from liveviews.gateway.feed.waits import StreamWaits
 from liveviews.gateway.feed.wants import Wants
 from liveviews.gateway.keys import ProviderKeys
 from liveviews.gateway.live.sse import sse_cohort
@@ -69,10 +70,12 @@ class Gateway:
         self.ticker = Ticker(settings.heartbeat_seconds, self.metrics)
         # Waits on the views of pipelines in Real-Time Mode end their epochs sooner.
         self.wants = Wants(self.client, [n for n, p in self.app.pipelines.items() if p.realtime])
+        self.stream_waits = StreamWaits()
         self.hub = Hub(
             self.metrics,
             settings.progress_interval_ms / 1000,
             self.frontier_of,
+            quiet_interval=settings.quiet_progress_ms / 1000,
             new_cohort=lambda: sse_cohort(self.ticker, self.metrics),
             on_wait=self.wants.tell,
         )
@@ -83,6 +86,7 @@ class Gateway:
             self.metrics,
             block_ms=settings.feed_block_ms,
             views_of={name: set(p.views) for name, p in self.app.pipelines.items()},
+            stream_waits=self.stream_waits,
         )
         self.source = Source(
             self.client,

@@ -87,6 +87,7 @@ class GatewaySettings:
     subscriber_buffer: int = 256
     heartbeat_seconds: float = 15.0
     progress_interval_ms: int = 250
+    quiet_progress_ms: int = 5000
     workers: int = 1
     send_timeout_seconds: float = 10.0
     header_timeout_seconds: float = 10.0
@@ -223,6 +224,7 @@ class GatewaySettings:
             subscriber_buffer=C.SUBSCRIBER_BUFFER.get(env),
             heartbeat_seconds=C.HEARTBEAT_SECONDS.get(env),
             progress_interval_ms=C.PROGRESS_INTERVAL_MS.get(env),
+            quiet_progress_ms=C.QUIET_PROGRESS_MS.get(env),
             workers=C.WORKERS.get(env),
             send_timeout_seconds=C.SEND_TIMEOUT_SECONDS.get(env),
             header_timeout_seconds=C.HEADER_TIMEOUT_SECONDS.get(env),

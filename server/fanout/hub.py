@@ -46,13 +46,23 @@ class Lane:
     """One frontier's progress, the subscribers that follow it, and those of them waiting for
     it to reach some log positions (``Hub.wait``)."""
 
-    __slots__ = ("subscribers", "pending", "flush_at", "flushed", "waits")
+    __slots__ = ("subscribers", "pending", "latest", "flush_at", "flushed", "swept", "changed",
+                 "changed_watchers", "waits")  # fmt: skip
 
     def __init__(self) -> None:
         self.subscribers: set[Subscriber] = set()
         self.pending: Progress | None = None
+        """The newest frontier read that not every subscriber owed it was sent yet."""
+        self.latest: Progress | None = None
+        """The newest frontier read: its deltas have all been handed out."""
         self.flush_at: asyncio.TimerHandle | None = None
         self.flushed = float("-inf")
+        self.swept = float("-inf")
+        """When every subscriber was last passed the newest frontier (the quiet rhythm)."""
+        self.changed: set[tuple[str, str]] = set()
+        """Keys handed deltas since the last flush: their subscribers are owed a frontier."""
+        self.changed_watchers: set[Subscriber] = set()
+        """The same for subscribers of a prefix."""
         self.waits: dict[Subscriber, list[Wanted]] = {}
 
 
@@ -71,6 +81,7 @@ class Hub:
         frontier_of: Callable[[str], str] = lambda view: VIEWS_FRONTIER,
         new_cohort: Callable[[], Cohort] | None = None,
         on_wait: Callable[[str, Wanted], None] = lambda frontier, wanted: None,
+        quiet_interval: float | None = None,
     ) -> None:
         self.metrics = metrics
         self.on_wait = on_wait
@@ -84,6 +95,8 @@ class Hub:
         self._handing_out = False
         self.all: set[Subscriber] = set()
         self.progress_interval = progress_interval
+        self.quiet_interval = max(progress_interval, quiet_interval or 0.0)
+        """How often a subscriber whose key did not change is passed the newest frontier."""
         self.frontier_of = frontier_of
         self.lanes: dict[str, Lane] = {}
         self.prefixes: dict[str, set[Subscriber]] = {}
@@ -124,9 +137,9 @@ class Hub:
         if sub not in self.all:
             return
         lane = self._lane(sub.frontier_name)
-        pending = lane.pending
-        if pending is not None and _covers(pending, wanted):
-            self._answer(sub, pending)
+        latest = lane.latest
+        if latest is not None and _covers(latest, wanted):
+            self._answer(sub, latest)
             return
         add_wait(lane.waits.setdefault(sub, []), wanted)
         self.on_wait(sub.frontier_name, wanted)
@@ -211,17 +224,23 @@ class Hub:
     def publish(self, epoch: str, deltas: list[Delta], progress: Iterable[Progress] = ()) -> None:
         """Hand out one read of the change feed: its deltas, then the frontiers that cover them.
 
-        Each frontier is passed on at most once per ``progress_interval``, always its newest.
+        A subscriber handed deltas is owed the frontier that covers them: it is passed on at
+        most once per ``progress_interval``, always the newest. A subscriber whose key did not
+        change is passed the newest frontier at most once per ``quiet_interval``: at 5k
+        subscribers over 50 keys, a frame to every one of them four times a second cost more
+        system calls than the deltas themselves (docs/performance/fanout.md). A client waiting
+        for its writes asks for its frontier (``wait``) and is passed it at once.
+
         Progress only follows the deltas it covers (they were published before it), so holding
         it back never breaks read-your-writes; it only coalesces frames nobody needs twice.
         When a frontier is due now, it rides with the last delta of each key that follows it (a
         subscriber gets it in the same write as that delta, never before a delta it covers);
-        the subscribers that took it so are skipped when it is then passed on to all. A
-        frontier not due yet waits for the first read after the interval, or at most half an
-        interval more, for a quiet feed. A key's deltas in one read go to each of its
-        subscribers together (``FeedRun``): a stream writes them in one system call, so a read
-        that brings several, as one does once the gateway falls behind, costs each stream one
-        write, not one per delta.
+        the subscribers that took it so are skipped when it is then passed on. A frontier not
+        due yet waits for the first read after the interval, or at most half an interval more,
+        for a quiet feed. A key's deltas in one read go to each of its subscribers together
+        (``FeedRun``): a stream writes them in one system call, so a read that brings several,
+        as one does once the gateway falls behind, costs each stream one write, not one per
+        delta.
         """
         # A frontier no subscriber follows is dropped: a later subscriber reads its frontier
         # with its snapshot. (Chirp's views follow their pipelines', not every view's.)
@@ -238,6 +257,9 @@ class Hub:
                 watchers = self._watchers(view, key) if self.prefixes else ()
                 if cohort is None and not self.by_key.get((view, key)) and not watchers:
                     continue
+                lane = self._lane(self.frontier_of(view))
+                lane.changed.add((view, key))
+                lane.changed_watchers.update(watchers)
                 items = [FeedDelta(composite_epoch(epoch, d.namespace), d) for d in key_deltas]
                 if riding:
                     items[-1].progress = riding.get(self.frontier_of(view))
@@ -265,13 +287,13 @@ class Hub:
             # Due or not as decided before the deltas went out: the hand-out takes time, and a
             # frontier that fell due meanwhile did not ride with them.
             lane = self._lane(p.frontier_name)
-            lane.pending = p
+            lane.pending = lane.latest = p
+            if lane.waits:
+                self._answer_waits(lane, p)
             if p.frontier_name in riding:
                 self._flush_now(lane)
             else:
                 self._flush_later(lane)
-                if lane.waits:
-                    self._answer_waits(lane, p)
 
     def _watchers(self, view: str, key: str) -> list[Subscriber]:
         """The subscribers of a prefix of ``view`` that ``key`` starts with."""
@@ -287,16 +309,25 @@ class Hub:
     def _flush_now(self, lane: Lane) -> None:
         if lane.flush_at is not None:
             lane.flush_at.cancel()
+            lane.flush_at = None
         self._flush_progress(lane)
 
     def _flush_later(self, lane: Lane) -> None:
-        if lane.flush_at is not None:
+        """A timer for the next flush: the owed subscribers' at the progress interval (and
+        half an interval more, for a read to take it first), else the quiet sweep."""
+        if lane.pending is None:
             return
         loop = asyncio.get_running_loop()
-        delay = max(0.0, lane.flushed + self.progress_interval - loop.time())
-        lane.flush_at = loop.call_later(
-            delay + self.progress_interval / 2, self._flush_progress, lane
-        )
+        if lane.changed or lane.changed_watchers:
+            at = lane.flushed + self.progress_interval * 1.5
+        else:
+            at = lane.swept + self.quiet_interval + self.progress_interval / 2
+        at = max(at, loop.time())
+        if lane.flush_at is not None:
+            if lane.flush_at.when() <= at:
+                return
+            lane.flush_at.cancel()
+        lane.flush_at = loop.call_at(at, self._flush_progress, lane)
 
     def close(self) -> None:
         for lane in self.lanes.values():
@@ -305,26 +336,40 @@ class Hub:
                 lane.flush_at = None
 
     def _flush_progress(self, lane: Lane) -> None:
-        progress, lane.pending, lane.flush_at = lane.pending, None, None
-        lane.flushed = asyncio.get_running_loop().time()
-        if progress is None:
-            return
-        if lane.waits:  # every subscriber is sent this frontier now: the waits it covers end
-            _end_waits(lane, progress)
+        """Pass the newest frontier to the subscribers owed it, and to every one when the quiet
+        sweep is due; then time the next flush."""
+        lane.flush_at = None
+        progress = lane.latest
+        if progress is None or lane.pending is None:
+            return  # the newest frontier went to every subscriber already
+        now = asyncio.get_running_loop().time()
+        sweep = now >= lane.swept + self.quiet_interval
+        changed, watchers = lane.changed, lane.changed_watchers
+        lane.changed, lane.changed_watchers = set(), set()
+        lane.flushed = now
+        if sweep:
+            lane.swept = now
+            lane.pending = None
         overflowed = []
         with self._handing_out_items():
-            following = [cohort for (view, _), cohort in self.cohorts.items()
-                         if self.frontier_of(view) == progress.frontier_name]  # fmt: skip
-            for cohort in following:
+            if sweep:
+                cohorts = [cohort for (view, _), cohort in self.cohorts.items()
+                           if self.frontier_of(view) == progress.frontier_name]  # fmt: skip
+                loose: Iterable[Subscriber] = lane.subscribers
+            else:
+                cohorts = [c for c in map(self.cohorts.get, changed) if c is not None]
+                loose = itertools.chain(*(self.by_key.get(key, ()) for key in changed), watchers)
+            for cohort in cohorts:
                 for sub in cohort.deliver_progress(progress):
                     self._given_back(sub, cohort)
-            for sub in lane.subscribers:
-                if sub.cohort is not None:
+            for sub in list(loose):
+                if sub.cohort is not None or sub not in self.all:
                     continue
                 sub.offer_progress(progress)
                 if sub.state is SubscriberState.OVERFLOWED:
                     overflowed.append(sub)
             self._drop(overflowed)
+        self._flush_later(lane)
 
     @contextlib.contextmanager
     def _handing_out_items(self) -> Iterator[None]:

@@ -462,7 +462,13 @@ WS_COMPRESSION = Setting(
 )  # fmt: skip
 PROGRESS_INTERVAL_MS = Setting(
     "LV_PROGRESS_INTERVAL_MS", Whole(0), 250, section=GATEWAY,
-    doc="at most one `progress` frame per subscription per interval (the newest frontier)",
+    doc="at most one `progress` frame per subscription per interval (the newest frontier), "
+    "for a subscription that was sent deltas since its last frontier",
+)  # fmt: skip
+QUIET_PROGRESS_MS = Setting(
+    "LV_QUIET_PROGRESS_MS", Whole(0), 5000, section=GATEWAY,
+    doc="a subscription whose key did not change is sent the newest frontier at most once per "
+    "interval; a client waiting for its writes asks for it sooner (`wait`)",
 )  # fmt: skip
 WORKERS = Setting(
     "LV_WORKERS", Whole(), 1, section=GATEWAY,

@@ -221,3 +221,46 @@ async def test_waits_end_with_their_subscriber_and_are_bounded() -> None:
     hub.publish(EPOCH, [], progress("300-0"))
     assert moved.progress is None, "an old frontier answered a wait of the new version"
     hub.close()
+
+
+async def test_a_key_that_did_not_change_is_passed_its_frontier_at_the_quiet_rhythm() -> None:
+    """A subscriber handed deltas gets the frontier covering them within the progress
+    interval; one whose key did not change gets the newest frontier once per quiet interval,
+    so 5k quiet streams are not written to four times a second (docs/PROTOCOL.md, section 4)."""
+    interval, quiet = 0.1, 0.6
+    hub = Hub(Metrics(), progress_interval=interval, quiet_interval=quiet)
+    busy, calm = attach(hub, "a"), attach(hub, "b")
+    hub.publish(EPOCH, [delta("1-0", "a")], progress("1-0"))  # the first: to every one
+    assert busy.got == ["1-0", "progress 1-0"] and calm.got == ["progress 1-0"]
+    started = time.monotonic()
+    hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))  # not due: held back
+    await asyncio.sleep(interval * 1.7)
+    assert busy.got[-1] == "progress 2-0", "owed its deltas' frontier within 1.5 intervals"
+    for i in range(3, 6):  # the frontier moves, key b never changes
+        hub.publish(EPOCH, [], progress(f"{i}-0"))
+        await asyncio.sleep(interval)
+    assert calm.got == ["progress 1-0"], "a quiet key was written to at the fast rhythm"
+    assert busy.got[-1] == "progress 2-0", "nothing of its key changed since its frontier"
+    while calm.got[-1] == "progress 1-0":
+        assert time.monotonic() - started < quiet + interval, "the quiet sweep never came"
+        await asyncio.sleep(0.01)
+    assert time.monotonic() - started >= quiet * 0.9
+    assert calm.got[-1] == busy.got[-1] == "progress 5-0", "the sweep passes the newest"
+    hub.close()
+
+
+async def test_a_wait_on_a_quiet_key_is_answered_from_the_frontier_read_already() -> None:
+    """The frontier a quiet subscriber was not passed yet answers its wait at once, and a later
+    one that covers the wait reaches it at once too; nobody else is written to for it."""
+    hub = Hub(Metrics(), progress_interval=0.1, quiet_interval=60)
+    calm, other = attach(hub, "b"), attach(hub, "c")
+    hub.publish(EPOCH, [], progress("1-0"))
+    hub.publish(EPOCH, [], progress("2-0"))  # read, held for the quiet sweep
+    sub = next(s for s in hub.all if s.sink is calm)
+    hub.wait(sub, {"0": (2, 0)})
+    assert calm.got == ["progress 1-0", "progress 2-0"]
+    hub.wait(sub, {"0": (3, 0)})
+    hub.publish(EPOCH, [], progress("3-0"))
+    assert calm.got[-1] == "progress 3-0"
+    assert other.got == ["progress 1-0"]
+    hub.close()
