@@ -17,6 +17,14 @@ ERROR = {"$ref": "#/components/schemas/Error"}
 BEARER: list[dict[str, list[str]]] = [{"bearer": []}, {"accessToken": []}, {"cookie": []}]
 
 
+STREAM_ID = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}
+STREAM_PARAM = {
+    "name": "stream", "in": "query", "schema": STREAM_ID,
+    "description": "An id the client chooses for this stream, to post its waits to "
+    "/v1/streams/{stream}/wait.",
+}  # fmt: skip
+
+
 def _errors(*statuses: int) -> dict[str, Any]:
     reasons = {
         304: "Not modified: the If-None-Match tag still matches.",
@@ -308,6 +316,7 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                     {"name": "after_score", "in": "query", "schema": {"type": "number"},
                      "description": "With after_row and limit: a page after this row."},
                     {"name": "after_row", "in": "query", "schema": {"type": "string"}},
+                    STREAM_PARAM,
                 ],
                 "responses": {
                     "200": {"description": "An event stream of frames (docs/PROTOCOL.md).",
@@ -328,11 +337,34 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                      "schema": {"type": "string", "maxLength": 256}},
                     {"name": "Last-Event-ID", "in": "header", "schema": PREFIX_EVENT_ID},
                     {"name": "last_event_id", "in": "query", "schema": PREFIX_EVENT_ID},
+                    STREAM_PARAM,
                 ],
                 "responses": {
                     "200": {"description": "An event stream of frames (docs/PROTOCOL.md).",
                             "content": {"text/event-stream": {"schema": VIEW_STREAM}}},
                     **_errors(400, 401, 403, 404, 503),
+                },
+            }
+        },
+        "/v1/streams/{stream}/wait": {
+            "post": {
+                "summary": "Read-your-writes over SSE: the streams opened with this stream id "
+                "by the same subject are sent the frontier that covers the offsets as soon as "
+                "it is read (docs/PROTOCOL.md, section 4).",
+                "security": BEARER,
+                "parameters": [{"name": "stream", "in": "path", "required": True,
+                                "schema": STREAM_ID}],
+                "requestBody": {"required": True, "content": _json({
+                    "type": "object", "required": ["offsets"],
+                    "properties": {"offsets": {
+                        "type": "array", "minItems": 1, "maxItems": 64,
+                        "items": {"type": "object", "required": ["partition", "id"],
+                                  "properties": {"partition": {"type": "integer", "minimum": 0},
+                                                 "id": {"type": "string"}}}}}})},
+                "responses": {
+                    "204": {"description": "Passed on to the process holding the stream, if "
+                            "one does."},
+                    **_errors(400, 401, 403, 413, 415, 422, 503),
                 },
             }
         },

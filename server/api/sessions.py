@@ -77,14 +77,16 @@ def _ident(msg: dict[str, Any], name: str) -> str:
 MAX_WAIT_OFFSETS = 64
 
 
-def wanted_offsets(raw: Any) -> Wanted:
-    """A wait message's ``offsets`` (``[{"partition", "id"}, ...]``, as publish answered them)
-    as the newest entry id wanted in each partition."""
+def wanted_offsets(
+    raw: Any, code: str = "invalid_message", error: type[GatewayError] = BadRequest
+) -> Wanted:
+    """A wait's ``offsets`` (``[{"partition", "id"}, ...]``, as publish answered them) as the
+    newest entry id wanted in each partition; refused as ``error`` with ``code``."""
     if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_WAIT_OFFSETS:
-        raise BadRequest(
+        raise error(
             f"'offsets' must be a list of 1 to {MAX_WAIT_OFFSETS} offsets "
             '{"partition", "id"}, as publish answers them.',
-            code="invalid_message",
+            code=code,
         )
     wanted: Wanted = {}
     for offset in raw:
@@ -97,10 +99,10 @@ def wanted_offsets(raw: Any) -> Wanted:
             or not isinstance(entry, str)
             or ENTRY_ID_RE.fullmatch(entry) is None
         ):
-            raise BadRequest(
+            raise error(
                 f'{offset!r} is not an offset; each is {{"partition": <n>, "id": '
                 '"<ms>-<seq>"}, as publish answers it.',
-                code="invalid_message",
+                code=code,
             )
         at = position_tuple(entry)
         key = str(partition)

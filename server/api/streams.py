@@ -1,5 +1,6 @@
 """The Server-Sent Events streams: a view's subscription (``GET /v1/views/{view}/{key}/live``,
-``GET /v1/live``) and the log feed (``GET /v1/log/live``).
+``GET /v1/live``) and the log feed (``GET /v1/log/live``), and the waits posted for a
+subscription's stream (``POST /v1/streams/{stream}/wait``).
 
 The first frames (the snapshot, or the missed deltas, or a reset and a snapshot; the log's
 recent entries) are read before the response starts, so a failure to read them is an ordinary
@@ -9,6 +10,8 @@ expires or the client falls too far behind, whichever stream it is.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,12 +25,15 @@ from liveviews.gateway.api.params import (
     view_and_key,
     whole_number,
 )
+from liveviews.gateway.api.publish import parse_body
 from liveviews.gateway.api.queries import after_rank, prefix_subscription, window_subscription
-from liveviews.gateway.api.responses import hand_over
+from liveviews.gateway.api.responses import hand_over, read_json
 from liveviews.gateway.api.rest import get_view
+from liveviews.gateway.api.sessions import wanted_offsets
 from liveviews.gateway.auth import READ, Principal, authenticate
-from liveviews.gateway.errors import BadRequest
+from liveviews.gateway.errors import BadRequest, Unprocessable
 from liveviews.gateway.fanout.subscription import Subscription
+from liveviews.gateway.feed import waits
 from liveviews.gateway.feed.log import RECENT, LogReader
 from liveviews.gateway.feed.queries import Rank
 from liveviews.gateway.gateway import Gateway
@@ -59,8 +65,9 @@ class StreamResponse(Response):
     connection slot."""
 
     def __init__(self, sub: FrameSource, first: list[frames.Frame], principal: Principal,
-                 gw: Gateway, slot: Slot) -> None:  # fmt: skip
+                 gw: Gateway, slot: Slot, forget: Callable[[], None]) -> None:  # fmt: skip
         self.sub = sub
+        self.forget = forget
         self.first: list[frames.Frame] | None = first
         self.expires_at = principal.expires_at
         self.gateway = gw
@@ -70,8 +77,10 @@ class StreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         sub, gw, expires_at, slot = self.sub, self.gateway, self.expires_at, self.slot
         first, self.first = self.first or [], None
+        forget = self.forget
 
         def close() -> None:
+            forget()
             sub.close()
             gw.admission.release(slot)
 
@@ -156,15 +165,40 @@ async def _stream(
 ) -> Response:
     """Start ``sub`` in a connection slot of its own: a stream of its first frames, then the
     rest (``StreamResponse``)."""
+    stream = waits.stream_id(single(request, "stream"))
     if request.method == "HEAD":
         return Response(media_type="text/event-stream")
     slot = gw.admission.admit("sse", principal.subject, client_address(request.scope))
+    forget = _nothing
+    if stream is not None and isinstance(sub, Subscription):
+        forget = gw.stream_waits.open(stream, principal.subject, sub)
     try:
         first = await sub.start()
     except BaseException:
+        forget()
         gw.admission.release(slot)
         raise
-    return StreamResponse(sub, first, principal, gw, slot)
+    return StreamResponse(sub, first, principal, gw, slot, forget)
+
+
+def _nothing() -> None:
+    pass
+
+
+async def stream_wait(request: Request) -> Response:
+    """``POST /v1/streams/{stream}/wait``: the client of the SSE stream it named ``stream``
+    waits for its view to reflect some offsets (read-your-writes); the process holding the
+    stream sends it the covering frontier as soon as it reads one. Answered 204 whether or not
+    such a stream is open: it may be held by another gateway process."""
+    gw: Gateway = request.app.state.gateway
+    principal = await authenticate(request, gw.auth, READ)
+    stream = waits.stream_id(request.path_params["stream"])
+    assert stream is not None
+    body = parse_body(await read_json(request, gw.settings.max_body_bytes))
+    offsets = body.get("offsets") if isinstance(body, dict) else None
+    wanted = wanted_offsets(offsets, "invalid_offsets", Unprocessable)
+    await waits.post(gw.client, stream, principal.subject, wanted)
+    return Response(status_code=204)
 
 
 DEFAULT_RECENT = 20

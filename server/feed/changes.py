@@ -23,6 +23,10 @@ of an older epoch reset. Each read also takes ``lv:{m}:active``, the version of 
 serves readers: when one changes, the hub resets the subscribers of that pipeline's views
 (``view_replaced``), in the same cut as the first deltas of the new version. The feed holds no
 state another gateway process needs.
+
+The same reads take ``lv:{m}:waits``: waits posted for SSE streams, wherever they were posted,
+passed to the streams of this process they name (``liveviews.gateway.feed.waits``) once the
+read's deltas and frontiers are handed out.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from liveviews.changes.topic import (
     ACTIVE_KEY,
     NO_POSITION,
     PROGRESS_STREAM,
+    STREAM_WAITS_STREAM,
     Delta,
     changes_stream,
     decode_delta,
@@ -55,6 +60,7 @@ from liveviews.gateway.feed.store import (
     decode_frontier,
     read_cut,
 )
+from liveviews.gateway.feed.waits import StreamWaits
 from liveviews.gateway.metrics import Metrics
 from liveviews.gateway.wire import frames
 from liveviews.pipeline.versions import composite_epoch
@@ -87,8 +93,11 @@ class ChangeFeed:
         block_ms: int = 1000,
         count: int = READ_COUNT,
         views_of: dict[str, set[str]] | None = None,
+        stream_waits: StreamWaits | None = None,
     ) -> None:
         self.client = client
+        self.stream_waits = stream_waits or StreamWaits()
+        """The SSE streams of this process that waits posted to any gateway may name."""
         self.hub = hub
         self.layout = layout
         self.metrics = metrics
@@ -133,6 +142,7 @@ class ChangeFeed:
             self.layout.queue(pipe)
             pipe.hgetall(ACTIVE_KEY)
             pipe.xrevrange(PROGRESS_STREAM, count=1)
+            pipe.xrevrange(STREAM_WAITS_STREAM, count=1)
 
         def head_of(stream: str) -> Part:
             async def queue(pipe: Any) -> None:
@@ -145,10 +155,11 @@ class ChangeFeed:
         )
         epoch = self.layout.epoch(results)
         self.namespaces = _namespaces(results[Layout.RESULTS])
-        heads = [*(head for (head,) in shards), results[Layout.RESULTS + 1]]
+        heads = [*(head for (head,) in shards), *results[Layout.RESULTS + 1 :]]
+        streams = [*self.shard_streams, PROGRESS_STREAM, STREAM_WAITS_STREAM]
         self.positions = {
             stream: head[0][0].decode() if head else NO_POSITION
-            for stream, head in zip([*self.shard_streams, PROGRESS_STREAM], heads, strict=True)
+            for stream, head in zip(streams, heads, strict=True)
         }
         self.epoch = epoch
         self.healthy = True
@@ -158,7 +169,7 @@ class ChangeFeed:
     async def _wait(self) -> None:
         if nodes.is_cluster(self.client):
             server = await nodes.node(self.client, PROGRESS_STREAM)
-            wanted = {PROGRESS_STREAM: self.positions[PROGRESS_STREAM]}
+            wanted = {s: self.positions[s] for s in (PROGRESS_STREAM, STREAM_WAITS_STREAM)}
             await server.xread(wanted, count=1, block=self.block_ms)  # type: ignore[arg-type]
             return
         await self.client.xread(self.positions, count=1, block=self.block_ms)  # type: ignore[arg-type]
@@ -191,7 +202,7 @@ class ChangeFeed:
     async def _read_cluster(self) -> list[Any]:
         """The results of the single server's transaction, read on a cluster: the control part
         (epoch, serving versions, progress) first, then each shard, one pipeline per server."""
-        progress_at = {PROGRESS_STREAM: self.positions[PROGRESS_STREAM]}
+        progress_at = {s: self.positions[s] for s in (PROGRESS_STREAM, STREAM_WAITS_STREAM)}
 
         async def control(pipe: Any) -> None:
             self.layout.queue(pipe)
@@ -232,6 +243,7 @@ class ChangeFeed:
 
     def _dispatch(self, epoch: str, streams: list[list[object]]) -> bool:
         progress_entries: list[tuple[bytes, dict[bytes, bytes]]] = []
+        waits: list[tuple[bytes, dict[bytes, bytes]]] = []
         cut = False  # a shard with more entries than one read returns: hold progress back
         newest_ms = 0
         deltas: list[Delta] = []
@@ -242,6 +254,10 @@ class ChangeFeed:
                 continue
             if name == PROGRESS_STREAM:
                 progress_entries = entries
+                continue
+            if name == STREAM_WAITS_STREAM:
+                waits = entries
+                self.positions[name] = entries[-1][0].decode()
                 continue
             cut = cut or len(entries) >= self.count
             shard = [decode_delta(i, f) for i, f in entries]
@@ -268,6 +284,8 @@ class ChangeFeed:
                 progress.append(Progress(version_epoch, entry_id.decode(), frame, name))
         if deltas or progress:
             self.hub.publish(epoch, deltas, progress)
+        if waits:  # after the frontier read with them, which may answer them at once
+            self.stream_waits.take(waits)
         if newest_ms:
             self.metrics.feed_lag_seconds = max(0.0, time.time() - newest_ms / 1000)
         return bool(streams) and (any(e for _, e in streams))

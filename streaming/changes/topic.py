@@ -51,6 +51,11 @@ WANTS_STREAM = "lv:{m}:wants"
 to pipelines in Real-Time Mode, whose source then ends its epoch once past them instead of at
 its interval (``io.liveviews.spark.LogTailReader``): their frontier moves only at epochs' ends."""
 WANTS_MAXLEN = 1_000
+STREAM_WAITS_STREAM = "lv:{m}:waits"
+"""Waits posted for SSE streams (``POST /v1/streams/{stream}/wait``), which every gateway process
+reads with the change topic and passes to the streams it holds
+(``liveviews.gateway.feed.waits``)."""
+STREAM_WAITS_MAXLEN = 10_000
 ACTIVE_KEY = "lv:{m}:active"
 """Hash pipeline -> the namespace of the version that serves readers (absent: ``""``)."""
 VIEWS_FRONTIER = "liveviews"
