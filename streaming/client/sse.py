@@ -4,8 +4,10 @@
 Each stream is a task: ask for the subscription's stream with its last event id in
 ``Last-Event-ID`` and the token in ``Authorization``, read its events until it ends or breaks,
 then start over from the last event id, at once after an ``end`` frame, else after a
-full-jitter delay. A stream has no way back to the gateway: ``reflects`` waits for the frontier
-the gateway sends at its progress interval, and a token cannot be replaced on an open stream.
+full-jitter delay. A stream has no way back to the gateway, so it names itself: a random id,
+the ``stream`` parameter of each of its requests, under which ``reflects`` posts its waits
+(``POST /v1/streams/{id}/wait``, docs/PROTOCOL.md section 4). A token cannot be replaced on an
+open stream.
 The transport gets a new token from the provider before the current one expires; the gateway
 ends each stream at that expiry (``end``, ``token_expired``) and the stream opens again at once
 with the new token.
@@ -17,8 +19,9 @@ import asyncio
 import base64
 import contextlib
 import logging
+import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -36,6 +39,7 @@ from liveviews.client.errors import (
     is_token_error,
 )
 from liveviews.client.frames import Frame, decode_sse
+from liveviews.client.offsets import entry_tuple
 from liveviews.client.query import Query
 from liveviews.client.sselines import SseComment, SseParser
 from liveviews.client.subscription import Subscription
@@ -49,6 +53,8 @@ AT_ONCE = frozenset({"token_expired", "slow_consumer"})
 """``end`` codes after which a stream opens again without waiting (as over WebSocket)."""
 NO_TIMEOUT = aiohttp.ClientTimeout()
 """A stream lives as long as it is wanted: the session's total timeout must not cut it."""
+MAX_WAIT_OFFSETS = 64
+"""Offsets the gateway takes in one wait."""
 
 
 def stream_path(query: Query) -> str:
@@ -68,6 +74,21 @@ def stream_path(query: Query) -> str:
             params["after_row"] = query.after.row
         path += "?" + urlencode(params, quote_via=quote)
     return path
+
+
+def wait_bodies(offsets: Iterable[Offset]) -> list[bytes]:
+    """The bodies of the waits for ``offsets``: only the latest of each partition, since a
+    frontier that covers it covers the others, in waits of at most 64 offsets."""
+    latest: dict[int, Offset] = {}
+    for o in offsets:
+        have = latest.get(o.partition)
+        if have is None or entry_tuple(have.id) < entry_tuple(o.id):
+            latest[o.partition] = o
+    wanted = [o.to_dict() for o in latest.values()]
+    return [
+        orjson.dumps({"offsets": wanted[i : i + MAX_WAIT_OFFSETS]})
+        for i in range(0, len(wanted), MAX_WAIT_OFFSETS)
+    ]
 
 
 def token_expiry(token: str) -> float | None:
@@ -92,6 +113,8 @@ class EventStream:
     def __init__(self, transport: SseTransport, sub: Subscription, name: str) -> None:
         self.sub = sub
         self.name = name
+        self.id = secrets.token_urlsafe(16)
+        """Its ``stream`` parameter, the same on every request: where its waits are posted."""
         self.state = C.CONNECTING
         self._transport = transport
         self._backoff = Backoff(*transport.delays)
@@ -131,7 +154,7 @@ class EventStream:
             # The gateway reads the snapshot (or the missed deltas) before it answers: the
             # timeout covers that wait too.
             async with asyncio.timeout(self._transport.connect_timeout):
-                response = await self._transport.get(self.sub, token)
+                response = await self._transport.get(self, token)
                 refusal = None if response.status == 200 else await response.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             if response is not None:
@@ -147,6 +170,10 @@ class EventStream:
             self._backoff.reset()
             self.state = C.CONNECTED
             self.sub._open()
+            # The gateway keeps no wait across a reconnect, and holds the stream's id from
+            # before it answers: the waits still pending are posted again now.
+            for offsets in self.sub._waiting_for():
+                self._transport.post_wait(self, offsets)
             return await self._read(response, token)
 
     async def _read(self, response: aiohttp.ClientResponse, token: str) -> float | None:
@@ -230,6 +257,8 @@ class SseTransport:
         self._refresher: asyncio.Task[None] | None = None
         self._refreshing: str | None = None
         """The token the refresher replaces before it expires."""
+        self._posts: set[asyncio.Task[None]] = set()
+        """The waits being posted: kept from the garbage collector, cancelled on close."""
 
     # ---- what the client and subscriptions call ---------------------------------------------
 
@@ -258,7 +287,11 @@ class SseTransport:
             stream.stop()
 
     def wait(self, sub: Subscription, offsets: list[Offset]) -> None:
-        """Nothing to ask: the frontier comes at the gateway's progress interval."""
+        """Ask for ``sub``'s frontier as soon as it covers ``offsets``. A stream not open yet
+        asks when it is (``EventStream._attempt``)."""
+        stream = self._streams.get(sub)
+        if stream is not None and stream.state == C.CONNECTED:
+            self.post_wait(stream, offsets)
 
     async def publish(self, events: Sequence[Any], idempotency_key: str) -> list[Offset]:
         raise ClientStateError("over SSE a client publishes over HTTP")
@@ -268,6 +301,9 @@ class SseTransport:
         if self._refresher is not None:
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
+        for post in self._posts:
+            post.cancel()
+        await asyncio.gather(*self._posts, return_exceptions=True)
         streams = list(self._streams.values())
         self._streams.clear()
         for stream in streams:
@@ -289,13 +325,42 @@ class SseTransport:
         self._refresh_before_expiry(token)
         return token
 
-    async def get(self, sub: Subscription, token: str) -> aiohttp.ClientResponse:
+    async def get(self, stream: EventStream, token: str) -> aiohttp.ClientResponse:
+        sub = stream.sub
         headers = {"Accept": "text/event-stream", "Authorization": f"Bearer {token}"}
         if sub.last_event_id is not None:
             headers["Last-Event-ID"] = sub.last_event_id
+        path = stream_path(sub.query)
+        path += ("&" if "?" in path else "?") + urlencode({"stream": stream.id})
         # encoded=True: yarl would otherwise turn the key's %2F back into a path separator.
-        url = URL(self.url + stream_path(sub.query), encoded=True)
+        url = URL(self.url + path, encoded=True)
         return await self._session.get(url, headers=headers, timeout=NO_TIMEOUT)
+
+    def post_wait(self, stream: EventStream, offsets: list[Offset]) -> None:
+        """Post a wait for ``stream``, fire and forget: lost, its frontier still comes with
+        the gateway's progress, only later."""
+        if self._closed:
+            return
+        for body in wait_bodies(offsets):
+            post = asyncio.create_task(self._post(stream, body), name="liveviews-client-wait")
+            self._posts.add(post)
+            post.add_done_callback(self._posts.discard)
+
+    async def _post(self, stream: EventStream, body: bytes) -> None:
+        url = f"{self.url}/v1/streams/{stream.id}/wait"
+        try:
+            token = await self._tokens.token()
+            headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+            async with self._session.post(
+                url,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.connect_timeout),
+            ) as response:
+                if response.status != 204:
+                    raise http_error(response.status, await response.read())
+        except Exception as exc:  # the network, the gateway's refusal, the token provider
+            log.debug("could not post a wait for the SSE stream of %s: %r", stream.sub, exc)
 
     def _forget(self, stream: EventStream) -> None:
         """``stream``'s task is over: its subscription failed or was unsubscribed."""

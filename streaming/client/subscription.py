@@ -149,10 +149,10 @@ class Subscription:
 
     async def reflects(self, offsets: Offset | str | Iterable[Offset | str]) -> None:
         """Returns once this view reflects every one of ``offsets`` (what publish answered): its
-        frontier reached them, and every delta they caused here has been applied. Over a
-        WebSocket the gateway is asked (``wait``) to send that frontier at once; an SSE stream
-        has no way back to the gateway, so this waits for the frontier it sends at its progress
-        interval (``LV_PROGRESS_INTERVAL_MS``, at most one and a half intervals apart)."""
+        frontier reached them, and every delta they caused here has been applied. The gateway
+        is asked to send that frontier at once: over a WebSocket with a ``wait`` message, over
+        SSE with a ``POST /v1/streams/{id}/wait`` naming the subscription's stream. A wait that
+        is lost (over SSE its POST failed) is answered by the gateway's progress rhythm, later."""
         many = [offsets] if isinstance(offsets, Offset | str) else list(offsets)
         wanted = [parse_offset(o) for o in many]
         if covers(self.frontier, wanted):

@@ -1,6 +1,6 @@
 """A TCP proxy in front of a gateway, in the test's event loop: the fault injected at the
 protocol's edge (a connection reset, answers that never arrive, a gateway out of reach) while
-the client and the gateway on either side are the real ones."""
+the client and the gateway on either side are the real ones; and what the clients sent."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ class Proxy:
         """Read nothing from the gateway until cleared, as a client that stopped reading: the
         gateway's sends block once the connection's buffers are full."""
         self.connections = 0
+        self.sent = bytearray()
+        """Every byte the clients sent, in the order read: their requests, to look at."""
+        self.answered = bytearray()
+        """Every byte the gateway sent that was passed on: its answers."""
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
@@ -77,6 +81,7 @@ class Proxy:
                     break
                 if from_gateway and self.swallow:
                     continue
+                (self.answered if from_gateway else self.sent).extend(data)
                 sink.write(data)
                 await sink.drain()
         except (ConnectionError, OSError):

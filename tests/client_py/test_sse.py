@@ -1,28 +1,42 @@
 """The SSE transport: a subscription on a ``GET .../live`` stream of its own, by key, prefix and
 window, resumed with no gap and no duplicate after a cut; tokens replaced on the next request;
-``reflects`` by the frontier of progress frames; and ``transport="auto"`` falling back to SSE
-when something in front of the gateway refuses WebSockets, but not when the gateway is away."""
+``reflects`` by waits posted under the stream's own id, again after it reopens; and
+``transport="auto"`` falling back to SSE when something in front of the gateway refuses
+WebSockets, but not when the gateway is away."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import jwt
+import orjson
 import pytest
 import redis
 
-from liveviews.client import ClientState, GatewayError, SubscriptionState, sync
+from liveviews.client import (
+    ClientState,
+    GatewayError,
+    Offset,
+    Subscription,
+    SubscriptionState,
+    sync,
+)
 from liveviews.client.errors import ProtocolError
 from liveviews.client.frames import FRAME_KINDS, decode, decode_sse
+from liveviews.client.sse import wait_bodies
 from liveviews.client.sselines import SseComment, SseEvent, SseParser
 from tests.client_py.noupgrade import NoWebSocketProxy
 from tests.client_py.proxy import Proxy
 from tests.client_py.support import FAST, Collected, client_of, task, titles
+from tests.client_py.test_publish import task_set
 from tests.client_py.test_resume import Writing, assert_no_gap_and_no_duplicate
 from tests.client_py.test_tokens import write_for
 from tests.support.gateway import ServedGateway, Writer, stored_rows, wait_for
@@ -237,7 +251,7 @@ async def test_a_token_refused_as_expired_is_replaced_on_the_next_request(
 def test_a_script_over_sse_reads_its_own_writes(
     fast_gateway: ServedGateway, writer: Writer
 ) -> None:
-    """``reflects`` over SSE: the frontier that covers the offset comes with progress."""
+    """``reflects`` over SSE: the frontier that covers the offset comes, asked for."""
     event: dict[str, Any] = {"type": "task_set",
                              "payload": {"board": "b1", "task": "t1", "title": "mine"}}  # fmt: skip
     token = fast_gateway.token("b1")
@@ -254,6 +268,119 @@ def test_a_script_over_sse_reads_its_own_writes(
         assert sub.rows == {"task": {"title": "mine"}}, "the delta came before the frontier"
         assert sub.to_pandas().loc["task", "title"] == "mine"
         assert set(client.subscribe("tasks", prefix="b1/").ready().keys) == {"b1/t1"}
+
+
+STREAM_ID = re.compile(r"[A-Za-z0-9_-]{22}")
+WAIT = re.compile(rb"POST /v1/streams/([^/ ]+)/wait HTTP/1\.1\r\n.*?\r\n\r\n(\{.*?\]\})", re.S)
+
+
+def streams_opened(proxy: Proxy) -> list[tuple[str, str]]:
+    """Each stream request the clients sent: its path and query without ``stream``, and its
+    ``stream`` id."""
+    opened = []
+    for target in re.findall(rb"GET (\S+) HTTP/1\.1\r\n", proxy.sent):
+        url = urlsplit(target.decode())
+        params = parse_qsl(url.query)
+        (stream,) = [v for k, v in params if k == "stream"]
+        rest = "&".join(f"{k}={v}" for k, v in params if k != "stream")
+        opened.append((url.path + ("?" + rest if rest else ""), stream))
+    return opened
+
+
+def waits_posted(proxy: Proxy) -> list[tuple[str, Any]]:
+    """Each wait the clients posted: its stream id, and its body."""
+    return [(s.decode(), orjson.loads(body)) for s, body in WAIT.findall(proxy.sent)]
+
+
+async def progress_just_sent(sub: Subscription, writer: Writer, offset: Offset) -> None:
+    """Have the gateway send ``sub`` a frontier just short of ``offset`` and wait for it: the
+    next one, which covers ``offset``, is then not due for one and a half progress intervals
+    (6 s here) unless a wait asks for it."""
+    below = f"{int(offset.id.split('-')[0]) - 1}-0"
+    writer.write([("tasks", "b1/t1", "task", {"title": "before"})], {offset.partition: below})
+    await wait_for(lambda: sub.frontier.get(str(offset.partition)) == below)
+
+
+def no_wait_failed(caplog: pytest.LogCaptureFixture) -> bool:
+    return not [r for r in caplog.records if "could not post a wait" in r.getMessage()]
+
+
+def test_a_wait_names_the_latest_offset_of_each_partition_64_at_most() -> None:
+    offsets = [Offset(0, "9-9"), Offset(0, "10-1"), Offset(1, "1-0"), Offset(0, "10-0")]
+    offsets += [Offset(p, "1-0") for p in range(2, 70)]
+    bodies = [orjson.loads(body)["offsets"] for body in wait_bodies(offsets)]
+    assert [len(b) for b in bodies] == [64, 6]
+    assert bodies[0][:2] == [{"partition": 0, "id": "10-1"}, {"partition": 1, "id": "1-0"}]
+
+
+async def test_each_stream_sends_an_id_of_its_own_on_every_request(
+    proxy: Proxy, gateway: ServedGateway
+) -> None:
+    async with client_of(gateway, url=proxy.url, transport="sse") as client:
+        subs = [client.subscribe("tasks", "b1/t1"), client.subscribe("scores", "g1", limit=2)]
+        for sub in subs:
+            await sub.ready()
+        proxy.cut()
+        await wait_for(lambda: proxy.connections == 4 and client.state == ClientState.CONNECTED)
+    ids: dict[str, list[str]] = {}
+    for path, stream in streams_opened(proxy):
+        ids.setdefault(path, []).append(stream)
+    key = ids.pop("/v1/views/tasks/b1%2Ft1/live")
+    window = ids.pop("/v1/views/scores/g1/live?limit=2")
+    assert not ids and len(key) == len(window) == 2, "each opened twice"
+    assert key[0] == key[1] and window[0] == window[1], "the same id after the cut"
+    assert key[0] != window[0] and STREAM_ID.fullmatch(key[0]) and STREAM_ID.fullmatch(window[0])
+
+
+async def test_reflects_over_sse_posts_a_wait_for_its_stream(
+    proxy: Proxy, gateway: ServedGateway, writer: Writer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway of these tests sends progress every 4 s: a frontier within 1.5 s of the one
+    before is the answer to the wait."""
+    caplog.set_level(logging.DEBUG, "liveviews.client")
+    async with client_of(gateway, url=proxy.url, user="b1", transport="sse") as client:
+        sub = client.subscribe("tasks", "b1/t1")
+        await sub.ready()
+        (offset,) = offsets = await client.publish([task_set("mine")])
+        waiting = asyncio.create_task(sub.reflects(offsets))
+        await wait_for(lambda: len(waits_posted(proxy)) == 1)
+        await progress_just_sent(sub, writer, offset)
+        assert not waiting.done(), "no frontier covers the offset yet"
+        writer.write([("tasks", "b1/t1", "task", {"title": "mine"})], {offset.partition: offset.id})
+        await asyncio.wait_for(waiting, 1.5)
+        assert dict(sub.rows) == {"task": {"title": "mine"}}, "the delta came before"
+    ((_, stream),) = streams_opened(proxy)
+    assert waits_posted(proxy) == [(stream, {"offsets": [offset.to_dict()]})]
+    assert proxy.answered.count(b"HTTP/1.1 204") == 1 and no_wait_failed(caplog)
+
+
+async def test_pending_waits_are_posted_again_when_the_stream_opens_again(
+    proxy: Proxy, gateway: ServedGateway, writer: Writer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway forgets a stream's waits with the stream: after a cut, only the wait posted
+    again brings the frontier before the progress rhythm (4 s here)."""
+    caplog.set_level(logging.DEBUG, "liveviews.client")
+    async with client_of(gateway, url=proxy.url, user="b1", transport="sse") as client:
+        sub = client.subscribe("tasks", "b1/t1")
+        await sub.ready()
+        (offset,) = offsets = await client.publish([task_set("after the cut")])
+        waiting = asyncio.create_task(sub.reflects(offsets))
+        await wait_for(lambda: proxy.answered.count(b"HTTP/1.1 204") == 1)
+        proxy.cut()
+        await wait_for(lambda: len(streams_opened(proxy)) == 2)
+        await wait_for(lambda: proxy.answered.count(b"HTTP/1.1 204") == 2)
+        assert sub.state == SubscriptionState.LIVE
+        await progress_just_sent(sub, writer, offset)
+        assert not waiting.done()
+        writer.write(
+            [("tasks", "b1/t1", "task", {"title": "after the cut"})], {offset.partition: offset.id}
+        )
+        await asyncio.wait_for(waiting, 1.5)
+    first, again = streams_opened(proxy)
+    assert first == again, "resumed under its id"
+    stream = first[1]
+    assert waits_posted(proxy) == [(stream, {"offsets": [offset.to_dict()]})] * 2
+    assert no_wait_failed(caplog)
 
 
 async def test_auto_falls_back_to_sse_when_a_proxy_refuses_the_upgrade(
