@@ -38,6 +38,8 @@ K = TypeVar("K")
 Wanted = dict[str, tuple[int, int]]
 """Log positions a client waits for its view to reflect: partition -> entry id as a tuple."""
 
+INF = float("inf")
+
 MAX_WAITS = 32
 """Waits one subscriber keeps apart (``Hub.wait``); more are merged into the last one."""
 
@@ -46,7 +48,7 @@ class Lane:
     """One frontier's progress, the subscribers that follow it, and those of them waiting for
     it to reach some log positions (``Hub.wait``)."""
 
-    __slots__ = ("subscribers", "pending", "latest", "flush_at", "flushed", "swept", "changed",
+    __slots__ = ("subscribers", "pending", "latest", "flush_at", "rode", "swept", "changed",
                  "changed_watchers", "waits")  # fmt: skip
 
     def __init__(self) -> None:
@@ -56,11 +58,12 @@ class Lane:
         self.latest: Progress | None = None
         """The newest frontier read: its deltas have all been handed out."""
         self.flush_at: asyncio.TimerHandle | None = None
-        self.flushed = float("-inf")
+        self.rode: dict[tuple[str, str], float] = {}
+        """When each key's subscribers were last passed a frontier, within the last interval."""
         self.swept = float("-inf")
         """When every subscriber was last passed the newest frontier (the quiet rhythm)."""
         self.changed: set[tuple[str, str]] = set()
-        """Keys handed deltas since the last flush: their subscribers are owed a frontier."""
+        """Keys handed deltas without the frontier that covers them: owed it."""
         self.changed_watchers: set[Subscriber] = set()
         """The same for subscribers of a prefix."""
         self.waits: dict[Subscriber, list[Wanted]] = {}
@@ -94,7 +97,7 @@ class Hub:
         """Subscribers that asked to join their key's cohort and are not in step yet."""
         self._handing_out = False
         self.all: set[Subscriber] = set()
-        self.progress_interval = progress_interval
+        self.interval = progress_interval
         self.quiet_interval = max(progress_interval, quiet_interval or 0.0)
         """How often a subscriber whose key did not change is passed the newest frontier."""
         self.frontier_of = frontier_of
@@ -224,28 +227,26 @@ class Hub:
     def publish(self, epoch: str, deltas: list[Delta], progress: Iterable[Progress] = ()) -> None:
         """Hand out one read of the change feed: its deltas, then the frontiers that cover them.
 
-        A subscriber handed deltas is owed the frontier that covers them: it is passed on at
-        most once per ``progress_interval``, always the newest. A subscriber whose key did not
-        change is passed the newest frontier at most once per ``quiet_interval``: at 5k
-        subscribers over 50 keys, a frame to every one of them four times a second cost more
-        system calls than the deltas themselves (docs/performance/fanout.md). A client waiting
-        for its writes asks for its frontier (``wait``) and is passed it at once.
+        A key's subscribers handed deltas get the read's frontier in the same write as the last
+        of them (riding: bytes, not a system call) unless they were passed a frontier within
+        ``interval``; then they are owed it, and are passed the newest frontier on its own one
+        and a half intervals later, unless a read brings it to them first. A subscriber whose
+        key did not change is passed the newest frontier at most once per ``quiet_interval``:
+        at 5k subscribers over 50 keys, a frame to every one of them four times a second cost
+        more system calls than the deltas themselves (docs/performance/fanout.md). A client
+        waiting for its writes asks for its frontier (``wait``) and is passed it at once.
 
         Progress only follows the deltas it covers (they were published before it), so holding
-        it back never breaks read-your-writes; it only coalesces frames nobody needs twice.
-        When a frontier is due now, it rides with the last delta of each key that follows it (a
-        subscriber gets it in the same write as that delta, never before a delta it covers);
-        the subscribers that took it so are skipped when it is then passed on. A frontier not
-        due yet waits for the first read after the interval, or at most half an interval more,
-        for a quiet feed. A key's deltas in one read go to each of its subscribers together
-        (``FeedRun``): a stream writes them in one system call, so a read that brings several,
-        as one does once the gateway falls behind, costs each stream one write, not one per
-        delta.
+        it back never breaks read-your-writes; it only coalesces frames nobody needs twice. A
+        key's deltas in one read go to each of its subscribers together (``FeedRun``): a stream
+        writes them in one system call, so a read that brings several, as one does once the
+        gateway falls behind, costs each stream one write, not one per delta.
         """
         # A frontier no subscriber follows is dropped: a later subscriber reads its frontier
         # with its snapshot. (Chirp's views follow their pipelines', not every view's.)
         progress = [p for p in progress if self._lane(p.frontier_name).subscribers]
-        riding = {p.frontier_name: p for p in progress if self._progress_due(p.frontier_name)}
+        read = {p.frontier_name: p for p in progress}
+        now = asyncio.get_running_loop().time()
         self.metrics.deltas_in += len(deltas)
         by_key: dict[tuple[str, str], list[Delta]] = {}
         for d in deltas:
@@ -257,12 +258,18 @@ class Hub:
                 watchers = self._watchers(view, key) if self.prefixes else ()
                 if cohort is None and not self.by_key.get((view, key)) and not watchers:
                     continue
-                lane = self._lane(self.frontier_of(view))
-                lane.changed.add((view, key))
-                lane.changed_watchers.update(watchers)
+                frontier_name = self.frontier_of(view)
+                lane = self._lane(frontier_name)
                 items = [FeedDelta(composite_epoch(epoch, d.namespace), d) for d in key_deltas]
-                if riding:
-                    items[-1].progress = riding.get(self.frontier_of(view))
+                riding = read.get(frontier_name)
+                last = max(lane.swept, lane.rode.get((view, key), -INF))
+                if riding is not None and now >= last + self.interval:
+                    items[-1].progress = riding
+                    lane.rode[(view, key)] = now
+                    lane.changed.discard((view, key))
+                else:
+                    lane.changed.add((view, key))
+                lane.changed_watchers.update(watchers)
                 run = FeedRun(items) if len(items) > 1 and _ascending(items) else None
                 for sub in watchers:
                     if not all(sub.offer(item) for item in items):
@@ -284,14 +291,14 @@ class Hub:
                             overflowed.append(sub)
             self._drop(overflowed)
         for p in progress:
-            # Due or not as decided before the deltas went out: the hand-out takes time, and a
-            # frontier that fell due meanwhile did not ride with them.
             lane = self._lane(p.frontier_name)
             lane.pending = lane.latest = p
             if lane.waits:
                 self._answer_waits(lane, p)
-            if p.frontier_name in riding:
-                self._flush_now(lane)
+            if now >= lane.swept + self.quiet_interval:  # the sweep is due: with this read
+                if lane.flush_at is not None:
+                    lane.flush_at.cancel()
+                self._flush_progress(lane)
             else:
                 self._flush_later(lane)
 
@@ -302,27 +309,17 @@ class Hub:
             return []
         return [sub for sub in watchers if key.startswith(sub.key)]
 
-    def _progress_due(self, frontier_name: str) -> bool:
-        flushed = self._lane(frontier_name).flushed
-        return asyncio.get_running_loop().time() >= flushed + self.progress_interval
-
-    def _flush_now(self, lane: Lane) -> None:
-        if lane.flush_at is not None:
-            lane.flush_at.cancel()
-            lane.flush_at = None
-        self._flush_progress(lane)
-
     def _flush_later(self, lane: Lane) -> None:
-        """A timer for the next flush: the owed subscribers' at the progress interval (and
-        half an interval more, for a read to take it first), else the quiet sweep."""
+        """A timer for the next flush: the owed keys' one and a half progress intervals after
+        the first of them (a read may bring them their frontier first), else the quiet sweep."""
         if lane.pending is None:
             return
         loop = asyncio.get_running_loop()
+        now = loop.time()
         if lane.changed or lane.changed_watchers:
-            at = lane.flushed + self.progress_interval * 1.5
+            at = now + self.interval * 1.5
         else:
-            at = lane.swept + self.quiet_interval + self.progress_interval / 2
-        at = max(at, loop.time())
+            at = max(now, lane.swept + self.quiet_interval + self.interval / 2)
         if lane.flush_at is not None:
             if lane.flush_at.when() <= at:
                 return
@@ -346,7 +343,9 @@ class Hub:
         sweep = now >= lane.swept + self.quiet_interval
         changed, watchers = lane.changed, lane.changed_watchers
         lane.changed, lane.changed_watchers = set(), set()
-        lane.flushed = now
+        lane.rode = {k: at for k, at in lane.rode.items() if at > now - self.interval}
+        for key in changed:
+            lane.rode[key] = now
         if sweep:
             lane.swept = now
             lane.pending = None

@@ -35,7 +35,7 @@ async def test_progress_is_coalesced_and_ends_at_the_newest_frontier(
             await asyncio.to_thread(writer.write, [], {0: f"{i}-0"})
         seen = []
         while not seen or seen[-1] != {"0": "20-0"}:
-            ev = await sse.next(timeout=5)
+            ev = await sse.next(timeout=10)  # a key that did not change: the quiet rhythm, 5 s
             assert ev.event == "progress"
             seen.append(ev.data["frontier"])
         assert len(seen) < 20, "every frontier advance was sent on its own"

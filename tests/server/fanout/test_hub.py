@@ -1,9 +1,9 @@
 """The hub's hand-out order: a frontier never reaches a subscriber before a delta it covers.
 
-When a read of the change feed brings deltas and the frontier that covers them, and the
-frontier is due, it rides with the last delta of each key (one write for both on an SSE stream);
-a frontier that is not due yet goes out at the first read after the interval, or on its own
-at most half an interval later.
+When a read of the change feed brings deltas and the frontier that covers them, the frontier
+rides with the last delta of each key that was not passed one within the progress interval (one
+write for both on an SSE stream); a key passed one more recently is owed the newest, on its own,
+one and a half intervals later; a key that did not change gets the newest at the quiet rhythm.
 """
 
 from __future__ import annotations
@@ -263,4 +263,26 @@ async def test_a_wait_on_a_quiet_key_is_answered_from_the_frontier_read_already(
     hub.publish(EPOCH, [], progress("3-0"))
     assert calm.got[-1] == "progress 3-0"
     assert other.got == ["progress 1-0"]
+    hub.close()
+
+
+async def test_each_key_takes_the_frontier_with_its_deltas_once_per_interval() -> None:
+    """Riding is decided per key: a key not passed a frontier within the interval takes the
+    read's frontier with its deltas, in the same write (no frame of its own), however recently
+    another key did; one passed a frontier within the interval is owed the newest and gets it
+    on its own one and a half intervals later."""
+    interval = 0.2
+    hub = Hub(Metrics(), progress_interval=interval, quiet_interval=60)
+    a, b = attach(hub, "a"), attach(hub, "b")
+    hub.publish(EPOCH, [delta("1-0", "a")], progress("1-0"))
+    assert a.got == ["1-0", "progress 1-0"] and b.got == ["progress 1-0"]
+    await asyncio.sleep(interval * 1.1)
+    hub.publish(EPOCH, [delta("2-0", "a")], progress("2-0"))
+    hub.publish(EPOCH, [delta("3-0", "b")], progress("3-0"))
+    assert a.got[-2:] == ["2-0", "progress 2-0"] and b.got[-2:] == ["3-0", "progress 3-0"]
+    hub.publish(EPOCH, [delta("4-0", "b")], progress("4-0"))  # b took one just now: owed
+    assert b.got[-1] == "4-0"
+    await asyncio.sleep(interval * 1.7)
+    assert b.got[-1] == "progress 4-0", "an owed key was not passed its frontier"
+    assert a.got[-1] == "progress 2-0", "a key that did not change since took a frame"
     hub.close()
