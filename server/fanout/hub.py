@@ -48,8 +48,8 @@ class Lane:
     """One frontier's progress, the subscribers that follow it, and those of them waiting for
     it to reach some log positions (``Hub.wait``)."""
 
-    __slots__ = ("subscribers", "pending", "latest", "flush_at", "rode", "swept", "changed",
-                 "changed_watchers", "waits")  # fmt: skip
+    __slots__ = ("subscribers", "pending", "latest", "flush_at", "flush_when", "rode", "swept",
+                 "changed", "changed_watchers", "waits")  # fmt: skip
 
     def __init__(self) -> None:
         self.subscribers: set[Subscriber] = set()
@@ -57,7 +57,9 @@ class Lane:
         """The newest frontier read that not every subscriber owed it was sent yet."""
         self.latest: Progress | None = None
         """The newest frontier read: its deltas have all been handed out."""
-        self.flush_at: asyncio.TimerHandle | None = None
+        self.flush_at: asyncio.Handle | None = None
+        self.flush_when = INF
+        """The loop time ``flush_at`` is due (uvloop's handles do not say)."""
         self.rode: dict[tuple[str, str], float] = {}
         """When each key's subscribers were last passed a frontier, within the last interval."""
         self.swept = float("-inf")
@@ -262,7 +264,7 @@ class Hub:
                 lane = self._lane(frontier_name)
                 items = [FeedDelta(composite_epoch(epoch, d.namespace), d) for d in key_deltas]
                 riding = read.get(frontier_name)
-                last = max(lane.swept, lane.rode.get((view, key), -INF))
+                last = lane.rode.get((view, key), -INF)
                 if riding is not None and now >= last + self.interval:
                     items[-1].progress = riding
                     lane.rode[(view, key)] = now
@@ -295,7 +297,7 @@ class Hub:
             lane.pending = lane.latest = p
             if lane.waits:
                 self._answer_waits(lane, p)
-            if now >= lane.swept + self.quiet_interval:  # the sweep is due: with this read
+            if now >= lane.swept + self.quiet_interval / 4:  # a sweep is due: with this read
                 if lane.flush_at is not None:
                     lane.flush_at.cancel()
                 self._flush_progress(lane)
@@ -310,21 +312,25 @@ class Hub:
         return [sub for sub in watchers if key.startswith(sub.key)]
 
     def _flush_later(self, lane: Lane) -> None:
-        """A timer for the next flush: the owed keys' one and a half progress intervals after
-        the first of them (a read may bring them their frontier first), else the quiet sweep."""
+        """A timer for the next flush: an owed key's one and a half progress intervals after
+        its last frontier (a read may bring it one first), or the next quiet sweep."""
         if lane.pending is None:
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if lane.changed or lane.changed_watchers:
-            at = now + self.interval * 1.5
-        else:
-            at = max(now, lane.swept + self.quiet_interval + self.interval / 2)
+        at = lane.swept + self.quiet_interval / 4
+        if lane.changed_watchers:
+            at = min(at, now + self.interval * 1.5)
+        if lane.changed:
+            first = min(lane.rode.get(k, -INF) for k in lane.changed)
+            at = min(at, first + self.interval * 1.5)
+        at = max(at, now)
         if lane.flush_at is not None:
-            if lane.flush_at.when() <= at:
+            if lane.flush_when <= at:
                 return
             lane.flush_at.cancel()
         lane.flush_at = loop.call_at(at, self._flush_progress, lane)
+        lane.flush_when = at
 
     def close(self) -> None:
         for lane in self.lanes.values():
@@ -333,35 +339,60 @@ class Hub:
                 lane.flush_at = None
 
     def _flush_progress(self, lane: Lane) -> None:
-        """Pass the newest frontier to the subscribers owed it, and to every one when the quiet
-        sweep is due; then time the next flush."""
+        """Pass the newest frontier to the keys owed it and, when a sweep is due, to the keys
+        passed none for a quiet interval; then time the next flush. Sweeps come four times per
+        quiet interval, each for the keys due then, so the frames to quiet keys are spread out
+        rather than written to every stream at once."""
         lane.flush_at = None
         progress = lane.latest
         if progress is None or lane.pending is None:
             return  # the newest frontier went to every subscriber already
         now = asyncio.get_running_loop().time()
-        sweep = now >= lane.swept + self.quiet_interval
-        changed, watchers = lane.changed, lane.changed_watchers
-        lane.changed, lane.changed_watchers = set(), set()
-        lane.rode = {k: at for k, at in lane.rode.items() if at > now - self.interval}
+        sweep = now >= lane.swept + self.quiet_interval / 4
+        rode = lane.rode
+        # An owed key is passed the frontier once it had none for one and a half intervals;
+        # until then a read may still bring it one with its deltas.
+        changed = {k for k in lane.changed if rode.get(k, -INF) + self.interval * 1.5 <= now}
+        watchers, lane.changed_watchers = lane.changed_watchers, set()
+        lane.changed -= changed
+        cohorts = [c for c in map(self.cohorts.get, changed) if c is not None]
+        loose: list[Subscriber] = [*itertools.chain(*(self.by_key.get(k, ()) for k in changed))]
+        loose.extend(watchers)
         for key in changed:
-            lane.rode[key] = now
+            rode[key] = now
         if sweep:
             lane.swept = now
-            lane.pending = None
+            quiet_since = now - self.quiet_interval
+            skipped = False
+            for key, cohort in self.cohorts.items():
+                if (self.frontier_of(key[0]) != progress.frontier_name or key in changed
+                        or key in lane.changed):  # owed: passed by that rule  # fmt: skip
+                    continue
+                if rode.get(key, -INF) > quiet_since:
+                    skipped = True
+                else:
+                    cohorts.append(cohort)
+                    rode[key] = now
+            for sub in lane.subscribers:
+                key = (sub.view, sub.key)
+                if sub.cohort is not None or key in changed or key in lane.changed:
+                    continue
+                if rode.get(key, -INF) > quiet_since and rode[key] != now:
+                    skipped = True
+                else:
+                    loose.append(sub)
+                    rode[key] = now
+            # Entries this old say no more than no entry does, but for keys owed a frontier.
+            old = min(quiet_since, now - self.interval * 1.5)
+            lane.rode = {k: at for k, at in rode.items() if at > old or k in lane.changed}
+            if not skipped and not lane.changed:  # every subscriber has the newest now
+                lane.pending = None
         overflowed = []
         with self._handing_out_items():
-            if sweep:
-                cohorts = [cohort for (view, _), cohort in self.cohorts.items()
-                           if self.frontier_of(view) == progress.frontier_name]  # fmt: skip
-                loose: Iterable[Subscriber] = lane.subscribers
-            else:
-                cohorts = [c for c in map(self.cohorts.get, changed) if c is not None]
-                loose = itertools.chain(*(self.by_key.get(key, ()) for key in changed), watchers)
             for cohort in cohorts:
                 for sub in cohort.deliver_progress(progress):
                     self._given_back(sub, cohort)
-            for sub in list(loose):
+            for sub in loose:
                 if sub.cohort is not None or sub not in self.all:
                     continue
                 sub.offer_progress(progress)
