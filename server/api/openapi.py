@@ -364,7 +364,7 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                 "responses": {
                     "204": {"description": "Passed on to the process holding the stream, if "
                             "one does."},
-                    **_errors(400, 401, 403, 413, 415, 422, 503),
+                    **_errors(400, 401, 403, 404, 413, 415, 422, 503),
                 },
             }
         },

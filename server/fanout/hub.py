@@ -352,47 +352,43 @@ class Hub:
         rode = lane.rode
         # An owed key is passed the frontier once it had none for one and a half intervals;
         # until then a read may still bring it one with its deltas.
-        changed = {k for k in lane.changed if rode.get(k, -INF) + self.interval * 1.5 <= now}
+        targets = {k for k in lane.changed if rode.get(k, -INF) + self.interval * 1.5 <= now}
         watchers, lane.changed_watchers = lane.changed_watchers, set()
-        lane.changed -= changed
-        cohorts = [c for c in map(self.cohorts.get, changed) if c is not None]
-        loose: list[Subscriber] = [*itertools.chain(*(self.by_key.get(k, ()) for k in changed))]
-        loose.extend(watchers)
-        for key in changed:
-            rode[key] = now
+        lane.changed -= targets
         if sweep:
             lane.swept = now
             quiet_since = now - self.quiet_interval
             skipped = False
-            for key, cohort in self.cohorts.items():
-                if (self.frontier_of(key[0]) != progress.frontier_name or key in changed
-                        or key in lane.changed):  # owed: passed by that rule  # fmt: skip
+            keys = [k for k in self.cohorts if self.frontier_of(k[0]) == progress.frontier_name]
+            keys += [(sub.view, sub.key) for sub in lane.subscribers if sub.cohort is None]
+            for key in keys:
+                if key in targets or key in lane.changed:  # owed: passed by that rule
                     continue
                 if rode.get(key, -INF) > quiet_since:
                     skipped = True
                 else:
-                    cohorts.append(cohort)
-                    rode[key] = now
-            for sub in lane.subscribers:
-                key = (sub.view, sub.key)
-                if sub.cohort is not None or key in changed or key in lane.changed:
-                    continue
-                if rode.get(key, -INF) > quiet_since and rode[key] != now:
-                    skipped = True
-                else:
-                    loose.append(sub)
-                    rode[key] = now
-            # Entries this old say no more than no entry does, but for keys owed a frontier.
-            old = min(quiet_since, now - self.interval * 1.5)
-            lane.rode = {k: at for k, at in rode.items() if at > old or k in lane.changed}
+                    targets.add(key)
             if not skipped and not lane.changed:  # every subscriber has the newest now
                 lane.pending = None
+        for key in targets:
+            rode[key] = now
+        if sweep:  # entries this old say no more than no entry does, but for owed keys
+            old = min(now - self.quiet_interval, now - self.interval * 1.5)
+            lane.rode = {k: at for k, at in rode.items() if at > old or k in lane.changed}
         overflowed = []
         with self._handing_out_items():
-            for cohort in cohorts:
-                for sub in cohort.deliver_progress(progress):
-                    self._given_back(sub, cohort)
-            for sub in loose:
+            for key in targets:
+                cohort = self.cohorts.get(key)
+                if cohort is not None:
+                    for sub in cohort.deliver_progress(progress):
+                        self._given_back(sub, cohort)
+            # After the cohorts: a member one could not write to takes the frontier this way.
+            loose: Iterable[Subscriber]
+            if sweep:
+                loose = [s for s in lane.subscribers if (s.view, s.key) in targets]
+            else:
+                loose = [s for k in targets for s in self.by_key.get(k, ())]
+            for sub in itertools.chain(loose, watchers):
                 if sub.cohort is not None or sub not in self.all:
                     continue
                 sub.offer_progress(progress)

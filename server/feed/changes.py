@@ -175,7 +175,9 @@ class ChangeFeed:
         await self.client.xread(self.positions, count=1, block=self.block_ms)  # type: ignore[arg-type]
 
     async def _read(self) -> bool:
-        """One consistent read; True if it found anything (so read again at once)."""
+        """One consistent read; True if a stream may hold more than it returned (so read again
+        at once). Otherwise the blocking read comes next, which returns at once if anything
+        came meanwhile: a second read that finds nothing cost a round trip per batch."""
         if nodes.is_cluster(self.client):
             results = await self._read_cluster()
         else:
@@ -288,7 +290,7 @@ class ChangeFeed:
             self.stream_waits.take(waits)
         if newest_ms:
             self.metrics.feed_lag_seconds = max(0.0, time.time() - newest_ms / 1000)
-        return bool(streams) and (any(e for _, e in streams))
+        return any(isinstance(e, list) and len(e) >= self.count for _, e in streams)
 
 
 def _namespaces(raw: dict[bytes, bytes]) -> dict[str, str]:

@@ -204,6 +204,9 @@ def documented(target: Target, sent: Sent, token: str, views: set[str]) -> bool:
     if len(sent) != 1:
         return False  # which of several to take is anyone's guess
     raw = sent[0]
+    if target.where == "path" and target.name == "stream":
+        text = unquote_to_bytes(str(raw)).decode("utf-8", "replace")
+        return re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text) is not None
     if target.where == "path":
         name = key_ok(str(raw))
         return name is not None and (target.name == "key" or name in views)
@@ -218,6 +221,8 @@ def documented(target: Target, sent: Sent, token: str, views: set[str]) -> bool:
         return text == "" or event_id_ok(text)
     if target.name == "Idempotency-Key":  # the same body each time: the same answer again
         return re.fullmatch(r"[\x21-\x7e]{1,200}", text) is not None
+    if target.name == "stream":  # an SSE stream's id, which its client chooses
+        return re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text) is not None
     raise AssertionError(f"{target}: say what the documents accept for it here")
 
 
@@ -234,6 +239,7 @@ REFUSALS = {
     "limit": {"invalid_parameter", "not_ranked"},
     "after_score": {"invalid_parameter"},
     "after_row": {"invalid_parameter"},
+    "stream": {"invalid_parameter", "not_found"},
 }
 """The codes a target's refused values may be answered with (docs/PROTOCOL.md, section 2)."""
 

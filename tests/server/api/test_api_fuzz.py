@@ -275,7 +275,7 @@ def send(
 ) -> tuple[int, str, bytes]:
     """One request of ``target``'s operation, valid but for ``sent`` as ``target``, with
     exactly the bytes given: http.client neither re-encodes nor folds them."""
-    segments = {"view": "profiles", "key": "alice"}
+    segments = {"view": "profiles", "key": "alice", "stream": "tab"}
     query: list[tuple[str, params.Raw]] = []
     headers: list[tuple[str, params.Raw]] = []
     if target.name not in ("access_token", "Authorization"):
@@ -293,7 +293,10 @@ def send(
     if query:
         path += "?" + "&".join(f"{n}={quote(r, safe='')}" for n, r in query)
     body = None
-    if target.method == "POST":
+    if target.method == "POST" and target.path.endswith("/wait"):
+        body = orjson.dumps({"offsets": [{"partition": 0, "id": "1-0"}]})
+        headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    elif target.method == "POST":
         body = orjson.dumps({**PROFILE, "payload": {"user": SWEEPER, "name": "P"}})
         headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     conn = http.client.HTTPConnection("127.0.0.1", gw.settings.port, timeout=10)
