@@ -294,9 +294,8 @@ export class Client extends Emitter {
     return new RequestError(message, { code: 'token_expired', status: 401 });
   }
 
-  /** `sub` waits for its view to reflect `offsets`: the transport asks for the frontier early
-   *  where it can (a WebSocket); an SSE stream has no way back, and its frontier comes at the
-   *  gateway's progress interval. */
+  /** `sub` waits for its view to reflect `offsets`: the transport asks the gateway for the
+   *  covering frontier early, a `wait` on the socket or one posted for the SSE stream. */
   _wait(sub, offsets) {
     this._transport.wait?.(sub, offsets);
   }

@@ -30,9 +30,8 @@ export class EventSourceStream extends EventStream {
     this._source = null;
   }
 
-  _url(token) {
-    const url = new URL(this.client.url + this.consumer._path());
-    for (const [name, value] of Object.entries(this.consumer._query())) url.searchParams.set(name, String(value));
+  _sourceUrl(token) {
+    const url = this._url();
     if (token !== null) url.searchParams.set('access_token', token);
     if (this.consumer.lastEventId !== null) url.searchParams.set('last_event_id', this.consumer.lastEventId);
     return url.toString();
@@ -45,16 +44,14 @@ export class EventSourceStream extends EventStream {
     const got = await this.client._connectToken(this, gen);
     if (got === null) return;
     const { token } = got;
-    const url = this._url(token);
+    const url = this._sourceUrl(token);
     const source = new this.client._EventSource(url, { withCredentials: token === null });
     this._source = source;
     this._watch(gen, this.client.options.connectTimeout);
     source.onopen = () => {
       if (gen !== this._gen) return;
       clearTimeout(this._watchdog);
-      this._refreshToken = false;
-      this._setState(T.OPEN);
-      this.consumer._open();
+      this._opened();
     };
     for (const kind of KINDS) {
       source.addEventListener(kind, (event) => {
@@ -79,7 +76,7 @@ export class EventSourceStream extends EventStream {
     }
     this._backoff.reset();
     if (frame.kind === FrameKind.END) this._ended(frame.data);
-    else this.consumer._frame(frame);
+    else this._deliver(frame);
   }
 
   /** Why did the stream not open? Ask the same URL once, without EventSource. */

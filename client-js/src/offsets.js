@@ -63,3 +63,14 @@ export function mergeFrontier(older, newer) {
   }
   return out;
 }
+
+/** The latest offset of each partition among `offsets`: a frontier covers them all once it
+ *  covers these. */
+export function latestOfEach(offsets) {
+  const latest = new Map();
+  for (const offset of offsets) {
+    const have = latest.get(offset.partition);
+    if (have === undefined || compareEntryIds(have.id, offset.id) < 0) latest.set(offset.partition, offset);
+  }
+  return [...latest.values()];
+}

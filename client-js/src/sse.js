@@ -6,11 +6,18 @@
  * Each `EventStream` reconnects by itself with full-jitter backoff and resumes from its
  * consumer's last event id. Every await and timer carries the generation it was started in;
  * when the stream has been torn down since (`_gen` moved on) it does nothing.
+ *
+ * A stream has no way back to its gateway, so it names itself: a random id, the `stream`
+ * parameter of each of its requests, under which its subscription's `reflects` posts waits
+ * (`POST /v1/streams/{id}/wait`, docs/PROTOCOL.md section 4). The gateway keeps no wait across
+ * a reconnect or a reset, so the stream posts the pending ones again when it opens, and after
+ * the snapshot that follows a reset.
  */
 
 import { Backoff } from './backoff.js';
 import { ConnectionError, ProtocolError, errorFromResponse, isTokenError } from './errors.js';
 import { FrameKind, SseParser, decodeSseEvent } from './frames.js';
+import { latestOfEach } from './offsets.js';
 
 export const StreamState = Object.freeze({
   IDLE: 'idle',
@@ -21,6 +28,15 @@ export const StreamState = Object.freeze({
 });
 
 const T = StreamState;
+
+/** Offsets the gateway takes in one wait. */
+const MAX_WAIT_OFFSETS = 64;
+
+/** A stream's id: 16 random bytes in base64url without padding (22 characters). */
+function newStreamId() {
+  const bytes = globalThis.crypto.getRandomValues(new Uint8Array(16));
+  return btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
 
 /** Answers that retrying cannot change: the consumer fails. */
 function fatal(error) {
@@ -39,6 +55,9 @@ export class EventStream {
     this.consumer = consumer;
     this.onState = onState;
     this.state = T.IDLE;
+    /** Its `stream` parameter, the same across its reconnects: where its waits are posted. */
+    this.id = newStreamId();
+    this._afterReset = false;
     this._gen = 0;
     this._abort = null;
     this._timer = null;
@@ -72,6 +91,20 @@ export class EventStream {
     this._setState(T.CLOSED);
   }
 
+  /** Ask for the consumer's frontier as soon as it covers `offsets` (`{partition, id}`, as
+   *  `parseOffset` makes them). A stream not open yet asks when it opens (`_opened`). */
+  wait(offsets) {
+    if (this.state !== T.OPEN) return;
+    // Only the latest offset of each partition: a frontier that covers it covers the others.
+    const latest = latestOfEach(offsets);
+    for (let i = 0; i < latest.length; i += MAX_WAIT_OFFSETS) {
+      const body = JSON.stringify({ offsets: latest.slice(i, i + MAX_WAIT_OFFSETS) });
+      const init = { method: 'POST', headers: { 'Content-Type': 'application/json' }, body };
+      // Fire and forget: a lost wait is still answered by the gateway's progress, only later.
+      this.client._request(`/v1/streams/${this.id}/wait`, init, false).catch(() => {});
+    }
+  }
+
   _setState(state) {
     if (this.state === state) return;
     this.state = state;
@@ -80,6 +113,7 @@ export class EventStream {
 
   _teardown() {
     this._gen++;
+    this._afterReset = false;
     this._abort?.abort();
     this._abort = null;
     clearTimeout(this._timer);
@@ -87,9 +121,16 @@ export class EventStream {
     this._timer = this._watchdog = null;
   }
 
-  _request(token) {
+  /** The consumer's path and query, and this stream's id. */
+  _url() {
     const url = new URL(this.client.url + this.consumer._path());
     for (const [name, value] of Object.entries(this.consumer._query())) url.searchParams.set(name, String(value));
+    url.searchParams.set('stream', this.id);
+    return url;
+  }
+
+  _request(token) {
+    const url = this._url();
     const headers = { Accept: 'text/event-stream' };
     if (token !== null) {
       if (this.client.options.sseAuth === 'query') url.searchParams.set('access_token', token);
@@ -123,10 +164,34 @@ export class EventStream {
       if (gen === this._gen) this._refused(error);
       return;
     }
+    this._opened();
+    await this._read(response.body, gen);
+  }
+
+  /** The gateway answered: it holds the stream under its id, without the waits posted before
+   *  (a resumed stream gets no snapshot), so the pending ones are posted now. */
+  _opened() {
     this._refreshToken = false;
     this._setState(T.OPEN);
     this.consumer._open();
-    await this._read(response.body, gen);
+    this._waitAgain();
+  }
+
+  /** Hand `frame` to the consumer. A reset drops the gateway's waits with the rows: the ones
+   *  the snapshot after it does not answer are posted again. */
+  _deliver(frame) {
+    this.consumer._frame(frame);
+    if (frame.kind === FrameKind.RESET) {
+      this._afterReset = true;
+    } else if (frame.kind === FrameKind.SNAPSHOT && this._afterReset) {
+      this._afterReset = false;
+      this._waitAgain();
+    }
+  }
+
+  /** Post the waits of the consumer's pending `reflects` (a log tail has none). */
+  _waitAgain() {
+    for (const offsets of this.consumer._waitingFor?.() ?? []) this.wait(offsets);
   }
 
   async _read(body, gen) {
@@ -151,7 +216,7 @@ export class EventStream {
             this._ended(frame.data);
             return;
           }
-          if (frame.kind !== FrameKind.HEARTBEAT) this.consumer._frame(frame);
+          if (frame.kind !== FrameKind.HEARTBEAT) this._deliver(frame);
           if (gen !== this._gen) return; // a handler closed the subscription
         }
       }
@@ -262,6 +327,12 @@ export class SseTransport {
   close() {
     for (const stream of this.streams.values()) stream.stop();
     this.streams.clear();
+  }
+
+  /** Ask for `sub`'s frontier as soon as it covers `offsets` (read-your-writes), not at the
+   *  gateway's progress rhythm: a wait posted under the id of its stream. */
+  wait(sub, offsets) {
+    this.streams.get(sub)?.wait(offsets);
   }
 
   canPublish() {

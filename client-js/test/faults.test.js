@@ -96,10 +96,12 @@ test('WebSocket: a socket that falls silent is replaced after the heartbeat time
 /**
  * A fetch whose answer to the i-th call is `responses[i]`: `[status, body, stay open?]`;
  * status 0 is a network failure. A stream that stays open ends only when the client aborts.
+ * The waits an SSE stream posts (`POST /v1/streams/{id}/wait`) are answered 204, off the script.
  */
 function scriptedFetch(responses) {
   const calls = [];
   const fetch = async (url, init) => {
+    if (new URL(url).pathname.startsWith('/v1/streams/')) return new Response(null, { status: 204 });
     calls.push({ url, headers: init.headers });
     const [status, body, open = false] = responses[Math.min(calls.length - 1, responses.length - 1)];
     if (status === 0) throw new TypeError('fetch failed');

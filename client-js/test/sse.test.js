@@ -1,5 +1,7 @@
 // The SSE transport against the real gateway: snapshot then deltas, resume after a cut
-// connection with no gap and no duplicate, resets, token passing and refresh, the log feed.
+// connection with no gap and no duplicate, resets, token passing and refresh, the log feed,
+// waits posted for a stream. Its waits are also checked offline, against a gateway in this
+// process (`fakeGateway`): the stream's id, what is posted, when it is posted again.
 
 import assert from 'node:assert/strict';
 import { after, afterEach, test } from 'node:test';
@@ -217,4 +219,187 @@ test('the log feed shows appended events once each, and fills the gap of an outa
   assert.deepEqual(entries.map((e) => e.payload.text), ['hello 1', 'hello 2', 'hello 3', 'hello 4']);
   tail.close();
   assert.equal(tail.state, 'closed');
+});
+
+test('reflects posts a wait for its stream: the frontier comes before the quiet rhythm', live, async () => {
+  const client = makeClient({ transport: 'sse', token: token('alice') });
+  const sub = client.subscribe('profiles', uniqueKey());
+  await next(sub, 'snapshot');
+  const publish = () => client.publish({ type: 'profile_set', payload: { user: 'alice', name: 'Alice' } });
+  // The pipeline's batches change another key: this one is sent its frontier at the quiet
+  // rhythm (5 s) only, after the first.
+  const first = await publish();
+  const progressed = next(sub, 'progress');
+  await write([['profiles', uniqueKey(), 'profile', profile('other')]], { [first.partition]: first.id });
+  await progressed;
+  const offset = await publish();
+  const reflected = sub.reflects(offset);
+  await new Promise((resolve) => setTimeout(resolve, 300)); // the wait reaches the gateway first
+  const started = Date.now();
+  await write([['profiles', uniqueKey(), 'profile', profile('other')]], { [offset.partition]: offset.id });
+  await reflected;
+  assert.ok(Date.now() - started < 2_500, `reflected after ${Date.now() - started} ms: the wait was not answered`);
+});
+
+// ---- offline: waits against a gateway in this process ------------------------------------------
+
+const sse = (kind, data, id) => `event: ${kind}\n${id ? `id: ${id}\n` : ''}data: ${JSON.stringify(data)}\n\n`;
+const EPOCH = '5f3a9c0e12ab';
+const snapshotOf = (frontier) => ({ view: 'profiles', key: 'alice', rows: {}, frontier });
+const STREAM_ID = /^[A-Za-z0-9_-]{22}$/;
+
+/**
+ * A gateway in this process, as `fetch`: each stream request gets a stream the test writes to
+ * (`streams[i].send(kind, data, id)`, `.close()`); each wait posted is kept in `waits` and
+ * answered with `waitStatus` (0: a network failure).
+ */
+function fakeGateway() {
+  const gateway = { streams: [], waits: [], waitStatus: 204 };
+  const encoder = new TextEncoder();
+  gateway.fetch = async (url, init = {}) => {
+    const at = new URL(url);
+    if (init.method === 'POST') {
+      gateway.waits.push({ path: at.pathname, headers: init.headers, credentials: init.credentials, body: JSON.parse(init.body) });
+      if (gateway.waitStatus === 0) throw new TypeError('fetch failed');
+      if (gateway.waitStatus === 204) return new Response(null, { status: 204 });
+      return Response.json({ code: 'store_unavailable', message: 'try again' }, { status: gateway.waitStatus });
+    }
+    let controller;
+    const body = new ReadableStream({ start(c) { controller = c; } });
+    gateway.streams.push({
+      url: at,
+      headers: init.headers,
+      send: (kind, data, id) => controller.enqueue(encoder.encode(sse(kind, data, id))),
+      close: () => controller.close(),
+    });
+    return new Response(body, { status: 200, headers: { 'Content-Type': 'text/event-stream' } });
+  };
+  return gateway;
+}
+
+/** A client of `fakeGateway`, whose streams do not time out while a test looks at them. */
+const offline = (options) => makeClient({
+  url: 'http://gateway.test', transport: 'sse', token: 't', watchOnline: false, heartbeatTimeout: 60_000, ...options,
+});
+
+test('a stream names itself with a random id, the same across its reconnects', async () => {
+  const gateway = fakeGateway();
+  const client = offline({ fetch: gateway.fetch });
+  const sub = client.subscribe('profiles', 'alice');
+  await waitFor(() => gateway.streams.length === 1, 'the stream');
+  const id = gateway.streams[0].url.searchParams.get('stream');
+  assert.match(id, STREAM_ID);
+  gateway.streams[0].send('snapshot', snapshotOf({ 0: '1-0' }), `${EPOCH}.1-0`);
+  gateway.streams[0].close();
+  await waitFor(() => gateway.streams.length === 2, 'the reconnect');
+  assert.equal(gateway.streams[1].url.searchParams.get('stream'), id);
+  assert.equal(gateway.streams[1].headers['Last-Event-ID'], `${EPOCH}.1-0`);
+  client.subscribe('profiles', 'bob');
+  await waitFor(() => gateway.streams.length === 3, 'another stream');
+  assert.notEqual(gateway.streams[2].url.searchParams.get('stream'), id, 'each stream its own id');
+  assert.equal(sub.state, 'live');
+});
+
+test('with an EventSource too: the id is on every URL, and the waits go with fetch', async () => {
+  const gateway = fakeGateway();
+  const sources = [];
+  class FakeEventSource {
+    constructor(url) {
+      this.url = new URL(url);
+      sources.push(this);
+      setTimeout(() => this.onopen?.(), 1);
+    }
+
+    addEventListener() {}
+
+    close() {}
+  }
+  const client = offline({ fetch: gateway.fetch, EventSource: FakeEventSource });
+  const sub = client.subscribe('profiles', 'alice');
+  const reflected = sub.reflects('0:5-0');
+  await waitFor(() => gateway.waits.length === 1, 'the wait, once the stream is open');
+  const id = sources[0].url.searchParams.get('stream');
+  assert.match(id, STREAM_ID);
+  assert.equal(gateway.waits[0].path, `/v1/streams/${id}/wait`);
+  sources[0].onerror();
+  await waitFor(() => gateway.waits.length === 2, 'the wait posted again after the reconnect');
+  assert.equal(sources[1].url.searchParams.get('stream'), id);
+  assert.equal(gateway.waits[1].path, `/v1/streams/${id}/wait`);
+  sub.unsubscribe();
+  await assert.rejects(reflected, /closed/);
+});
+
+test('reflects posts a wait for the stream, authenticated as publish is, and the frontier answers it', async () => {
+  const gateway = fakeGateway();
+  const client = offline({ fetch: gateway.fetch });
+  const sub = client.subscribe('profiles', 'alice');
+  await waitFor(() => gateway.streams.length === 1, 'the stream');
+  gateway.streams[0].send('snapshot', snapshotOf({ 0: '1-0' }), `${EPOCH}.1-0`);
+  await sub.ready();
+  await sub.reflects('0:1-0'); // covered already: nothing to ask
+  assert.equal(gateway.waits.length, 0);
+
+  const reflected = sub.reflects([{ partition: 0, id: '5-0', token: '0:5-0' }, '0:4-0', '1:2-0']);
+  const id = gateway.streams[0].url.searchParams.get('stream');
+  await waitFor(() => gateway.waits.length === 1, 'the wait');
+  const [wait] = gateway.waits;
+  assert.equal(wait.path, `/v1/streams/${id}/wait`);
+  assert.equal(wait.headers.Authorization, 'Bearer t');
+  assert.equal(wait.headers['Content-Type'], 'application/json');
+  assert.equal(wait.credentials, 'same-origin');
+  // The latest offset of each partition, without its token: a frontier covering it covers all.
+  assert.deepEqual(wait.body, { offsets: [{ partition: 0, id: '5-0' }, { partition: 1, id: '2-0' }] });
+  gateway.streams[0].send('progress', { frontier: { 0: '5-0', 1: '2-0' } });
+  await reflected;
+});
+
+test('the waits still pending are posted again when the stream reopens, and after a reset', async () => {
+  const gateway = fakeGateway();
+  const client = offline({ fetch: gateway.fetch });
+  const sub = client.subscribe('profiles', 'alice');
+  const reflected = sub.reflects('0:5-0'); // before the stream is open: posted when it is
+  await waitFor(() => gateway.waits.length === 1, 'the wait, once the stream is open');
+  gateway.streams[0].send('snapshot', snapshotOf({ 0: '1-0' }), `${EPOCH}.1-0`);
+  await sub.ready();
+  assert.equal(gateway.waits.length, 1, 'a snapshot without a reset keeps the waits');
+
+  gateway.streams[0].close(); // resumed: no snapshot comes, the waits go when it opens
+  await waitFor(() => gateway.waits.length === 2, 'the wait after the reconnect');
+  await waitFor(() => sub.state === 'live', 'the resume');
+  gateway.streams[1].send('reset', { code: 'epoch_changed', message: 'a new store' });
+  gateway.streams[1].send('snapshot', snapshotOf({ 0: '2-0' }), `${EPOCH}.2-0`);
+  await waitFor(() => gateway.waits.length === 3, 'the wait after the reset');
+  const id = gateway.streams[0].url.searchParams.get('stream');
+  for (const wait of gateway.waits) assert.deepEqual([wait.path, wait.body.offsets], [`/v1/streams/${id}/wait`, [{ partition: 0, id: '5-0' }]]);
+
+  gateway.streams[1].send('progress', { frontier: { 0: '5-0' } });
+  await reflected;
+  gateway.streams[1].close();
+  await waitFor(() => gateway.streams.length === 3 && sub.state === 'live', 'another reconnect');
+  assert.equal(gateway.waits.length, 3, 'nothing pending, nothing posted');
+});
+
+test('a wait that fails is ignored: reflects resolves with a later progress frame', async () => {
+  const gateway = fakeGateway();
+  const client = offline({ fetch: gateway.fetch });
+  const errors = [];
+  client.on('error', (error) => errors.push(error));
+  const sub = client.subscribe('profiles', 'alice');
+  sub.on('error', (error) => errors.push(error));
+  await waitFor(() => gateway.streams.length === 1, 'the stream');
+  gateway.streams[0].send('snapshot', snapshotOf({ 0: '1-0' }), `${EPOCH}.1-0`);
+  await sub.ready();
+  let reflected = 0;
+  for (const status of [0, 503]) {
+    gateway.waitStatus = status;
+    sub.reflects(`0:${status + 2}-0`).then(() => { reflected += 1; });
+  }
+  await waitFor(() => gateway.waits.length === 2, 'both waits');
+  await new Promise((resolve) => setTimeout(resolve, 20)); // their failures are in
+  assert.equal(reflected, 0);
+  gateway.streams[0].send('progress', { frontier: { 0: '600-0' } });
+  await waitFor(() => reflected === 2, 'both reflects, at the progress frame');
+  assert.deepEqual(errors, []);
+  assert.equal(sub.state, 'live');
+  assert.equal(gateway.streams.length, 1, 'the stream stayed open');
 });

@@ -247,7 +247,9 @@ export interface SubscriptionBase<E, Item> {
   once<K extends keyof E>(event: K, fn: Listener<E[K]>): Off;
   /** Resolves at the first snapshot. */
   ready(): Promise<this>;
-  /** Resolves once this view reflects every offset (read-your-writes). */
+  /** Resolves once this view reflects every offset (read-your-writes). The gateway is asked
+   *  for the covering frontier at once: a `wait` on the WebSocket, or over SSE one posted for
+   *  the subscription's stream; a lost wait is answered by the gateway's progress, later. */
   reflects(offsets: OffsetLike | OffsetLike[], options?: { signal?: AbortSignal }): Promise<void>;
   unsubscribe(): void;
   [Symbol.asyncIterator](): AsyncIterableIterator<Item>;
