@@ -11,6 +11,7 @@
  */
 
 import { ProtocolError, requestError } from './errors.js';
+import { latestOfEach } from './offsets.js';
 
 export const FrameKind = Object.freeze({
   SNAPSHOT: 'snapshot',
@@ -271,5 +272,6 @@ export const encode = Object.freeze({
       ? { type: 'publish', req, events }
       : { type: 'publish', req, events, idempotency_key: idempotencyKey },
   ),
-  wait: (sub, offsets) => JSON.stringify({ type: 'wait', sub, offsets: offsets.map(({ partition, id }) => ({ partition, id })) }),
+  // Only the latest offset of each partition: a frontier that covers it covers the others.
+  wait: (sub, offsets) => JSON.stringify({ type: 'wait', sub, offsets: latestOfEach(offsets).map(({ partition, id }) => ({ partition, id })) }),
 });

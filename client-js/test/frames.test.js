@@ -174,3 +174,8 @@ test('a log frame of the log feed decodes', () => {
   const data = { partition: 1, id: '5-0', type: 'like', key: 'bob', time: '2026-01-31T12:00:00.000Z', payload: { user: 'a', tweet: 'bob:1' } };
   assert.deepEqual(decodeSse(`event: log\ndata: ${JSON.stringify(data)}\n\n`), [{ kind: 'log', id: null, data, sub: null }]);
 });
+
+test('a wait names only the latest offset of each partition', () => {
+  const offsets = [{ partition: 2, id: '5-0' }, { partition: 1, id: '1-0' }, { partition: 2, id: '7-0', token: '2:7-0' }];
+  assert.deepEqual(JSON.parse(encode.wait('s1', offsets)).offsets, [{ partition: 2, id: '7-0' }, { partition: 1, id: '1-0' }]);
+});

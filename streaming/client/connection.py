@@ -39,6 +39,7 @@ from liveviews.client.frames import (
     encode_unsubscribe,
     encode_wait,
 )
+from liveviews.client.offsets import latest_of_each
 from liveviews.client.subscription import Subscription
 from liveviews.client.transport import REFRESH_MARGIN, ClientState, Tokens, TransportName
 from liveviews.log.events import Offset
@@ -131,7 +132,7 @@ class Connection:
         yet asks when it is (``_subscribe``)."""
         sub_id = self._ids.get(sub)
         if sub_id is not None:
-            self._send(encode_wait(sub_id, offsets))
+            self._send(encode_wait(sub_id, latest_of_each(offsets)))
 
     @property
     def can_publish(self) -> bool:
@@ -391,7 +392,7 @@ class Connection:
             )
         )
         for offsets in sub._waiting_for():
-            self._send(encode_wait(sub_id, offsets))
+            self._send(encode_wait(sub_id, latest_of_each(offsets)))
         sub._open()
 
     def _resubscribe(self, sub_id: str, sub: Subscription, delay: float) -> None:

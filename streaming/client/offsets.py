@@ -19,6 +19,17 @@ def entry_tuple(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+def latest_of_each(offsets: Iterable[Offset]) -> list[Offset]:
+    """The latest of ``offsets`` in each partition: a frontier that covers it covers the others,
+    and a wait names at most 64 offsets."""
+    latest: dict[int, Offset] = {}
+    for o in offsets:
+        have = latest.get(o.partition)
+        if have is None or entry_tuple(have.id) < entry_tuple(o.id):
+            latest[o.partition] = o
+    return list(latest.values())
+
+
 def parse_offset(offset: Offset | str | Mapping[str, Any]) -> Offset:
     """An offset as publish answered it: an ``Offset``, its token ``"<partition>:<ms>-<seq>"``,
     or ``{"partition", "id"}``."""

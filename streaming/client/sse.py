@@ -39,7 +39,7 @@ from liveviews.client.errors import (
     is_token_error,
 )
 from liveviews.client.frames import Frame, decode_sse
-from liveviews.client.offsets import entry_tuple
+from liveviews.client.offsets import latest_of_each
 from liveviews.client.query import Query
 from liveviews.client.sselines import SseComment, SseParser
 from liveviews.client.subscription import Subscription
@@ -79,12 +79,7 @@ def stream_path(query: Query) -> str:
 def wait_bodies(offsets: Iterable[Offset]) -> list[bytes]:
     """The bodies of the waits for ``offsets``: only the latest of each partition, since a
     frontier that covers it covers the others, in waits of at most 64 offsets."""
-    latest: dict[int, Offset] = {}
-    for o in offsets:
-        have = latest.get(o.partition)
-        if have is None or entry_tuple(have.id) < entry_tuple(o.id):
-            latest[o.partition] = o
-    wanted = [o.to_dict() for o in latest.values()]
+    wanted = [o.to_dict() for o in latest_of_each(offsets)]
     return [
         orjson.dumps({"offsets": wanted[i : i + MAX_WAIT_OFFSETS]})
         for i in range(0, len(wanted), MAX_WAIT_OFFSETS)

@@ -28,7 +28,7 @@ from liveviews.client.frames import (
     frame,
     snapshot_shape,
 )
-from liveviews.client.offsets import parse_offset
+from liveviews.client.offsets import latest_of_each, parse_offset
 from liveviews.log.events import Offset
 
 GOLDEN = Path(__file__).resolve().parents[2] / "protocol" / "golden"
@@ -171,3 +171,8 @@ def test_kinds_this_client_does_not_know_pass() -> None:
     assert decode('{"type":"progress","sub":"s","data":{"frontier":{}}}') == Frame(
         "progress", None, {"frontier": {}}, "s"
     )
+
+
+def test_a_wait_names_only_the_latest_offset_of_each_partition() -> None:
+    offsets = [Offset(2, "5-0"), Offset(1, "1-0"), Offset(2, "7-0")]
+    assert [(o.partition, o.id) for o in latest_of_each(offsets)] == [(2, "7-0"), (1, "1-0")]
