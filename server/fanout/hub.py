@@ -49,7 +49,7 @@ class Lane:
     it to reach some log positions (``Hub.wait``)."""
 
     __slots__ = ("subscribers", "pending", "latest", "flush_at", "flush_when", "rode", "swept",
-                 "changed", "changed_watchers", "waits")  # fmt: skip
+                 "changed", "reads", "changed_watchers", "waits")  # fmt: skip
 
     def __init__(self) -> None:
         self.subscribers: set[Subscriber] = set()
@@ -64,8 +64,11 @@ class Lane:
         """When each key's subscribers were last passed a frontier, within the last interval."""
         self.swept = float("-inf")
         """When every subscriber was last passed the newest frontier (the quiet rhythm)."""
-        self.changed: set[tuple[str, str]] = set()
-        """Keys handed deltas without the frontier that covers them: owed it."""
+        self.changed: dict[tuple[str, str], int] = {}
+        """Keys handed deltas without the frontier that covers them: owed it. Each with the
+        count of frontiers read before its deltas (``reads``): only a later one covers them."""
+        self.reads = 0
+        """Frontiers of this lane read so far."""
         self.changed_watchers: set[Subscriber] = set()
         """The same for subscribers of a prefix."""
         self.waits: dict[Subscriber, list[Wanted]] = {}
@@ -268,9 +271,9 @@ class Hub:
                 if riding is not None and now >= last + self.interval:
                     items[-1].progress = riding
                     lane.rode[(view, key)] = now
-                    lane.changed.discard((view, key))
+                    lane.changed.pop((view, key), None)
                 else:
-                    lane.changed.add((view, key))
+                    lane.changed[(view, key)] = lane.reads
                 lane.changed_watchers.update(watchers)
                 run = FeedRun(items) if len(items) > 1 and _ascending(items) else None
                 for sub in watchers:
@@ -295,6 +298,7 @@ class Hub:
         for p in progress:
             lane = self._lane(p.frontier_name)
             lane.pending = lane.latest = p
+            lane.reads += 1
             if lane.waits:
                 self._answer_waits(lane, p)
             if now >= lane.swept + self.quiet_interval / 4:  # a sweep is due: with this read
@@ -321,8 +325,9 @@ class Hub:
         at = lane.swept + self.quiet_interval / 4
         if lane.changed_watchers:
             at = min(at, now + self.interval * 1.5)
-        if lane.changed:
-            first = min(lane.rode.get(k, -INF) for k in lane.changed)
+        ready = [k for k, mark in lane.changed.items() if mark < lane.reads]
+        if ready:  # the others wait for a frontier read after their deltas
+            first = min(lane.rode.get(k, -INF) for k in ready)
             at = min(at, first + self.interval * 1.5)
         at = max(at, now)
         if lane.flush_at is not None:
@@ -352,9 +357,14 @@ class Hub:
         rode = lane.rode
         # An owed key is passed the frontier once it had none for one and a half intervals;
         # until then a read may still bring it one with its deltas.
-        targets = {k for k in lane.changed if rode.get(k, -INF) + self.interval * 1.5 <= now}
+        targets = {
+            k
+            for k, mark in lane.changed.items()
+            if mark < lane.reads and rode.get(k, -INF) + self.interval * 1.5 <= now
+        }
         watchers, lane.changed_watchers = lane.changed_watchers, set()
-        lane.changed -= targets
+        for key in targets:
+            del lane.changed[key]
         if sweep:
             lane.swept = now
             quiet_since = now - self.quiet_interval

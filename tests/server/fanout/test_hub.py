@@ -300,3 +300,22 @@ async def _each_key_takes_the_frontier_with_its_deltas_once_per_interval() -> No
     assert b.got[-1] == "progress 4-0", "an owed key was not passed its frontier"
     assert a.got[-1] == "progress 2-0", "a key that did not change since took a frame"
     hub.close()
+
+
+async def test_a_key_stays_owed_until_a_frontier_read_after_its_deltas() -> None:
+    """A pipeline in Real-Time Mode writes deltas as records come and its frontier only when an
+    epoch ends, in a later read: the key is owed that later frontier, not the one read before
+    its deltas (which another key's flush passes on meanwhile), and gets it as soon as it is
+    read, not at the quiet rhythm."""
+    interval = 0.1
+    hub = Hub(Metrics(), progress_interval=interval, quiet_interval=60)
+    a, b = attach(hub, "a"), attach(hub, "b")
+    hub.publish(EPOCH, [delta("1-0", "a"), delta("1-1", "b")], progress("1-1"))
+    hub.publish(EPOCH, [delta("2-0", "b")], progress("2-0"))  # b owed: a flush is timed
+    hub.publish(EPOCH, [delta("3-0", "a")], [])  # no frontier with it
+    await asyncio.sleep(interval * 2)
+    assert b.got[-1] == "progress 2-0"
+    hub.publish(EPOCH, [], progress("4-0"))  # the epoch ends
+    await asyncio.sleep(interval / 2)
+    assert a.got[-1] == "progress 4-0", a.got
+    hub.close()
