@@ -19,8 +19,9 @@ pause for a random time up to 500 ms (writes at random moments of the pipeline's
 while 1,000 other subscriptions (ten WebSockets of a Python client, on the renamed users' keys)
 are served and renames go on at the same total rate. One page reads over WebSocket, whose
 ``reflects`` asks the gateway for the covering frontier at once (a ``wait`` message); the
-same-run baselines are a WebSocket page whose client does not send it (as before) and an SSE
-page, whose frontier comes at the progress interval.
+same-run baseline is a WebSocket page whose client does not send it, whose frontier comes at
+the quiet rhythm (``LV_QUIET_PROGRESS_MS``, 5 s) unless its key changed. The SSE page's client
+posts its waits (``POST /v1/streams/{stream}/wait``).
 
 Both run twice, each on a system of its own: with ``profiles`` in micro-batches ("tuned") and
 as Chirp declares it, in Spark's Real-Time Mode ("realtime").
@@ -92,7 +93,7 @@ async ({token, user, transport, wait, count, everyMs}) => {
   return out;
 }
 """
-REFLECT_PAGES = {"ws": ("ws", True), "ws_without_wait": ("ws", False), "sse": ("sse", False)}
+REFLECT_PAGES = {"ws": ("ws", True), "ws_without_wait": ("ws", False), "sse": ("sse", True)}
 """Page name -> (transport, whether its client asks for the covering frontier at once)."""
 REFLECT_EVERY_MS = 500
 """The longest pause of a read-your-writes page between one write resolved and the next."""
