@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.ab --before ../old-checkout [--only fanout,memory,latency]
         [--rounds 2] [--args latency="--seconds 30 --rates 100,1000"] [--quick]
+        [--before-args latency="--configurations tuned"] [--pair latency:realtime=tuned]
 
 Each round runs every named benchmark once in the ``--before`` checkout (with that checkout's
 own ``.venv``, so that its code and its installed package are the ones measured) and once in
@@ -10,6 +11,11 @@ The headline figures of each run (``HEADLINES``) are then set side by side with 
 median and the change between medians, printed, and written to
 ``bench/results/ab/<when>.md`` and ``.json``. A change smaller than the spread of either
 side's rounds is noise, not a regression.
+
+Where the two checkouts run a system differently by default (a pipeline a change moved into
+Real-Time Mode, say), ``--before-args`` gives the before side arguments of its own and
+``--pair`` sets one configuration's figures after the change beside another's before it: each
+row then names both.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ HERE = Path(__file__).resolve().parents[1]
 HEADLINES = {
     "fanout": r"(latency_ms\.p(50|99)|server_cpu_us_per_delivery|server_rss_bytes)$",
     "memory": r"^(sse|ws)\.(bare_uvicorn_)?bytes_per_subscriber$",
-    "latency": r"^tuned\[[^]]*\]\.(push|polling)\.p(50|99)_ms$",
+    "latency": r"^(tuned|realtime)\[[^]]*\]\.(push|polling)\.p(50|99)_ms$",
     "floor": r"_us(\.|$)",
 }
 """Which figures of a benchmark's JSON are compared (regular expressions over flattened keys)."""
@@ -81,7 +87,29 @@ def run_once(checkout: Path, name: str, args: list[str], results: Path) -> dict[
     return {k: v for k, v in flatten(figures).items() if pattern.search(k)}
 
 
-def compare(before: list[dict[str, float]], after: list[dict[str, float]]) -> list[list[str]]:
+def paired(figures: dict[str, float], pairs: dict[str, str]) -> dict[str, float]:
+    """The after side's ``figures`` keyed as the before side's that they are set beside: with
+    ``pairs`` ``{"realtime": "tuned"}``, ``realtime[1:100].push.p50_ms`` becomes
+    ``tuned[1:100].push.p50_ms``, and after's own ``tuned`` figures are left out."""
+    out = {}
+    for key, value in figures.items():
+        head, bracket, rest = key.partition("[")
+        if head in pairs:
+            out[f"{pairs[head]}{bracket}{rest}"] = value
+        elif head not in pairs.values():
+            out[key] = value
+    return out
+
+
+def compare(
+    before: list[dict[str, float]],
+    after: list[dict[str, float]],
+    pairs: dict[str, str] | None = None,
+) -> list[list[str]]:
+    """A row for each figure both sides have; a paired row names what ran after the change."""
+    pairs = pairs or {}
+    shown_as = {b: f" (after: {a})" for a, b in pairs.items()}
+    after = [paired(r, pairs) for r in after]
     rows = []
     for key in sorted(set().union(*before, *after)):
         b = [r[key] for r in before if key in r]
@@ -90,7 +118,8 @@ def compare(before: list[dict[str, float]], after: list[dict[str, float]]) -> li
             continue
         mb, ma = statistics.median(b), statistics.median(a)
         change = f"{(ma - mb) / mb * 100:+.1f}%" if mb else "n/a"
-        rows.append([key, " / ".join(f"{x:g}" for x in b), " / ".join(f"{x:g}" for x in a),
+        label = key + shown_as.get(key.partition("[")[0], "")
+        rows.append([label, " / ".join(f"{x:g}" for x in b), " / ".join(f"{x:g}" for x in a),
                      f"{mb:g}", f"{ma:g}", change])  # fmt: skip
     return rows
 
@@ -117,6 +146,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=ARGS",
         help="extra arguments for one benchmark, e.g. latency='--seconds 30'",
     )
+    parser.add_argument(
+        "--before-args",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="arguments for one benchmark in the before checkout only (default: --args)",
+    )
+    parser.add_argument(
+        "--pair",
+        action="append",
+        default=[],
+        metavar="NAME:AFTER=BEFORE",
+        help="set a configuration's figures after the change beside another's before it, "
+        "e.g. latency:realtime=tuned",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the harness")
     opts = parser.parse_args(argv)
     guard()
@@ -124,6 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     if not (before / "bench").is_dir():
         parser.error(f"{before} is not a Liveviews checkout (it has no bench/)")
     extra = {n: shlex.split(a) for n, _, a in (s.partition("=") for s in opts.args)}
+    extra_before = {
+        **extra,
+        **{n: shlex.split(a) for n, _, a in (s.partition("=") for s in opts.before_args)},
+    }
+    pairs: dict[str, dict[str, str]] = {}
+    for spec in opts.pair:
+        name, _, pair = spec.partition(":")
+        after_name, eq, before_name = pair.partition("=")
+        if not (name and after_name and eq and before_name):
+            parser.error(f"--pair {spec!r}: write NAME:AFTER=BEFORE, e.g. latency:realtime=tuned")
+        pairs.setdefault(name, {})[after_name] = before_name
     names = [n for n in opts.only.split(",") if n]
     when = time.strftime("%Y%m%d-%H%M%S")
     work = RESULTS / "ab" / when
@@ -132,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     for i in range(opts.rounds):
         for name in names:
-            args = ["--quick"] * opts.quick + extra.get(name, [])
             for side, checkout in (("before", before), ("after", HERE)):
+                args = ["--quick"] * opts.quick + (extra_before if side == "before" else extra).get(
+                    name, []
+                )
                 started = time.monotonic()
                 figures = run_once(checkout, name, args, work / f"{side}-{i}")
                 runs[name][side].append(figures)
@@ -142,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
     report = [f"# A/B: {before} (before) against {HERE} (after), {opts.rounds} rounds, {when}", ""]
     for name in names:
-        report.append(table(name, compare(runs[name]["before"], runs[name]["after"])))
+        rows = compare(runs[name]["before"], runs[name]["after"], pairs.get(name))
+        report.append(table(name, rows))
     text = "\n".join(report)
     print(text)
     (RESULTS / "ab" / f"{when}.md").write_text(text)
