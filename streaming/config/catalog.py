@@ -208,11 +208,11 @@ REALTIME_INTERVAL = Setting(
     "LV_REALTIME_INTERVAL",
     Text("an interval of 1 second or more (5 seconds, 1500 milliseconds)",
          r"[0-9]+ (millisecond|second|minute)s?"),
-    "1 second", section=PIPELINE,
+    "5 seconds", section=PIPELINE,
     doc="time between the checkpoints of a pipeline in Real-Time Mode that declares no "
-    "`trigger_interval`: the records that arrive at one wait for it, `reflects()` waits for "
-    "the next, and a restarted query reads again what came since the last "
-    "([REALTIME.md](REALTIME.md))",
+    "`trigger_interval`: the records that arrive at one wait for it, a restarted query reads "
+    "again what came since the last, and `reflects()` waits for the next unless its client "
+    "sends `wait`, which ends the epoch early ([REALTIME.md](REALTIME.md))",
 )  # fmt: skip
 SHUFFLE_PARTITIONS = Setting(
     "LV_SHUFFLE_PARTITIONS", Whole(), 2, section=PIPELINE,
