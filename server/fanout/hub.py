@@ -61,7 +61,9 @@ class Lane:
         self.flush_when = INF
         """The loop time ``flush_at`` is due (uvloop's handles do not say)."""
         self.rode: dict[tuple[str, str], float] = {}
-        """When each key's subscribers were last passed a frontier, within the last interval."""
+        """When each key's subscribers were last passed a frontier. Sweeps drop entries older
+        than the quiet interval (or one and a half progress intervals, if longer), except owed
+        keys'; a key without an entry counts as passed none for that long."""
         self.swept = float("-inf")
         """When every subscriber was last passed the newest frontier (the quiet rhythm)."""
         self.changed: dict[tuple[str, str], int] = {}
