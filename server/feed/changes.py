@@ -5,7 +5,9 @@ gateway costs the store one reader however many clients it serves. Each read is 
 transaction of the store's epoch and a non-blocking XREAD: the epoch, the deltas and the
 progress it returns are one consistent cut of the store, in which a progress entry never
 precedes the deltas it covers. Between reads with nothing new, a blocking XREAD waits for the
-next entry; its result is only a wake-up, the next transactional read takes the entries.
+next entry; its result is only a wake-up, the transactional read takes the entries. On a single
+server both go in one write (``liveviews.gateway.feed.pipelined``): the store runs the
+transaction as soon as the wait ends, so a batch costs one round trip.
 
 On a store cluster no transaction spans the shards' and ``lv:{m}:`` hash slots, so each read is
 a MULTI of the epoch, ``lv:{m}:active`` and an XREAD of ``lv:{m}:progress`` first, then an XREAD
@@ -51,6 +53,7 @@ from liveviews.errors import StoreMismatch
 from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.items import Progress
 from liveviews.gateway.feed import nodes
+from liveviews.gateway.feed.pipelined import hash_of, streams_of, transact
 from liveviews.gateway.feed.store import (
     CONTROL_KEY,
     STORE_ERRORS,
@@ -120,9 +123,9 @@ class ChangeFeed:
             try:
                 if self.epoch is None:
                     await self._start()
+                more = True  # read at once after a start, without waiting
                 while True:
-                    if not await self._read():
-                        await self._wait()
+                    more = await self._read(wait=not more)
                     failures = 0
                     self.healthy = True
             except asyncio.CancelledError:
@@ -167,25 +170,33 @@ class ChangeFeed:
         log.info("change feed started in store epoch %s", epoch)
 
     async def _wait(self) -> None:
-        if nodes.is_cluster(self.client):
-            server = await nodes.node(self.client, PROGRESS_STREAM)
-            wanted = {s: self.positions[s] for s in (PROGRESS_STREAM, STREAM_WAITS_STREAM)}
-            await server.xread(wanted, count=1, block=self.block_ms)  # type: ignore[arg-type]
-            return
-        await self.client.xread(self.positions, count=1, block=self.block_ms)  # type: ignore[arg-type]
+        """On a store cluster, wait for the next progress entry or stream wait; a single
+        server's wait goes with its read (``_read``)."""
+        server = await nodes.node(self.client, PROGRESS_STREAM)
+        wanted = {s: self.positions[s] for s in (PROGRESS_STREAM, STREAM_WAITS_STREAM)}
+        await server.xread(wanted, count=1, block=self.block_ms)  # type: ignore[arg-type]
 
-    async def _read(self) -> bool:
-        """One consistent read; True if a stream may hold more than it returned (so read again
-        at once). Otherwise the blocking read comes next, which returns at once if anything
-        came meanwhile: a second read that finds nothing cost a round trip per batch."""
+    async def _read(self, wait: bool = False) -> bool:
+        """One consistent read, after waiting for a new entry if ``wait``; True if a stream may
+        hold more than it returned (so read again at once, without waiting). Otherwise the next
+        read waits, which ends at once if anything came meanwhile: a read without a wait that
+        finds nothing would cost a round trip per batch."""
         if nodes.is_cluster(self.client):
+            if wait:
+                await self._wait()
             results = await self._read_cluster()
         else:
-            async with self.client.pipeline(transaction=True) as pipe:
-                self.layout.queue(pipe)
-                pipe.hgetall(ACTIVE_KEY)
-                pipe.xread(self.positions, count=self.count)  # type: ignore[arg-type]
-                results = await pipe.execute()
+            streams = (*self.positions, *self.positions.values())
+            transaction = [
+                self.layout.command(),
+                ("HGETALL", ACTIVE_KEY),
+                ("XREAD", "COUNT", self.count, "STREAMS", *streams),
+            ]
+            blocking = ("XREAD", "COUNT", 1, "BLOCK", self.block_ms, "STREAMS", *streams)
+            epoch, active, read = await transact(
+                self.client, transaction, wait=blocking if wait else None
+            )
+            results = [epoch, hash_of(active), streams_of(read)]
         self.metrics.feed_reads += 1
         epoch = self.layout.epoch(results)
         namespaces = _namespaces(results[Layout.RESULTS])

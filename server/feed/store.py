@@ -167,9 +167,13 @@ class Layout:
     RESULTS = 1
     """How many results ``queue`` adds to a transaction's, before the caller's own."""
 
+    def command(self) -> tuple[Any, ...]:
+        """The command that reads the epoch and layout (recording them on first use)."""
+        return ("EVAL", LAYOUT_READ, 1, META_KEY, new_epoch(), self.partitions, self.shards)
+
     def queue(self, pipe: Any) -> None:
-        """Add the command that reads the epoch and layout (recording them on first use)."""
-        pipe.eval(LAYOUT_READ, 1, META_KEY, new_epoch(), self.partitions, self.shards)
+        """Add ``command`` to a pipeline."""
+        pipe.execute_command(*self.command())
 
     def epoch(self, results: Sequence[Any]) -> str:
         """The epoch from the results of ``queue``; refuses a store of another layout."""
