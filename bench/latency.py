@@ -55,6 +55,8 @@ pipeline's start, as Chirp's views do."""
 CONFIGURATIONS = ["tuned", "realtime", "untuned", *ceilings.LATENCY_KINDS]
 POLL_INTERVAL_S = 1.0
 TICK_S = 0.02
+CATCH_UP_S = 600
+"""How long a phase's backlog may take to drain before the next phase; longer fails the run."""
 
 
 @dataclass
@@ -269,12 +271,18 @@ def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds:
             summary["batches"] = batch_figures(system, since)
             summary["pushed_ms"] = phase.pushed
             summary["polled_ms"] = phase.polled
+            # A rate the pipeline could not keep up with leaves a backlog, which would count
+            # against the next phase: wait it out, and say how long it took.
+            behind = time.monotonic()
+            system.wait_until_caught_up(timeout=CATCH_UP_S)
+            summary["caught_up_after_s"] = round(time.monotonic() - behind, 1)
             out.append(summary)
             print(f"{name} {rate}/s from {after_s:.0f} s: push p50 {summary['push']['p50_ms']}"
                   f" ms, p99 {summary['push']['p99_ms']} ms; polling p50"
                   f" {summary['polling']['p50_ms']} ms; driver JVM"
                   f" {summary.get('driver_jvm_cpu_s')} CPU s, JIT"
-                  f" {summary.get('driver_jit_cpu_s')}", flush=True)  # fmt: skip
+                  f" {summary.get('driver_jit_cpu_s')}; caught up"
+                  f" {summary['caught_up_after_s']} s after", flush=True)  # fmt: skip
         return out
 
 
