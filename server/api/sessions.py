@@ -40,7 +40,7 @@ from liveviews.gateway.auth import (
     token_from,
 )
 from liveviews.gateway.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
-from liveviews.gateway.fanout.hub import Wanted
+from liveviews.gateway.fanout.lane import Wanted
 from liveviews.gateway.fanout.subscription import Subscription
 from liveviews.gateway.gateway import Gateway
 from liveviews.gateway.live.sender import log_failure

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from liveviews.changes.topic import split_physical
 from liveviews.gateway.errors import SLOW_CONSUMER, SlowConsumer, Unavailable
 from liveviews.gateway.fanout.cursor import Cursor
-from liveviews.gateway.fanout.hub import Hub, Wanted, add_wait
+from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.items import EpochChanged, FeedDelta, Item
+from liveviews.gateway.fanout.lane import Wanted, add_wait
 from liveviews.gateway.fanout.subscriber import Subscriber, SubscriberState
 from liveviews.gateway.feed.changes import ChangeFeed
 from liveviews.gateway.feed.store import Client, HistoryGone, Layout, read_history, read_snapshot

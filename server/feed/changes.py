@@ -192,10 +192,10 @@ class ChangeFeed:
                 ("HGETALL", ACTIVE_KEY),
                 ("XREAD", "COUNT", self.count, "STREAMS", *streams),
             ]
-            blocking = ("XREAD", "COUNT", 1, "BLOCK", self.block_ms, "STREAMS", *streams)
-            epoch, active, read = await transact(
-                self.client, transaction, wait=blocking if wait else None
+            blocking = (
+                ("XREAD", "COUNT", 1, "BLOCK", self.block_ms, "STREAMS", *streams) if wait else None
             )
+            epoch, active, read = await transact(self.client, transaction, wait=blocking)
             results = [epoch, hash_of(active), streams_of(read)]
         self.metrics.feed_reads += 1
         epoch = self.layout.epoch(results)

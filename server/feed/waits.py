@@ -19,7 +19,7 @@ import orjson
 
 from liveviews.changes.topic import STREAM_WAITS_MAXLEN, STREAM_WAITS_STREAM
 from liveviews.gateway.errors import BadRequest
-from liveviews.gateway.fanout.hub import Wanted
+from liveviews.gateway.fanout.lane import Wanted
 from liveviews.gateway.feed.store import Client
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from liveviews.changes.topic import WANTS_MAXLEN, WANTS_STREAM
-from liveviews.gateway.fanout.hub import Wanted
+from liveviews.gateway.fanout.lane import Wanted
 from liveviews.gateway.feed.store import STORE_ERRORS, Client
 
 log = logging.getLogger("liveviews.gateway.wants")
