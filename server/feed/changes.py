@@ -6,8 +6,8 @@ transaction of the store's epoch and a non-blocking XREAD: the epoch, the deltas
 progress it returns are one consistent cut of the store, in which a progress entry never
 precedes the deltas it covers. Between reads with nothing new, a blocking XREAD waits for the
 next entry; its result is only a wake-up, the transactional read takes the entries. On a single
-server both go in one write (``liveviews.gateway.feed.pipelined``): the store runs the
-transaction as soon as the wait ends, so a batch costs one round trip.
+server both go in one write, on a connection the feed holds (``liveviews.gateway.feed.pipelined``):
+the store runs the transaction as soon as the wait ends, so a batch costs one round trip.
 
 On a store cluster no transaction spans the shards' and ``lv:{m}:`` hash slots, so each read is
 a MULTI of the epoch, ``lv:{m}:active`` and an XREAD of ``lv:{m}:progress`` first, then an XREAD
@@ -53,7 +53,7 @@ from liveviews.errors import StoreMismatch
 from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.items import Progress
 from liveviews.gateway.feed import nodes
-from liveviews.gateway.feed.pipelined import hash_of, streams_of, transact
+from liveviews.gateway.feed.pipelined import FeedConnection, hash_of, streams_of
 from liveviews.gateway.feed.store import (
     CONTROL_KEY,
     STORE_ERRORS,
@@ -99,6 +99,9 @@ class ChangeFeed:
         stream_waits: StreamWaits | None = None,
     ) -> None:
         self.client = client
+        self.cluster = nodes.is_cluster(client)
+        self.connection = FeedConnection(client)
+        """A single server's connection for the feed's reads (``_read``)."""
         self.stream_waits = stream_waits or StreamWaits()
         """The SSE streams of this process that waits posted to any gateway may name."""
         self.hub = hub
@@ -118,6 +121,12 @@ class ChangeFeed:
 
     async def run(self) -> None:
         """Read until cancelled; store failures are retried with backoff, never raised."""
+        try:
+            await self._run()
+        finally:
+            await self.connection.close()
+
+    async def _run(self) -> None:
         failures = 0
         while True:
             try:
@@ -181,7 +190,7 @@ class ChangeFeed:
         hold more than it returned (so read again at once, without waiting). Otherwise the next
         read waits, which ends at once if anything came meanwhile: a read without a wait that
         finds nothing would cost a round trip per batch."""
-        if nodes.is_cluster(self.client):
+        if self.cluster:
             if wait:
                 await self._wait()
             results = await self._read_cluster()
@@ -195,7 +204,7 @@ class ChangeFeed:
             blocking = (
                 ("XREAD", "COUNT", 1, "BLOCK", self.block_ms, "STREAMS", *streams) if wait else None
             )
-            epoch, active, read = await transact(self.client, transaction, wait=blocking)
+            epoch, active, read = await self.connection.transact(transaction, wait=blocking)
             results = [epoch, hash_of(active), streams_of(read)]
         self.metrics.feed_reads += 1
         epoch = self.layout.epoch(results)
