@@ -78,9 +78,10 @@ PREFIX_EVENT_ID = {
     "type": "string",
     "maxLength": 1024,
     "pattern": r"^$|^[A-Za-z0-9_-]{1,64}\.(0|[0-9]{1,20}-[0-9]{1,20})"
-    r"(~(0|[0-9]{1,20}-[0-9]{1,20}))*$",
+    r"(~(0|[0-9]{1,20}-[0-9]{1,20}))*(\.[0-9a-f]{16})?$",
     "description": "An event id of this prefix subscription as the gateway sent it "
-    "(docs/PROTOCOL.md, section 3): a position per change-topic shard; empty means none.",
+    "(docs/PROTOCOL.md, section 3): a position per change-topic shard, and a filtered "
+    "subscription's filter digest; empty means none.",
 }
 
 
@@ -328,13 +329,19 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
         "/v1/live": {
             "get": {
                 "summary": "Server-Sent Events: the keys of a listable view with a prefix, or "
-                "all of them (docs/PROTOCOL.md, section 5.1).",
+                "all of them, and of their rows those a filter matches (docs/PROTOCOL.md, "
+                "sections 5.1 and 5.2).",
                 "security": BEARER,
                 "parameters": [
                     {"name": "view", "in": "query", "required": True,
                      "schema": {"type": "string", **({"enum": views} if views else {})}},
                     {"name": "prefix", "in": "query",
                      "schema": {"type": "string", "maxLength": 256}},
+                    {"name": "filter", "in": "query",
+                     "description": "Only the rows that match this filter, as JSON "
+                     "(docs/PROTOCOL.md, section 5.2), e.g. "
+                     '{"field": "assignee", "eq": "ada"}.',
+                     "schema": {"type": "string", "maxLength": 4096}},
                     {"name": "Last-Event-ID", "in": "header", "schema": PREFIX_EVENT_ID},
                     {"name": "last_event_id", "in": "query", "schema": PREFIX_EVENT_ID},
                     STREAM_PARAM,

@@ -11,10 +11,12 @@ from typing import Any
 
 from liveviews.gateway.auth import Principal
 from liveviews.gateway.errors import BadRequest, NotFound
+from liveviews.gateway.fanout.filtered import FilteredPrefixSubscription
 from liveviews.gateway.fanout.query import PrefixSubscription, WindowSubscription
 from liveviews.gateway.feed.queries import Rank
 from liveviews.gateway.gateway import Gateway
 from liveviews.gateway.wire.eventid import PrefixId, WindowId
+from liveviews.gateway.wire.filters import Filter
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -23,9 +25,15 @@ MAX_PREFIX = 256
 
 
 def prefix_subscription(
-    gw: Gateway, principal: Principal, view: str, prefix: str, resume: str | None
+    gw: Gateway,
+    principal: Principal,
+    view: str,
+    prefix: str,
+    resume: str | None,
+    filter: Filter | None = None,
 ) -> PrefixSubscription:
-    """A subscription to the keys of ``view`` that start with ``prefix`` ('' for all)."""
+    """A subscription to the keys of ``view`` that start with ``prefix`` ('' for all), and of
+    their rows those that match ``filter``, if given."""
     v = gw.app.views.get(view)
     if v is None:
         raise NotFound(
@@ -47,10 +55,15 @@ def prefix_subscription(
     if principal.service:
         log.info("service %r reads %s with prefix %r", subject, view, prefix)
     service = principal.service
-    return PrefixSubscription(
-        gw.source, gw.reads, view, prefix,
-        lambda key: service or v.readable(subject, key), parsed,
-    )  # fmt: skip
+
+    def readable(key: str) -> bool:
+        return service or v.readable(subject, key)
+
+    if filter is not None:
+        return FilteredPrefixSubscription(
+            gw.source, gw.reads, view, prefix, readable, parsed, filter
+        )
+    return PrefixSubscription(gw.source, gw.reads, view, prefix, readable, parsed)
 
 
 def window_subscription(

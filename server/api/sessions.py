@@ -46,7 +46,7 @@ from liveviews.gateway.gateway import Gateway
 from liveviews.gateway.live.sender import log_failure
 from liveviews.gateway.live.sockets import AsgiSocket, OwnedSocket, Socket
 from liveviews.gateway.live.ws import WsSender
-from liveviews.gateway.wire import frames
+from liveviews.gateway.wire import filters, frames
 from liveviews.gateway.wire.eventid import EventId, position_tuple
 
 log = logging.getLogger("liveviews.gateway.ws")
@@ -365,14 +365,21 @@ class Session:
     ) -> Subscription:
         """A key's subscription, a window of a key's (``limit``), or a prefix's."""
         assert self.principal is not None
-        limit, after = msg.get("limit"), msg.get("after")
+        limit, after, where = msg.get("limit"), msg.get("after"), msg.get("filter")
         if prefix is not None:
             if not isinstance(prefix, str) or limit is not None or after is not None:
                 raise BadRequest(
                     "a prefix subscription takes a 'prefix' string and no 'limit' or 'after'.",
                     code="invalid_message",
                 )
-            return prefix_subscription(self.gw, self.principal, view, prefix, raw)
+            checked = filters.parse(where) if where is not None else None
+            return prefix_subscription(self.gw, self.principal, view, prefix, raw, checked)
+        if where is not None:
+            raise BadRequest(
+                "a 'filter' goes with a 'prefix' subscription (an empty prefix: the whole "
+                "view), not with a key's.",
+                code="invalid_message",
+            )
         if not isinstance(key, str):
             raise BadRequest("'key' must be a string.", code="invalid_message")
         if limit is None:

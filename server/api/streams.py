@@ -39,7 +39,7 @@ from liveviews.gateway.feed.queries import Rank
 from liveviews.gateway.gateway import Gateway
 from liveviews.gateway.live.source import FrameSource
 from liveviews.gateway.live.sse import begin, serve
-from liveviews.gateway.wire import frames
+from liveviews.gateway.wire import filters, frames
 from liveviews.gateway.wire.eventid import EventId
 
 
@@ -109,6 +109,12 @@ async def live(request: Request) -> Response:
     principal = await authenticate(request, gw.auth, READ)
     view, key = view_and_key(request, tail="live")
     gw.readable_view(principal, view, key)
+    if single(request, "filter") is not None:
+        raise BadRequest(
+            "'filter' goes with a prefix or whole-view subscription: "
+            "/v1/live?view=<view>&prefix=<prefix>&filter=<filter>.",
+            code="invalid_parameter",
+        )
     sub: Subscription
     limit = single(request, "limit")
     if limit is not None:
@@ -156,7 +162,9 @@ async def query_live(request: Request) -> Response:
                 code="invalid_parameter",
             )
     principal.require(READ)
-    sub = prefix_subscription(gw, principal, view, prefix, raw_resume_id(request))
+    raw_filter = single(request, "filter")
+    where = filters.parse_json(raw_filter) if raw_filter is not None else None
+    sub = prefix_subscription(gw, principal, view, prefix, raw_resume_id(request), where)
     return await _stream(request, gw, principal, sub)
 
 

@@ -18,6 +18,7 @@ shared frames to them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -87,14 +88,22 @@ class PrefixSubscription(Subscription):
             s.client, self.reads, s.layout, self.view, self.key, s.frontier_of(self.view)
         )
         around = snap.around
-        _follow(self, around)
+        follow(self, around)
         self.positions = [position_tuple(p) for p in snap.positions]
-        keys = {k: rows for k, rows in snap.keys.items() if self.readable(k)}
+        keys = self._visible(snap.keys)
         event_id = self._event_id()
         self.last_event_id = event_id
         return frames.prefix_snapshot(
             self.view, self.key, keys, around.frontier, event_id, lag_ms=around.lag_ms
         )
+
+    def _visible(self, keys: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """What the subscriber may see of a snapshot's keys: those the read rule lets it read."""
+        return {k: rows for k, rows in keys.items() if self.readable(k)}
+
+    def _ops(self, key: str, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What the subscriber is sent of a delta of a key it may read: all of it."""
+        return ops
 
     async def _history_page(self) -> list[frames.Frame]:
         """The next page of the deltas missed in the shard ``history`` names; the shards are
@@ -139,7 +148,10 @@ class PrefixSubscription(Subscription):
         self.positions[shard] = item.position
         if not self.readable(delta.key):
             return None
-        return frames.delta(delta.view, delta.key, delta.ops, self._event_id())
+        ops = self._ops(delta.key, delta.ops)
+        if not ops:
+            return None
+        return frames.delta(delta.view, delta.key, ops, self._event_id())
 
 
 class WindowSubscription(Subscription):
@@ -204,7 +216,7 @@ class WindowSubscription(Subscription):
     async def _snapshot(self) -> frames.Frame:
         read = await self._read()
         around = read.around
-        _follow(self, around)
+        follow(self, around)
         self.position = position_tuple(read.position)
         self.window = {r.row: r for r in read.rows}
         event_id = self._event_id()
@@ -245,7 +257,7 @@ class WindowSubscription(Subscription):
             if page.complete or position_tuple(page.read_to) >= limit:
                 break
             after = page.read_to
-        _follow(self, read.around)
+        follow(self, read.around)
         self.position = position_tuple(read.position)
 
         def held(rank: Rank) -> bool:
@@ -306,7 +318,7 @@ class WindowSubscription(Subscription):
         return out
 
 
-def _follow(sub: Subscription, around: Around) -> None:
+def follow(sub: Subscription, around: Around) -> None:
     """``sub`` is at the epoch and frontier a read of the store saw."""
     sub.epoch = around.epoch
     sub.progress_position = position_tuple(around.progress)

@@ -61,6 +61,7 @@ MAX_QUERY_ID_LENGTH = 1024
 EPOCH_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 POSITION_RE = re.compile(r"0|([0-9]{1,20})-([0-9]{1,20})")
 BOUNDARY_RE = re.compile(r"[A-Za-z0-9_-]{0,800}")
+DIGEST_RE = re.compile(r"[0-9a-f]{16}")
 
 
 def _invalid(raw: str, form: str) -> BadRequest:
@@ -87,23 +88,28 @@ def _position(raw: str) -> str | None:
 @dataclass(frozen=True)
 class PrefixId:
     """The event id of a subscription to the keys of a view with a prefix: a position per
-    change-topic shard, ``<epoch>.<pos>~<pos>~...`` (a position ``0-0`` written ``0``)."""
+    change-topic shard, ``<epoch>.<pos>~<pos>~...`` (a position ``0-0`` written ``0``), and for a
+    filtered one the filter's digest after a dot (docs/PROTOCOL.md, section 5.2)."""
 
     epoch: str
     positions: tuple[str, ...]
+    filter: str | None = None
 
     def __str__(self) -> str:
-        return self.epoch + "." + "~".join("0" if p == "0-0" else p for p in self.positions)
+        text = self.epoch + "." + "~".join("0" if p == "0-0" else p for p in self.positions)
+        return text if self.filter is None else f"{text}.{self.filter}"
 
     @classmethod
     def parse(cls, raw: str, shards: int) -> PrefixId:
         epoch, dot, rest = raw.partition(".")
+        rest, filtered, digest = rest.partition(".")
         parts = rest.split("~")
         positions = [_position(p) for p in parts]
         if (len(raw) > MAX_QUERY_ID_LENGTH or not dot or EPOCH_RE.fullmatch(epoch) is None
-                or len(parts) != shards or None in positions):  # fmt: skip
-            raise _invalid(raw, "<epoch>.<position>~<position>~...")
-        return cls(epoch, tuple(p for p in positions if p is not None))
+                or len(parts) != shards or None in positions
+                or filtered and DIGEST_RE.fullmatch(digest) is None):  # fmt: skip
+            raise _invalid(raw, "<epoch>.<position>~<position>~...[.<filter digest>]")
+        return cls(epoch, tuple(p for p in positions if p is not None), digest or None)
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,7 @@ REFUSALS = {
     "key": {"invalid_key", "not_found"},
     "view": {"unknown_view", "invalid_key", "not_found"},
     "prefix": {"invalid_parameter"},
+    "filter": {"invalid_filter", "invalid_parameter"},
     "limit": {"invalid_parameter", "not_ranked"},
     "after_score": {"invalid_parameter"},
     "after_row": {"invalid_parameter"},

@@ -15,7 +15,15 @@ from tests.support.gateway_settings import SHARDS, settings_for
 @pytest.fixture(scope="session")
 def query_gateway(store_url: str) -> Iterator[ServedGateway]:
     served = ServedGateway(
-        settings_for(store_url, LV_APP="tests.support.queryapp:app", LV_SUBSCRIBER_BUFFER="64")
+        # Progress often, so that the randomized test checks what subscribers hold at many
+        # frontiers.
+        settings_for(
+            store_url,
+            LV_APP="tests.support.queryapp:app",
+            LV_SUBSCRIBER_BUFFER="64",
+            LV_PROGRESS_INTERVAL_MS="20",
+            LV_QUIET_PROGRESS_MS="40",
+        )
     ).start()
     yield served
     served.stop()

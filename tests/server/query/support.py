@@ -36,7 +36,7 @@ class PrefixState:
             assert event_id is not None
             key = data["key"]
             shard = shard_for(data["view"], key, SHARDS)
-            at = event_id.split(".", 1)[1].split("~")[shard]
+            at = event_id.split(".")[1].split("~")[shard]  # a filter's digest may follow
             assert (shard, at) not in self.seen, f"delta {at} of shard {shard} sent twice"
             self.seen.add((shard, at))
             pos = tuple(int(x) for x in at.split("-")) if at != "0" else (0, 0)
