@@ -142,9 +142,10 @@ export class Client extends Emitter {
    * Follow a query: a snapshot, then its changes. `subscribe(view, key, handlers?)` or
    * `subscribe({view, key}, handlers?)` follows one key (a Subscription);
    * `subscribe({view, prefix}, handlers?)` the keys that start with `prefix`, or with no prefix
-   * the whole view (a PrefixSubscription); `subscribe({view, key, limit, after?}, handlers?)` a
-   * window of the key's top rows by score, after the row `after` names (a WindowSubscription).
-   * `handlers`: `{snapshot, change, ...}`.
+   * the whole view (a PrefixSubscription), and `{view, prefix, filter}` only their rows that
+   * match the filter (docs/PROTOCOL.md, section 5.2); `subscribe({view, key, limit, after?},
+   * handlers?)` a window of the key's top rows by score, after the row `after` names (a
+   * WindowSubscription). `handlers`: `{snapshot, change, ...}`.
    */
   subscribe(viewOrQuery, key, handlers) {
     this._requireOpen('subscribe');

@@ -247,11 +247,13 @@ export function floatText(x) {
   return `${sign}${digits.slice(0, e + 1).padEnd(e + 1, '0')}.${digits.slice(e + 1) || '0'}`;
 }
 
-/** A subscribe message for `query` (a key, a prefix, or a window: see query.js). */
+/** A subscribe message for `query` (a key, a prefix with or without a filter, or a window: see query.js). */
 function subscribeMessage(sub, query, lastEventId) {
   const fields = [['type', 'subscribe'], ['sub', sub], ['view', query.view]];
   if (isString(query.key)) fields.push(['key', query.key]);
   if (isString(query.prefix)) fields.push(['prefix', query.prefix]);
+  // As the application wrote it: the gateway's digest of a filter does not depend on member order.
+  if (query.filter != null) fields.push(['filter', query.filter]);
   if (query.limit != null) fields.push(['limit', query.limit]);
   const parts = fields.map(([name, value]) => `${JSON.stringify(name)}:${JSON.stringify(value)}`);
   if (query.after != null) {
@@ -264,7 +266,7 @@ function subscribeMessage(sub, query, lastEventId) {
 /** The client's WebSocket messages, with their fields in the order of the golden files. */
 export const encode = Object.freeze({
   auth: (token) => JSON.stringify({ type: 'auth', token }),
-  /** `query`: `{view, key}`, `{view, prefix}` or `{view, key, limit, after?}`. */
+  /** `query`: `{view, key}`, `{view, prefix, filter?}` or `{view, key, limit, after?}`. */
   subscribe: (sub, query, lastEventId = null) => subscribeMessage(sub, query, lastEventId),
   unsubscribe: (sub) => JSON.stringify({ type: 'unsubscribe', sub }),
   publish: (req, events, idempotencyKey = null) => JSON.stringify(

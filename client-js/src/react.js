@@ -8,6 +8,7 @@
  *   const { rows, state } = useLiveView('timeline', user);
  *   // rows: Map of row id -> value, a new Map after every change; state: the subscription's
  *   const { keys } = useLiveView({ view: 'tasks', prefix: `${board}/` });
+ *   const mine = useLiveView({ view: 'tasks', prefix: `${board}/`, filter: { field: 'assignee', eq: me } });
  *   const { ranked, nextPage } = useLiveView({ view: 'kudos', key: team, limit: 10 });
  */
 

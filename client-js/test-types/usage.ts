@@ -16,6 +16,7 @@ import {
   type AnySubscription,
   type ChangeEvent,
   type Client,
+  type Filter,
   type Frontier,
   type Offset,
   type PageCursor,
@@ -104,6 +105,33 @@ board.keys.delete('board1/t1');
 void board.rows;
 // @ts-expect-error: a query names a key or a prefix, not both
 client.subscribe({ view: 'tasks', key: 'k', prefix: 'p' });
+
+// A prefix's rows that match a filter (docs/PROTOCOL.md, section 5.2).
+interface Assigned {
+  title: string;
+  assignee: string | null;
+}
+const mine: Filter = { field: 'assignee', eq: 'ada' };
+const myTasks: PrefixSubscription<Assigned> = client.subscribe<Assigned>({ view: 'tasks', prefix: 'board1/', filter: mine });
+const held: Filter | null = myTasks.filter;
+const urgent: Filter = {
+  and: [{ field: ['meta', 'owner'], in: ['ada', 'ben'] }, { not: { field: 'done', eq: true } }, { or: [{ field: 'due', lt: '2027-01-01' }, { field: 'points', gte: 8 }] }],
+};
+const unassigned: Filter = { field: 'assignee', null: true };
+void [held, unassigned, client.subscribe({ view: 'tasks', filter: urgent }), client.subscribe({ view: 'tasks', prefix: 'b/', filter: null })];
+// @ts-expect-error: a filter narrows a prefix's rows, not one key's
+client.subscribe({ view: 'tasks', key: 'board1/t1', filter: mine });
+// @ts-expect-error: nor a window's
+client.subscribe({ view: 'kudos', key: 'team', limit: 10, filter: mine });
+// @ts-expect-error: a filter is a JSON object, not a string of SQL
+client.subscribe({ view: 'tasks', filter: 'assignee = ada' });
+// @ts-expect-error: a comparison has exactly one operator
+const twoOperators: Filter = { field: 'points', gt: 1, lt: 5 };
+// @ts-expect-error: a field is compared with a string, a number or a boolean
+const objectValue: Filter = { field: 'assignee', eq: { name: 'ada' } };
+// @ts-expect-error: `and` takes filters, beside no field
+const mixed: Filter = { field: 'assignee', eq: 'ada', and: [mine] };
+void [twoOperators, objectValue, mixed];
 
 // A window of a key: its top rows by score, paged by the last row.
 interface Kudos {
@@ -213,6 +241,8 @@ function Board({ id }: { id: string | null }): number {
   void [state, next, subscription?.limit];
   // @ts-expect-error: a prefix's hook gives keys, not ranked rows
   void useLiveView({ view: 'tasks', prefix: 'b/' }).ranked;
+  const { keys: myKeys }: LivePrefix<Assigned> = useLiveView<Assigned>({ view: 'tasks', prefix: 'b/', filter: { field: 'assignee', eq: 'ada' } });
+  void myKeys;
   return keys.size + ranked.length;
 }
 void Board;

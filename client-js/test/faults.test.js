@@ -1,45 +1,18 @@
-// Faults forced on purpose, at the protocol edge: a scripted WebSocket and a scripted fetch
-// that speak the golden frames, so the client's handling of a slow-consumer ending, a refusal,
-// an outage and a silent connection can be checked exactly. No gateway needed.
+// Faults forced on purpose, at the protocol edge: a scripted WebSocket (test-support/fakes.js)
+// and a scripted fetch that speak the golden frames, so the client's handling of a
+// slow-consumer ending, a refusal, an outage and a silent connection can be checked exactly.
+// No gateway needed.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { createClient } from '../src/index.js';
+import { scriptedWebSocket, sse } from '../test-support/fakes.js';
 import { waitFor } from '../test-support/helpers.js';
 
 const EPOCH = '5f3a9c0e12ab';
 const snapshot = { view: 'profiles', key: 'alice', rows: { profile: { name: 'A0' } }, frontier: { 0: '1-0' } };
 const delta = (name) => ({ view: 'profiles', key: 'alice', ops: [{ op: 'upsert', row: 'profile', value: { name } }] });
-
-/** A WebSocket whose gateway side is `script(socket, message)`, called for every client message. */
-function scriptedWebSocket(script) {
-  const sockets = [];
-  class Scripted {
-    constructor(url) {
-      this.url = url;
-      this.sent = [];
-      this.closed = false;
-      sockets.push(this);
-      setTimeout(() => this.onopen?.(), 1);
-    }
-
-    send(text) {
-      const message = JSON.parse(text);
-      this.sent.push(message);
-      setTimeout(() => script(this, message), 1);
-    }
-
-    deliver(message) {
-      if (!this.closed) this.onmessage?.({ data: JSON.stringify(message) });
-    }
-
-    close() {
-      this.closed = true;
-    }
-  }
-  return { WebSocket: Scripted, sockets };
-}
 
 function client(options) {
   return createClient({
@@ -115,8 +88,6 @@ function scriptedFetch(responses) {
   };
   return { fetch, calls };
 }
-
-const sse = (kind, data, id) => `event: ${kind}\n${id ? `id: ${id}\n` : ''}data: ${JSON.stringify(data)}\n\n`;
 
 test('SSE: an end frame resumes at once with Last-Event-ID; an outage is retried', async () => {
   const { fetch, calls } = scriptedFetch([

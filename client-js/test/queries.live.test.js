@@ -1,8 +1,8 @@
-// Query-shaped subscriptions (docs/PROTOCOL.md, section 5.1) against the real gateway of the
-// query application (tests/support/queryapp.py), over WebSocket and SSE: a prefix's keys, a
-// window's ranked rows and its next page, each resumed after a cut connection with no gap, no
-// duplicate and no reset; the whole view, with only the keys the subject may read; and
-// read-your-writes on a prefix.
+// Query-shaped subscriptions (docs/PROTOCOL.md, sections 5.1 and 5.2) against the real gateway
+// of the query application (tests/support/queryapp.py), over WebSocket and SSE: a prefix's keys,
+// a filtered prefix's matching rows, a window's ranked rows and its next page, each resumed after
+// a cut connection with no gap, no duplicate and no reset; the whole view, with only the keys
+// the subject may read; and read-your-writes on a prefix.
 
 import assert from 'node:assert/strict';
 import { after, afterEach, test } from 'node:test';
@@ -114,6 +114,44 @@ for (const transport of ['ws', 'sse']) {
   });
 }
 
+for (const transport of ['ws', 'sse']) {
+  test(`${transport}: a filtered prefix holds the rows that match as they move in and out, and resumes`, liveQueries, async () => {
+    const board = uniqueKey('b');
+    const key = (t) => `${board}/${t}`;
+    const set = (t, title, assignee) => ['tasks', key(t), 'task', { title, assignee }];
+    await writeQueries([set('t1', 'one', 'ada'), set('t2', 'two', 'ben'), set('t3', 'three', null)]);
+    const net = await proxy();
+    const client = makeClient({ url: net.url, transport, token: token('ada') });
+    const sub = client.subscribe({ view: 'tasks', prefix: `${board}/`, filter: { field: 'assignee', eq: 'ada' } });
+    const log = record(sub);
+    await next(sub, 'snapshot');
+    assert.deepEqual(plain(sub.keys), { [key('t1')]: { task: { title: 'one', assignee: 'ada' } } });
+
+    await writeQueries([set('t2', 'two', 'ada')]); // moves in
+    await writeQueries([set('t1', 'one', 'ben')]); // moves out
+    await writeQueries([set('t3', 'three, renamed', null)]); // matched neither before nor after
+    await writeQueries([set('t4', 'four', 'ada')]);
+    await waitFor(() => changes(log).length === 3, 'two moves and a new task');
+    assert.deepEqual(changes(log).map((e) => [e.key, e.ops.map((op) => op.op)]), [
+      [key('t2'), ['upsert']], [key('t1'), ['delete']], [key('t4'), ['upsert']],
+    ]);
+
+    net.cut();
+    await waitFor(() => sub.state === 'reconnecting', 'the client to notice');
+    await writeQueries([set('t2', 'two', 'ben')]); // moves out while the client is away
+    await writeQueries([set('t5', 'five', 'ada'), set('t3', 'three, again', 'ben')]);
+    net.restore();
+    await waitFor(() => sub.keys.has(key('t5')) && !sub.keys.has(key('t2')), 'the missed moves');
+    await writeQueries([set('t6', 'six', 'ada')]);
+    await waitFor(() => sub.keys.has(key('t6')), 'a live delta after the resume');
+    assert.deepEqual(Object.keys(plain(sub.keys)).sort(), [key('t4'), key('t5'), key('t6')]);
+    // Only rows that match ever came: a resume may delete a row it never held, never upsert one.
+    const upserted = changes(log).flatMap((e) => e.ops.filter((op) => op.op === 'upsert'));
+    assert.ok(upserted.every((op) => op.value.assignee === 'ada'), JSON.stringify(upserted));
+    assertResumed(log);
+  });
+}
+
 test('a prefix (ws) and a window (sse) reset to a fresh snapshot when the store is replaced', liveQueries, async () => {
   const board = uniqueKey('b');
   const game = uniqueKey('g');
@@ -144,6 +182,8 @@ for (const transport of ['ws', 'sse']) {
       [{ view: 'scores', prefix: 'g' }, 'not_listable', /not listable/],
       [{ view: 'tasks', key: 'board', limit: 2 }, 'not_ranked', /no window/],
       [{ view: 'scores', key: 'g', limit: 11 }, 'invalid_parameter', /from 1 to 10/],
+      // The grammar of a filter is the gateway's to check; its sentence names the place.
+      [{ view: 'tasks', prefix: 'b/', filter: { and: [{ field: 'assignee', eq: 'ada' }, { field: 'n', gt: [1] }] } }, 'invalid_filter', /filter\.and\[1\]\.gt/],
     ];
     for (const [query, code, message] of refused) {
       const sub = client.subscribe(query);

@@ -1,5 +1,6 @@
-// useLiveView (src/react.js, the `liveviews-client/react` export) against the real gateway and
-// the real React (the registry's react and react-test-renderer, client-js's devDependencies).
+// useLiveView (src/react.js, the `liveviews-client/react` export) against the real gateway, or a
+// scripted one (test-support/fakes.js) where what the hook asks for is the point, and the real
+// React (the registry's react and react-test-renderer, client-js's devDependencies).
 
 import assert from 'node:assert/strict';
 import { afterEach, test } from 'node:test';
@@ -8,6 +9,7 @@ import React from 'react';
 import TestRenderer from 'react-test-renderer';
 
 import { LiveviewsProvider, useLiveView, useLiveviewsClient } from '../src/react.js';
+import { fakeGateway } from '../test-support/fakes.js';
 import {
   QUERY_GATEWAY, closeClients, live, liveQueries, makeClient, token, uniqueKey, waitFor, write, writeQueries,
 } from '../test-support/helpers.js';
@@ -125,5 +127,33 @@ test('useLiveView with a null key subscribes to nothing, and needs a client', li
   await waitFor(() => explicit.latest().state === 'live', 'a client given as an option');
   assert.equal(explicit.latest().rows.get('profile')?.name, 'given');
   explicit.unmount();
+  await waitFor(() => client.subscriptions.size === 0, 'unmounting to unsubscribe');
+});
+
+test('useLiveView follows a filtered prefix: the same filter keeps its subscription, another replaces it', async () => {
+  const gateway = fakeGateway();
+  const client = makeClient({ url: 'http://gateway.test', transport: 'sse', token: 't', watchOnline: false, heartbeatTimeout: 60_000, fetch: gateway.fetch });
+  const renders = [];
+  function Probe({ person }) {
+    // A new filter object at every render, as a component writes it inline.
+    renders.push(useLiveView({ view: 'tasks', prefix: 'b/', filter: { field: 'assignee', eq: person } }));
+    return null;
+  }
+  const tree = (person, n) => h(LiveviewsProvider, { client }, h(Probe, { person, n }));
+  const renderer = TestRenderer.create(tree('ada', 0));
+  await waitFor(() => gateway.streams.length === 1, 'the stream');
+  const filterOf = (stream) => JSON.parse(stream.url.searchParams.get('filter'));
+  assert.deepEqual(filterOf(gateway.streams[0]), { field: 'assignee', eq: 'ada' });
+  gateway.streams[0].send('snapshot', { view: 'tasks', prefix: 'b/', keys: { 'b/t1': { task: { assignee: 'ada' } } }, frontier: {} }, 'e.1-0~0.0123456789abcdef');
+  await waitFor(() => renders.at(-1).keys.size === 1, 'the snapshot to render');
+  const sub = renders.at(-1).subscription;
+  for (let n = 1; n <= 3; n++) renderer.update(tree('ada', n));
+  assert.equal(renders.at(-1).subscription, sub, 'the same filter, written again, keeps the subscription');
+
+  renderer.update(tree('ben', 4));
+  await waitFor(() => sub.state === 'closed' && gateway.streams.length === 2, "ben's filter to replace ada's");
+  assert.deepEqual(filterOf(gateway.streams[1]), { field: 'assignee', eq: 'ben' });
+  assert.equal(renders.at(-1).keys.size, 0, 'nothing of the old filter is shown');
+  renderer.unmount();
   await waitFor(() => client.subscriptions.size === 0, 'unmounting to unsubscribe');
 });

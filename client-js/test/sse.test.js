@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, test } from 'node:test';
 
+import { fakeGateway } from '../test-support/fakes.js';
 import {
   GATEWAY, TcpProxy, closeClients, control, live, makeClient, next, record, token, uniqueKey, waitFor, write,
 } from '../test-support/helpers.js';
@@ -243,39 +244,9 @@ test('reflects posts a wait for its stream: the frontier comes before the quiet 
 
 // ---- offline: waits against a gateway in this process ------------------------------------------
 
-const sse = (kind, data, id) => `event: ${kind}\n${id ? `id: ${id}\n` : ''}data: ${JSON.stringify(data)}\n\n`;
 const EPOCH = '5f3a9c0e12ab';
 const snapshotOf = (frontier) => ({ view: 'profiles', key: 'alice', rows: {}, frontier });
 const STREAM_ID = /^[A-Za-z0-9_-]{22}$/;
-
-/**
- * A gateway in this process, as `fetch`: each stream request gets a stream the test writes to
- * (`streams[i].send(kind, data, id)`, `.close()`); each wait posted is kept in `waits` and
- * answered with `waitStatus` (0: a network failure).
- */
-function fakeGateway() {
-  const gateway = { streams: [], waits: [], waitStatus: 204 };
-  const encoder = new TextEncoder();
-  gateway.fetch = async (url, init = {}) => {
-    const at = new URL(url);
-    if (init.method === 'POST') {
-      gateway.waits.push({ path: at.pathname, headers: init.headers, credentials: init.credentials, body: JSON.parse(init.body) });
-      if (gateway.waitStatus === 0) throw new TypeError('fetch failed');
-      if (gateway.waitStatus === 204) return new Response(null, { status: 204 });
-      return Response.json({ code: 'store_unavailable', message: 'try again' }, { status: gateway.waitStatus });
-    }
-    let controller;
-    const body = new ReadableStream({ start(c) { controller = c; } });
-    gateway.streams.push({
-      url: at,
-      headers: init.headers,
-      send: (kind, data, id) => controller.enqueue(encoder.encode(sse(kind, data, id))),
-      close: () => controller.close(),
-    });
-    return new Response(body, { status: 200, headers: { 'Content-Type': 'text/event-stream' } });
-  };
-  return gateway;
-}
 
 /** A client of `fakeGateway`, whose streams do not time out while a test looks at them. */
 const offline = (options) => makeClient({

@@ -108,14 +108,19 @@ export interface KeyQuery {
   view: string;
   key: string;
   prefix?: never;
+  filter?: never;
   limit?: never;
   after?: never;
 }
 
-/** The keys of `view` that start with `prefix`; without one (or ''), the whole view. */
+/**
+ * The keys of `view` that start with `prefix`; without one (or ''), the whole view. With a
+ * `filter` (null: none), only their rows that match it (docs/PROTOCOL.md, section 5.2).
+ */
 export interface PrefixQuery {
   view: string;
   prefix?: string;
+  filter?: Filter | null;
   key?: never;
   limit?: never;
   after?: never;
@@ -128,7 +133,49 @@ export interface WindowQuery {
   limit: number;
   after?: PageCursor | null;
   prefix?: never;
+  filter?: never;
 }
+
+/** A field of a row's value (a JSON object): its name, or a path of names into nested objects. */
+export type FilterField = string | readonly string[];
+
+/** What a field is compared with: a string, a finite number or a boolean. */
+export type FilterValue = string | number | boolean;
+
+/** Each comparison's operator and what it takes. */
+interface FilterOperators {
+  eq: FilterValue;
+  ne: FilterValue;
+  in: readonly FilterValue[];
+  lt: number | string;
+  lte: number | string;
+  gt: number | string;
+  gte: number | string;
+  /** true: the field is absent or null; false: present and not null. */
+  null: boolean;
+}
+
+type FilterOperator = keyof FilterOperators;
+
+/** `{field, <one operator>: value}`: a field and exactly one operator. */
+export type FilterComparison = {
+  [O in FilterOperator]: { field: FilterField } & { [P in O]: FilterOperators[P] } & { [P in Exclude<FilterOperator, O>]?: never } & {
+    and?: never; or?: never; not?: never;
+  };
+}[FilterOperator];
+
+type NoComparison = { field?: never } & { [P in FilterOperator]?: never };
+
+/**
+ * A filter of rows by their fields (docs/PROTOCOL.md, section 5.2): a comparison, or `and`, `or`
+ * (1 to 32 filters) and `not`. The gateway checks it and its limits, and refuses it with
+ * `invalid_filter` and a sentence naming the place.
+ */
+export type Filter =
+  | FilterComparison
+  | (NoComparison & { and: readonly Filter[]; or?: never; not?: never })
+  | (NoComparison & { or: readonly Filter[]; and?: never; not?: never })
+  | (NoComparison & { not: Filter; and?: never; or?: never });
 
 export type Query = KeyQuery | PrefixQuery | WindowQuery;
 
@@ -183,7 +230,11 @@ export interface ChangeEvent<V> {
   eventId: string;
 }
 
-/** One key's delta in a prefix: `rows` is that key's rows after it (empty: the key was dropped). */
+/**
+ * One key's delta in a prefix: `rows` is that key's rows after it (empty: the key was dropped, or
+ * never held). A delta that changes nothing (a delete of a row not held, which a filtered
+ * prefix may be sent on a resume) leaves `keys` the same Map as before.
+ */
 export interface PrefixChangeEvent<V> {
   kind: 'delta';
   key: string;
@@ -268,6 +319,8 @@ export interface PrefixSubscription<V = unknown>
   extends SubscriptionBase<PrefixSubscriptionEvents<V>, PrefixSnapshotEvent<V> | PrefixChangeEvent<V>> {}
 export declare class PrefixSubscription<V = unknown> {
   readonly prefix: string;
+  /** The filter its rows match (a frozen copy of the one given), or null: every row. */
+  readonly filter: Filter | null;
   /** Key -> its rows; a new Map after every change, as is the changed key's. Read-only. */
   readonly keys: ReadonlyMap<string, ReadonlyMap<string, V>>;
 }

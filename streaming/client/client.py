@@ -38,7 +38,7 @@ from liveviews.client.errors import (
 )
 from liveviews.client.fallback import Fallback, gateway_answers
 from liveviews.client.frames import decode_offsets
-from liveviews.client.query import Cursor, parse_query
+from liveviews.client.query import Cursor, Query, parse_query
 from liveviews.client.shapes import PrefixSubscription, WindowSubscription
 from liveviews.client.sse import SseTransport
 from liveviews.client.subscription import Subscription
@@ -196,7 +196,9 @@ class Client:
     def subscribe(self, view: str, key: str) -> Subscription: ...
 
     @overload
-    def subscribe(self, view: str, *, prefix: str) -> PrefixSubscription: ...
+    def subscribe(
+        self, view: str, *, prefix: str, filter: Mapping[str, Any] | None = None
+    ) -> PrefixSubscription: ...
 
     @overload
     def subscribe(
@@ -211,12 +213,19 @@ class Client:
         prefix: str | None = None,
         limit: int | None = None,
         after: Cursor | tuple[float, str] | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> Subscription:
         """Follow one key (``subscribe(view, key)``), the keys of a listable view that start with
-        a prefix (``subscribe(view, prefix="board1/")``; ``""``: every key), or a window of a
-        ranked view's key: its ``limit`` top rows, after the row ``after`` names (a page)."""
+        a prefix (``subscribe(view, prefix="board1/")``; ``""``: every key), of which only the
+        rows that match a filter with ``filter={"field": "assignee", "eq": "ada"}``
+        (docs/PROTOCOL.md, section 5.2), or a window of a ranked view's key: its ``limit`` top
+        rows, after the row ``after`` names (a page)."""
+        query = parse_query(view, key, prefix=prefix, limit=limit, after=after, filter=filter)
+        return self._follow(query)
+
+    def _follow(self, query: Query) -> Subscription:
+        """What ``subscribe`` does with its checked query, of any shape (``sync`` calls it)."""
         transport = self._require_open("subscribe")
-        query = parse_query(view, key, prefix=prefix, limit=limit, after=after)
         shape = {"key": Subscription, "prefix": PrefixSubscription, "window": WindowSubscription}
         sub = shape[query.shape](transport, query)
         transport.attach(sub)

@@ -388,6 +388,7 @@ class Connection:
                 prefix=q.prefix,
                 limit=q.limit,
                 after=after,
+                filter=q.filter,  # again with every resume: its ids are of this filter
                 last_event_id=sub.last_event_id,
             )
         )

@@ -250,11 +250,13 @@ def encode_subscribe(
     prefix: str | None = None,
     limit: int | None = None,
     after: tuple[float, str] | None = None,
+    filter: dict[str, Any] | None = None,
     last_event_id: str | None = None,
 ) -> str:
-    """A subscribe message, with its fields in the order of the golden files."""
+    """A subscribe message, with its fields in the order of the golden files. ``filter`` goes
+    as it was given: the gateway's digest of it does not depend on its members' order."""
     fields: dict[str, Any] = {"type": "subscribe", "sub": sub, "view": view}
-    optional = {"key": key, "prefix": prefix, "limit": limit}
+    optional = {"key": key, "prefix": prefix, "filter": filter, "limit": limit}
     fields.update({name: value for name, value in optional.items() if value is not None})
     if after is not None:
         fields["after"] = {"score": float(after[0]), "row": after[1]}

@@ -15,15 +15,24 @@ from liveviews.client.types import Json, Rows
 
 
 class PrefixSubscription(Subscription):
-    """The keys of a view that start with ``prefix`` (the empty prefix: every key).
+    """The keys of a view that start with ``prefix`` (the empty prefix: every key); with a
+    ``filter``, only their rows that match it (docs/PROTOCOL.md, section 5.2).
 
     ``keys`` maps each key to its rows: a key appears with its first row and is dropped with its
-    last. Each delta is one key's, and the change says which (``change.key``)."""
+    last. Each delta is one key's, and the change says which (``change.key``). Under a filter a
+    row that stops matching comes as a delete (it moves out), one that starts to as an upsert. A
+    delete of a row the subscription does not hold, which a resumed filtered prefix may be sent,
+    changes nothing; its change still comes, with the delta's ops as the gateway sent them."""
 
     def _empty(self) -> None:
         self.key = None
         self.prefix = self.query.prefix or ""
         self._keys: dict[str, Rows] = {}
+
+    @property
+    def filter(self) -> Mapping[str, Json] | None:
+        """The filter the rows match, as given (read-only); None: every row of the keys."""
+        return None if self.query.filter is None else MappingProxyType(self.query.filter)
 
     @property
     def keys(self) -> Mapping[str, Mapping[str, Json]]:
@@ -49,7 +58,7 @@ class PrefixSubscription(Subscription):
             if op["op"] == "upsert":
                 rows[op["row"]] = op["value"]
             else:
-                rows.pop(op["row"], None)
+                rows.pop(op["row"], None)  # a row it never held: nothing to do
         if not rows:
             del self._keys[key]
 

@@ -64,6 +64,9 @@ def stream_path(query: Query) -> str:
         params = {"view": query.view}
         if query.prefix:
             params["prefix"] = query.prefix  # left out: the whole view
+        if query.filter is not None:
+            # The same text on every reconnect, whose Last-Event-ID is of this filter.
+            params["filter"] = orjson.dumps(query.filter).decode()
         return "/v1/live?" + urlencode(params, quote_via=quote)
     assert query.key is not None
     path = f"/v1/views/{quote(query.view, safe='')}/{quote(query.key, safe='')}/live"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from liveviews.client.client import Client
 from liveviews.client.errors import ClientStateError
-from liveviews.client.query import Cursor
+from liveviews.client.query import Cursor, parse_query
 from liveviews.client.shapes import PrefixSubscription, Ranked, WindowSubscription
 from liveviews.client.subscription import Change, Subscription, SubscriptionState
 from liveviews.client.transport import ClientState, TransportName
@@ -99,12 +99,15 @@ class SyncClient:
         prefix: str | None = None,
         limit: int | None = None,
         after: Cursor | tuple[float, str] | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> SyncSubscription:
         """As ``Client.subscribe``."""
 
         def subscribe() -> Subscription:
-            # The checks of the overloads are Client.subscribe's own; here every shape goes in.
-            return self._client.subscribe(view, key, prefix=prefix, limit=limit, after=after)  # type: ignore[call-overload,no-any-return]
+            # Client.subscribe's overloads say which arguments make which shape; the query
+            # here may be of any shape, checked by the same parse_query.
+            query = parse_query(view, key, prefix=prefix, limit=limit, after=after, filter=filter)
+            return self._client._follow(query)
 
         return SyncSubscription(self, self.read(subscribe))
 

@@ -96,6 +96,7 @@ def test_encodes_golden_byte_for_byte(name: str) -> None:
             prefix=i.get("prefix"),
             limit=i.get("limit"),
             after=after,
+            filter=i.get("filter"),
             last_event_id=i.get("last_event_id"),
         )
     elif kind == "unsubscribe":
