@@ -1,8 +1,9 @@
 """The board application, declared with Liveviews' public API only.
 
 People create tasks on a board, move them between columns, rename and assign them, and give
-each other kudos. Every page is a live view: a board's tasks (a prefix of the ``tasks`` view),
-its leaderboard (a window of its top rows) and the list of boards (the whole ``boards`` view).
+each other kudos. Every page is a live view: a board's tasks (a prefix of the ``tasks`` view;
+"My tasks" filters it by the rows' ``assignee``), its leaderboard (a window of its top rows) and
+the list of boards (the whole ``boards`` view).
 
 ``declare_board`` declares all of it on an application, so that another one may start from the
 board and add views of its own. docs/TUTORIAL.md builds a smaller board from an empty folder.

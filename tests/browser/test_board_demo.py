@@ -2,9 +2,10 @@
 
 The whole system runs in this process: the run's store, the board's three streaming queries on
 the run's SparkSession and a real uvicorn gateway serving demo/web/board.html. A is ada, B is
-ben. The page follows the board through query-shaped subscriptions only: its tasks by prefix,
-the top 5 of its leaderboard as a window, every board as the whole ``boards`` view. The tests
-are one story, in file order, each starting from the state the previous one left.
+ben. The page follows the board through query-shaped subscriptions only: its tasks by prefix
+(with "My tasks" on, filtered by their assignee), the top 5 of its leaderboard as a window,
+every board as the whole ``boards`` view. The tests are one story, in file order, each starting
+from the state the previous one left.
 """
 
 from __future__ import annotations
@@ -101,6 +102,24 @@ class Tab:
     def done(self, says: str) -> None:
         """The last action is in its view: the page waited for it (read-your-writes)."""
         expect(self.id("action-status")).to_have_text(says)
+
+    def publish(self, kind: str, **payload: Any) -> dict[str, Any]:
+        """Publish an event of this person's through the page's client, as the page does, and
+        wait until the page's tasks reflect it; its offset."""
+        event = {"type": kind, "payload": {"board": BOARD, "person": self.user, **payload}}
+        return dict(self.page.evaluate(PUBLISH, event))
+
+    def reflects(self, offset: dict[str, Any]) -> None:
+        """Wait until the page's tasks subscription reflects ``offset``: every delta it caused
+        on that subscription has been applied."""
+        self.page.evaluate("(offset) => window.board.tasks.reflects(offset)", offset)
+
+
+PUBLISH = """async (event) => {
+    const offset = await window.board.client.publish(event);
+    await window.board.tasks.reflects(offset);
+    return offset;
+}"""
 
 
 def open_tab(browser: Any, url: str, user: str) -> Tab:
@@ -284,3 +303,67 @@ def test_a_newcomer_over_sse_signs_in_on_the_first_board_and_switches_boards(
         expect(tab.task("todo", "And another").get_by_test_id("task-assignee")).to_have_text("cleo")
     finally:
         context.close()
+
+
+ASSIGNEES_SHOWN = """() => {
+    // The assignee of every task card drawn from now on, whichever subscription drew it.
+    window.assigneesShown = [];
+    new MutationObserver((records) => {
+        for (const node of records.flatMap((record) => [...record.addedNodes])) {
+            if (node.dataset?.testid !== 'task') continue;
+            window.assigneesShown.push(node.querySelector('[data-testid="task-assignee"]').textContent);
+        }
+    }).observe(document.querySelector('[data-testid="columns"]'), { childList: true, subtree: true });
+}"""
+
+
+def test_my_tasks_follows_only_the_tasks_assigned_to_a_as_they_come_and_go(
+    tabs: tuple[Tab, Tab],
+) -> None:
+    """The "My tasks" toggle subscribes to the board's tasks with a filter on their assignee
+    (docs/PROTOCOL.md, section 5.2): a task moves in when it is assigned to ada and out when it
+    is taken from her, and no task of anyone else reaches her page while it is on."""
+    a, b = tabs
+    suffix = uuid.uuid4().hex[:6]
+    hers, theirs = f"Review the notes {suffix}", f"Book a room {suffix}"
+    for title in (hers, theirs):
+        b.id("new-task-title").fill(title)
+        b.id("new-task-submit").click()
+        b.done(f"Added “{title}”")
+    b.task("todo", theirs).get_by_test_id("assign-me").click()
+    b.done(f"ben took “{theirs}”")
+    expect(a.task("todo", theirs).get_by_test_id("task-assignee")).to_have_text("ben")
+    # Another key's delta, maybe of another shard: not in order with the one of `theirs`.
+    expect(a.task("todo", hers)).to_have_count(1)
+    everything = a.id("columns").get_by_test_id("task").count()
+    task, other = (a.task("todo", t).get_attribute("data-task") for t in (hers, theirs))
+
+    a.page.evaluate(ASSIGNEES_SHOWN)
+    a.id("my-tasks").click()
+    expect(a.id("my-tasks")).to_have_attribute("aria-pressed", "true")
+    expect(a.id("tasks-scope")).to_have_text("Only the tasks assigned to ada")
+    a.page.wait_for_function("() => window.board.tasks.state === 'live'")
+    assert a.page.evaluate("() => window.board.tasks.filter") == {"field": "assignee", "eq": "ada"}
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(0)  # none is ada's yet
+
+    b.publish("task_assigned", task=task, assignee="ada")  # it moves in
+    expect(a.task("todo", hers).get_by_test_id("task-assignee")).to_have_text("ada")
+    a.reflects(b.publish("task_assigned", task=other, assignee="cleo"))
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(1)  # cleo's stays away
+
+    a.task("todo", hers).get_by_test_id("unassign").click()  # it moves out
+    a.done(f"“{hers}” is unassigned")
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(0)
+    b.publish("task_assigned", task=task, assignee="ada")
+    expect(a.task("todo", hers)).to_have_count(1)
+    a.reflects(b.publish("task_assigned", task=task, assignee="ben"))  # to someone else
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(0)
+    assert a.page.evaluate("() => window.board.tasks.keys.size") == 0
+    shown = a.page.evaluate("() => window.assigneesShown")
+    assert shown and set(shown) == {"ada"}, shown
+
+    a.id("my-tasks").click()  # the whole board again
+    expect(a.id("my-tasks")).to_have_attribute("aria-pressed", "false")
+    expect(a.id("columns").get_by_test_id("task")).to_have_count(everything)
+    expect(a.task("todo", hers).get_by_test_id("task-assignee")).to_have_text("ben")
+    expect(a.task("todo", theirs).get_by_test_id("task-assignee")).to_have_text("cleo")

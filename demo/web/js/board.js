@@ -1,7 +1,8 @@
 // The board page: sign in (or pick up the tab's user), then follow one board through three
-// query-shaped subscriptions: its tasks (a prefix of the `tasks` view), its leaderboard (a
-// window of the top 5 rows of its `leaderboard` key) and every board (the whole `boards` view).
-// Every action publishes an event and waits until the view it changes reflects it.
+// query-shaped subscriptions: its tasks (a prefix of the `tasks` view; with "My tasks" on, only
+// the rows whose assignee is the signed-in person, by a filter the gateway applies), its
+// leaderboard (a window of the top 5 rows of its `leaderboard` key) and every board (the whole
+// `boards` view). Every action publishes an event and waits until the view it changes reflects it.
 
 import { createClient } from 'liveviews-client';
 
@@ -39,6 +40,8 @@ export class Board {
     });
     this.board = null;
     this.tasks = null;
+    /** "My tasks": follow only the tasks assigned to the signed-in person. */
+    this.mine = false;
     this.leaders = null;
     /** The page after the top window, `{view, key, limit, after}`, while it is shown. */
     this.next = null;
@@ -66,6 +69,10 @@ export class Board {
         if (ok) note.value = '';
       });
     });
+    testid('my-tasks').addEventListener('click', () => {
+      this.mine = !this.mine;
+      this.followTasks();
+    });
     testid('leaders-more').addEventListener('click', () => {
       this.nextShown = !this.nextShown;
       this.showLeaders();
@@ -79,9 +86,8 @@ export class Board {
     window.board = this; // for the curious, in the browser console
   }
 
-  /** Follow `board`: its tasks by prefix, its leaderboard's window; the old board's end. */
+  /** Follow `board`: its tasks by prefix (all, or mine), its leaderboard's window; the old board's end. */
   open(board) {
-    this.tasks?.unsubscribe();
     this.leaders?.unsubscribe();
     this.followNext(null);
     this.nextShown = false;
@@ -91,19 +97,36 @@ export class Board {
     history.replaceState(null, '', url);
     testid('board-name').textContent = board;
     document.title = `${board} · Board`;
-    this.tasks = this.client.subscribe({ view: 'tasks', prefix: `${board}/` }, {
-      snapshot: () => this.showTasks(),
-      change: () => this.showTasks(),
-      error: (error) => this.refused(error),
-    });
+    this.followTasks();
     this.leaders = this.client.subscribe({ view: 'leaderboard', key: board, limit: LEADERS_SHOWN }, {
       snapshot: () => this.showLeaders(),
       change: () => this.showLeaders(),
       error: (error) => this.refused(error),
     });
-    this.showTasks();
     this.showLeaders();
     this.showBoards();
+  }
+
+  /**
+   * Follow the board's tasks: every one, or with "My tasks" on only the rows whose `assignee`
+   * (a field of the `tasks` view's rows) is the signed-in person. The gateway filters them, so
+   * a task assigned to someone else never reaches this page; one assigned to us moves in, and
+   * one taken from us moves out. The board's columns are empty until the new snapshot, rather
+   * than show what the other subscription held.
+   */
+  followTasks() {
+    this.tasks?.unsubscribe();
+    const filter = this.mine ? { field: 'assignee', eq: this.user } : null;
+    this.tasks = this.client.subscribe({ view: 'tasks', prefix: `${this.board}/`, filter }, {
+      snapshot: () => this.showTasks(),
+      change: () => this.showTasks(),
+      error: (error) => this.refused(error),
+    });
+    const toggle = testid('my-tasks');
+    toggle.setAttribute('aria-pressed', String(this.mine));
+    toggle.title = this.mine ? 'Show every task on the board' : `Show only the tasks assigned to ${this.user}`;
+    testid('tasks-scope').textContent = this.mine ? `Only the tasks assigned to ${this.user}` : 'Every task on the board';
+    this.showTasks();
   }
 
   close() {
