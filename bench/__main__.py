@@ -34,7 +34,7 @@ from bench.regression import COMPARED, against_last_run, read_recorded
 from bench.single import error_path
 
 BENCHMARKS = [
-    "fanout", "gateways", "floor", "tokens", "clients", "memory", "store", "publish",
+    "fanout", "filters", "gateways", "floor", "tokens", "clients", "memory", "store", "publish",
     "storecluster", "deadletters", "latency", "realtime", "browser", "cdc", "pipeline", "scans",
     "rebuild",
 ]  # fmt: skip

@@ -55,10 +55,13 @@ class Publisher(Protocol):
 def measure(
     server: c.Server, store_pids: list[int], publisher: Publisher, subscribers: int,
     keys: list[str], per_batch: int, seconds: float, drain: float = DRAIN_SECONDS,
-    rate: int = RATE,
+    rate: int = RATE, request: Callable[[int, str], bytes] | None = None,
 ) -> tuple[dict[str, Any], list[float]]:  # fmt: skip
-    """One setting: connect, publish ``rate`` batches/s of ``per_batch`` messages, count."""
-    requests = [server.request(keys[i % len(keys)]) for i in range(subscribers)]
+    """One setting: connect, publish ``rate`` batches/s of ``per_batch`` messages, count.
+    Subscriber ``i`` follows ``keys[i % len(keys)]``, asked for as ``request(i, key)`` says
+    (by default, ``server.request(key)``)."""
+    ask = request or (lambda _, key: server.request(key))
+    requests = [ask(i, keys[i % len(keys)]) for i in range(subscribers)]
     per_key = {k: 0 for k in keys}
     for i in range(subscribers):
         per_key[keys[i % len(keys)]] += 1
