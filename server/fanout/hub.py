@@ -70,8 +70,9 @@ class Hub:
         """How often a subscriber whose key did not change is passed the newest frontier."""
         self.frontier_of = frontier_of
         self.lanes: dict[str, Lane] = {}
-        self.prefixes: dict[str, set[Subscriber]] = {}
-        """Subscribers of the keys of a view with a prefix, by view (``attach_prefix``)."""
+        self.prefixes: dict[str, dict[str, set[Subscriber]]] = {}
+        """Subscribers of the keys of a view with a prefix, by view and prefix
+        (``attach_prefix``)."""
 
     def _lane(self, frontier_name: str) -> Lane:
         lane = self.lanes.get(frontier_name)
@@ -91,7 +92,7 @@ class Hub:
         """A subscriber of every key of ``view`` that starts with ``prefix``: handed each delta
         of such a key, into its buffer, as a key's subscriber is."""
         sub = Subscriber(view, prefix, capacity, self.frontier_of(view), self, shared=False)
-        self.prefixes.setdefault(view, set()).add(sub)
+        self.prefixes.setdefault(view, {}).setdefault(prefix, set()).add(sub)
         self._add(sub)
         return sub
 
@@ -187,7 +188,11 @@ class Hub:
         lane.subscribers.discard(sub)
         lane.waits.pop(sub, None)
         # A subscriber is in one of these (a prefix's, or its key's), never in both.
-        _discard(self.prefixes, sub.view, sub)
+        by_prefix = self.prefixes.get(sub.view)
+        if by_prefix is not None:
+            _discard(by_prefix, sub.key, sub)
+            if not by_prefix:
+                del self.prefixes[sub.view]
         _discard(self.settling, (sub.view, sub.key), sub)
         _discard(self.by_key, (sub.view, sub.key), sub)
         self.metrics.subscriptions = len(self.all)
@@ -223,12 +228,14 @@ class Hub:
         with self._handing_out_items():
             for (view, key), key_deltas in by_key.items():
                 cohort = self.cohorts.get((view, key))
-                watchers = self._watchers(view, key) if self.prefixes else ()
+                watchers = self._watchers(view, key) if self.prefixes else []
                 if cohort is None and not self.by_key.get((view, key)) and not watchers:
                     continue
                 frontier_name = self.frontier_of(view)
                 lane = self._lane(frontier_name)
                 items = [FeedDelta(composite_epoch(epoch, d.namespace), d) for d in key_deltas]
+                if watchers:
+                    watchers = [w for w in watchers if w.wants is None or w.wants(items)]
                 riding = read.get(frontier_name)
                 last = lane.rode.get((view, key), -INF)
                 if riding is not None and now >= last + self.interval:
@@ -272,11 +279,17 @@ class Hub:
                 self._flush_later(lane)
 
     def _watchers(self, view: str, key: str) -> list[Subscriber]:
-        """The subscribers of a prefix of ``view`` that ``key`` starts with."""
-        watchers = self.prefixes.get(view)
-        if not watchers:
+        """The subscribers of a prefix of ``view`` that ``key`` starts with: the fewer of the
+        view's distinct prefixes and the key's own prefixes are looked at, not every
+        subscriber (10k of them over 50 prefixes took 2 ms a delta)."""
+        by_prefix = self.prefixes.get(view)
+        if not by_prefix:
             return []
-        return [sub for sub in watchers if key.startswith(sub.key)]
+        if len(by_prefix) <= len(key) + 1:
+            found = [subs for prefix, subs in by_prefix.items() if key.startswith(prefix)]
+        else:
+            found = [subs for i in range(len(key) + 1) if (subs := by_prefix.get(key[:i]))]
+        return [sub for subs in found for sub in subs]
 
     def _flush_later(self, lane: Lane) -> None:
         """A timer for the next flush: an owed key's one and a half progress intervals after

@@ -182,3 +182,32 @@ async def test_a_key_with_a_slash_is_one_segment_written_percent_2f(
             async with s.get(gw.url + path, headers=gw.headers()) as resp:
                 assert resp.status == 404
                 assert (await resp.json())["code"] == "not_found"
+
+
+async def test_many_prefixes_of_one_view_each_get_their_keys(
+    query_gateway: ServedGateway, query_writer: Writer
+) -> None:
+    """More distinct prefixes than a key has characters: the hub looks a key's deltas up by the
+    key's own prefixes then, and must find the same subscribers as by comparing each."""
+    gw = query_gateway
+    prefixes = ["", "b", "b1", "b1/", "b1/t", "b1/t1", "b1/t10", "b2/", "c", "b1/u"]
+    keys = ["b1/t1", "b1/t10", "b1/t2", "b2/t1", "c/t1", "b1/u9"]
+    expected = {f"p{i}": {k for k in keys if k.startswith(p)} for i, p in enumerate(prefixes)}
+    got: dict[str, set[str]] = {sub: set() for sub in expected}
+    async with aiohttp.ClientSession() as s:
+        # Five subscriptions a socket, the test settings' most.
+        sockets = [Socket(await s.ws_connect(gw.ws_url, headers=gw.headers())) for _ in range(2)]
+        for i, prefix in enumerate(prefixes):
+            ws = sockets[i // 5]
+            await ws.send(type="subscribe", sub=f"p{i}", view="tasks", prefix=prefix)
+            first = await ws.next()
+            assert first["type"] == "snapshot", first
+        query_writer.write([("tasks", k, "task", task(k)) for k in keys])
+        for n, ws in enumerate(sockets):
+            subs = [f"p{i}" for i in range(len(prefixes)) if i // 5 == n]
+            for _ in range(sum(len(expected[sub]) for sub in subs)):
+                m = await ws.next()
+                assert m["type"] == "delta", m
+                got[m["sub"]].add(m["data"]["key"])
+            await ws.ws.close()
+    assert got == expected
