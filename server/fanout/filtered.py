@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from liveviews.changes.topic import split_physical
+from liveviews.changes.topic import shard_for, split_physical
+from liveviews.gateway.fanout.items import FeedDelta
 from liveviews.gateway.fanout.query import PrefixSubscription, follow
 from liveviews.gateway.fanout.subscription import MAX_HISTORY_PAGE, Source, replaced
 from liveviews.gateway.feed.queries import Reads, read_prefix
@@ -32,7 +33,7 @@ class FilteredPrefixSubscription(PrefixSubscription):
     """The rows that match ``filter`` of the keys of ``view`` that start with ``prefix`` and
     that ``readable`` lets the subscriber read."""
 
-    __slots__ = ("filter", "held")
+    __slots__ = ("filter", "held", "settled")
 
     def __init__(
         self,
@@ -48,6 +49,48 @@ class FilteredPrefixSubscription(PrefixSubscription):
         self.filter = filter
         self.held: dict[str, set[str]] = {}
         """Key -> the rows of it the client holds."""
+        self.settled = False
+        """Do ``held`` and the positions say what the client holds once it has taken what it
+        was handed? Not while a snapshot or a resume is being read."""
+
+    def _attach(self) -> None:
+        super()._attach()
+        assert self.subscriber is not None
+        self.subscriber.wants = self._wants
+
+    def _wants(self, items: list[FeedDelta]) -> bool:
+        """Are a key's deltas of one read anything to this subscriber (``Subscriber.wants``)?
+        When it has taken everything it was handed, deltas that change none of its rows are
+        taken here, at once, as ``_take`` would take them (its positions move, nothing is
+        sent): its sender is not woken for them, nor owed a frontier. Otherwise, yes."""
+        sub = self.subscriber
+        if not self.settled or sub is None or sub.buffer or self.history is not None:
+            return True
+        delta = items[0].delta
+        if self.readable(delta.key):
+            held = self.held.get(delta.key)
+            matches = self.filter.matches
+            for item in items:
+                if item.epoch != self.epoch:
+                    return True  # the subscription's reset decides what it means
+                for op in item.delta.ops:
+                    if (held is not None and op["row"] in held) or (
+                        op["op"] == "upsert" and matches(op["value"])
+                    ):
+                        return True  # an old position among them is ``_take``'s to skip
+        elif any(item.epoch != self.epoch for item in items):
+            return True
+        shard = shard_for(delta.view, delta.key, self.shards)
+        for item in items:
+            if item.position > self.positions[shard]:
+                self.positions[shard] = item.position
+        return False
+
+    async def _snapshot(self) -> frames.Frame:
+        self.settled = False
+        frame = await super()._snapshot()
+        self.settled = True
+        return frame
 
     def _event_id(self) -> str:
         positions = tuple(f"{ms}-{seq}" for ms, seq in self.positions)
@@ -97,6 +140,12 @@ class FilteredPrefixSubscription(PrefixSubscription):
     async def _catch_up_filtered(self, resume: PrefixId) -> list[frames.Frame]:
         """The view now against what the client held at ``resume``: for each key with rows
         that changed since, one delta, in the order of the key's first change in its shard."""
+        self.settled = False
+        out = await self._catch_up_rows(resume)
+        self.settled = True
+        return out
+
+    async def _catch_up_rows(self, resume: PrefixId) -> list[frames.Frame]:
         s = self.source
         snap = await read_prefix(
             s.client, self.reads, s.layout, self.view, self.key, s.frontier_of(self.view)

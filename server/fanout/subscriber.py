@@ -40,7 +40,8 @@ class Subscriber:
     """
 
     __slots__ = ("view", "key", "frontier_name", "capacity", "buffer", "progress", "state",
-                 "sink", "woken", "on_wake", "_waiter", "hub", "cohort", "shared")  # fmt: skip
+                 "sink", "woken", "on_wake", "_waiter", "hub", "cohort", "shared",
+                 "wants")  # fmt: skip
 
     def __init__(
         self,
@@ -68,6 +69,10 @@ class Subscriber:
         self.hub = hub
         self.cohort: Cohort | None = None
         """The cohort this subscriber is in, if any; the hub hands it nothing itself then."""
+        self.wants: Callable[[list[FeedDelta]], bool] | None = None
+        """For a prefix's subscriber: does it want a key's deltas of one read? One that says no
+        (a filter's, when none of them changes its rows) is neither woken nor owed a frontier
+        for them."""
 
     def offer(self, item: Item) -> bool:
         if self.state is not SubscriberState.ATTACHED:

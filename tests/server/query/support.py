@@ -3,6 +3,7 @@ never saw a gap or a duplicate, and the truth to compare it with, read from the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,9 +143,11 @@ class Socket:
     async def next(
         self, skip: tuple[str, ...] = ("heartbeat", "progress", "authenticated")
     ) -> dict[str, Any]:
-        while True:
-            m = await self.ws.receive(timeout=10)
-            assert m.type == aiohttp.WSMsgType.TEXT, f"the socket ended: {m}"
-            msg: dict[str, Any] = json.loads(m.data)
-            if msg["type"] not in skip:
-                return msg
+        """The next message not of the types in ``skip``, within 10 s in all."""
+        async with asyncio.timeout(10):
+            while True:
+                m = await self.ws.receive()
+                assert m.type == aiohttp.WSMsgType.TEXT, f"the socket ended: {m}"
+                msg: dict[str, Any] = json.loads(m.data)
+                if msg["type"] not in skip:
+                    return msg
