@@ -42,6 +42,7 @@ HEADLINES = {
     "memory": r"^(sse|ws)\.(bare_uvicorn_)?bytes_per_subscriber$",
     "latency": r"^(tuned|realtime)\[[^]]*\]\.(push|polling)\.p(50|99)_ms$",
     "floor": r"_us(\.|$)",
+    "filters": r"(latency_ms\.p(50|99)|server_cpu_us_per_delivery)$",
 }
 """Which figures of a benchmark's JSON are compared (regular expressions over flattened keys)."""
 
