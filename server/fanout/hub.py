@@ -84,21 +84,33 @@ class Hub:
         """A subscriber of (``view``, ``key``); one that is not ``shared`` makes frames of its
         own (a window of the key) and never joins the key's cohort."""
         sub = Subscriber(view, key, capacity, self.frontier_of(view), self, shared)
+        first = not (self.by_key.get((view, key)) or (view, key) in self.cohorts
+                     or self.settling.get((view, key)))  # fmt: skip
         self.by_key.setdefault((view, key), set()).add(sub)
-        self._add(sub)
+        self._add(sub, first)
         return sub
 
     def attach_prefix(self, view: str, prefix: str, capacity: int) -> Subscriber:
         """A subscriber of every key of ``view`` that starts with ``prefix``: handed each delta
         of such a key, into its buffer, as a key's subscriber is."""
         sub = Subscriber(view, prefix, capacity, self.frontier_of(view), self, shared=False)
-        self.prefixes.setdefault(view, {}).setdefault(prefix, set()).add(sub)
-        self._add(sub)
+        subs = self.prefixes.setdefault(view, {}).setdefault(prefix, set())
+        first = not subs
+        subs.add(sub)
+        self._add(sub, first)
         return sub
 
-    def _add(self, sub: Subscriber) -> None:
+    def _add(self, sub: Subscriber, first: bool) -> None:
         self.all.add(sub)
-        self._lane(sub.frontier_name).subscribers.add(sub)
+        lane = self._lane(sub.frontier_name)
+        lane.subscribers.add(sub)
+        if first:
+            # Its snapshot carries a frontier: for the quiet rhythm, the first subscriber of a
+            # key counts as passed one now, so the keys of subscribers that arrive together (a
+            # gateway's restart, 5k streams in a second) are not all written to at the next
+            # sweep, a stall of ~50 ms, but each a quiet interval after its own snapshot. Not
+            # for a key already followed: its other subscribers would wait longer.
+            lane.joined[(sub.view, sub.key)] = asyncio.get_running_loop().time()
         self.metrics.subscriptions = len(self.all)
 
     def wait(self, sub: Subscriber, wanted: Wanted) -> None:
@@ -345,12 +357,13 @@ class Hub:
             lane.swept = now
             quiet_since = now - self.quiet_interval
             skipped = False
+            joined = lane.joined = {k: at for k, at in lane.joined.items() if at > quiet_since}
             keys = [k for k in self.cohorts if self.frontier_of(k[0]) == progress.frontier_name]
             keys += [(sub.view, sub.key) for sub in lane.subscribers if sub.cohort is None]
             for key in keys:
                 if key in targets or key in lane.changed:  # owed: passed by that rule
                     continue
-                if rode.get(key, -INF) > quiet_since:
+                if rode.get(key, -INF) > quiet_since or joined.get(key, -INF) > quiet_since:
                     skipped = True
                 else:
                     targets.add(key)

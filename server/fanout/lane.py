@@ -22,7 +22,7 @@ class Lane:
     it to reach some log positions (``Hub.wait``)."""
 
     __slots__ = ("subscribers", "pending", "latest", "flush_at", "flush_when", "rode", "swept",
-                 "changed", "reads", "changed_watchers", "waits")  # fmt: skip
+                 "joined", "changed", "reads", "changed_watchers", "waits")  # fmt: skip
 
     def __init__(self) -> None:
         self.subscribers: set[Subscriber] = set()
@@ -37,6 +37,9 @@ class Lane:
         """When each key's subscribers were last passed a frontier. Sweeps drop entries older
         than the quiet interval (or one and a half progress intervals, if longer), except owed
         keys'; a key without an entry counts as passed none for that long."""
+        self.joined: dict[tuple[str, str], float] = {}
+        """When a key's first subscriber was attached, within the quiet interval: its snapshot
+        carried a frontier, so the quiet sweeps count it as passed one then."""
         self.swept = float("-inf")
         """When every subscriber was last passed the newest frontier (the quiet rhythm)."""
         self.changed: dict[tuple[str, str], int] = {}

@@ -37,8 +37,8 @@ async def test_a_wait_posted_to_any_gateway_brings_the_frontier_to_the_named_str
             sse = await open_sse(s, holder.url + QUIET, holder.headers("alice"),
                                  params={"stream": "tab-1_x"})  # fmt: skip
             assert (await sse.next()).event == "snapshot"
-            writer.write([("profiles", "busy", "profile", {"name": "one"})], {0: "100-0"})
-            first = await sse.next(skip=("snapshot",))  # the first frontier goes to every one
+            writer.write([("profiles", "quiet", "profile", {"name": "one"})], {0: "100-0"})
+            first = await sse.next(skip=("delta",))  # with its key's delta
             assert first.data["frontier"] == {"0": "100-0"}
             writer.write([("profiles", "busy", "profile", {"name": "two"})], {0: "200-0"})
             await _nothing_for(sse, 1.0)  # its key did not change: the quiet rhythm holds it
