@@ -19,6 +19,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,10 @@ def every_row(i: int) -> Filter:
     return {"or": [{"field": "m", "null": False}, {"field": "x", "eq": i % 100}]}
 
 
-SETTINGS: list[tuple[str, Any]] = [
+Where = Callable[[int], Filter]
+"""The filter of subscriber ``i``, or none."""
+
+SETTINGS: list[tuple[str, Where]] = [
     ("no filter", lambda i: None),
     ("1 filter", lambda i: {"field": "m", "null": False}),
     ("100 filters", every_row),
@@ -87,11 +91,11 @@ class TaskPublisher:
         self.client.close()
 
 
-def request_for(server: c.Server, where: Any) -> Any:
+def request_for(server: c.Server, where: Where) -> Callable[[int, str], bytes]:
     """Subscriber ``i`` of a board's prefix, with its filter if it has one."""
 
     def request(i: int, prefix: str) -> bytes:
-        query = {"view": "tasks", "prefix": prefix}
+        query: dict[str, str] = {"view": "tasks", "prefix": prefix}
         f = where(i)
         if f is not None:
             query["filter"] = orjson.dumps(f).decode()
