@@ -84,8 +84,7 @@ class Hub:
         """A subscriber of (``view``, ``key``); one that is not ``shared`` makes frames of its
         own (a window of the key) and never joins the key's cohort."""
         sub = Subscriber(view, key, capacity, self.frontier_of(view), self, shared)
-        first = not (self.by_key.get((view, key)) or (view, key) in self.cohorts
-                     or self.settling.get((view, key)))  # fmt: skip
+        first = not self._followed((view, key))
         self.by_key.setdefault((view, key), set()).add(sub)
         self._add(sub, first)
         return sub
@@ -94,9 +93,8 @@ class Hub:
         """A subscriber of every key of ``view`` that starts with ``prefix``: handed each delta
         of such a key, into its buffer, as a key's subscriber is."""
         sub = Subscriber(view, prefix, capacity, self.frontier_of(view), self, shared=False)
-        subs = self.prefixes.setdefault(view, {}).setdefault(prefix, set())
-        first = not subs
-        subs.add(sub)
+        first = not self._followed((view, prefix))
+        self.prefixes.setdefault(view, {}).setdefault(prefix, set()).add(sub)
         self._add(sub, first)
         return sub
 
@@ -207,7 +205,15 @@ class Hub:
                 del self.prefixes[sub.view]
         _discard(self.settling, (sub.view, sub.key), sub)
         _discard(self.by_key, (sub.view, sub.key), sub)
+        if (sub.view, sub.key) in lane.joined and not self._followed((sub.view, sub.key)):
+            del lane.joined[(sub.view, sub.key)]  # sweeps drop it too, but only while reads come
         self.metrics.subscriptions = len(self.all)
+
+    def _followed(self, key: tuple[str, str]) -> bool:
+        """Has (view, key), or (view, prefix), a subscriber?"""
+        by_prefix = self.prefixes.get(key[0])
+        return bool(self.by_key.get(key) or key in self.cohorts or self.settling.get(key)
+                    or (by_prefix and by_prefix.get(key[1])))  # fmt: skip
 
     def publish(self, epoch: str, deltas: list[Delta], progress: Iterable[Progress] = ()) -> None:
         """Hand out one read of the change feed: its deltas, then the frontiers that cover them.

@@ -291,6 +291,19 @@ async def test_a_keys_quiet_rhythm_starts_at_its_first_subscribers_snapshot() ->
     hub.close()
 
 
+async def test_the_keys_a_hub_counts_as_passed_a_frontier_go_with_their_subscribers() -> None:
+    """With no reads, no sweep prunes them: a key's entry goes with its last subscriber."""
+    hub = Hub(Metrics(), progress_interval=0.1, quiet_interval=60)
+    subs = [hub.attach("likes", f"k{i}", 16) for i in range(100)]
+    subs.append(hub.attach_prefix("likes", "k", 16))
+    lane = hub.lanes[VIEWS_FRONTIER]
+    assert len(lane.joined) == 101
+    for sub in subs:
+        hub.detach(sub)
+    assert lane.joined == {}
+    hub.close()
+
+
 async def test_a_wait_on_a_quiet_key_is_answered_from_the_frontier_read_already() -> None:
     """The frontier a quiet subscriber was not passed yet answers its wait at once, and a later
     one that covers the wait reaches it at once too; nobody else is written to for it."""
