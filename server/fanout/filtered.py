@@ -74,6 +74,8 @@ class FilteredPrefixSubscription(PrefixSubscription):
                 if item.epoch != self.epoch:
                     return True  # the subscription's reset decides what it means
                 for op in item.delta.ops:
+                    # ``_ops``' rule for what is sent, inlined on this path, where the hub asks
+                    # once per subscriber per key changed.
                     if (held is not None and op["row"] in held) or (
                         op["op"] == "upsert" and matches(op["value"])
                     ):

@@ -30,6 +30,7 @@ from typing import TypeVar
 from liveviews.changes.topic import VIEWS_FRONTIER, Delta, split_physical
 from liveviews.gateway.fanout.items import EpochChanged, FeedDelta, FeedRun, Progress
 from liveviews.gateway.fanout.lane import INF, Lane, Wanted, add_wait, covers, end_waits
+from liveviews.gateway.fanout.prefixes import Prefixes
 from liveviews.gateway.fanout.subscriber import Cohort, Subscriber, SubscriberState
 from liveviews.gateway.metrics import Metrics
 from liveviews.pipeline.versions import composite_epoch
@@ -70,9 +71,8 @@ class Hub:
         """How often a subscriber whose key did not change is passed the newest frontier."""
         self.frontier_of = frontier_of
         self.lanes: dict[str, Lane] = {}
-        self.prefixes: dict[str, dict[str, set[Subscriber]]] = {}
-        """Subscribers of the keys of a view with a prefix, by view and prefix
-        (``attach_prefix``)."""
+        self.prefixes = Prefixes()
+        """Subscribers of the keys of a view with a prefix (``attach_prefix``)."""
 
     def _lane(self, frontier_name: str) -> Lane:
         lane = self.lanes.get(frontier_name)
@@ -94,7 +94,7 @@ class Hub:
         of such a key, into its buffer, as a key's subscriber is."""
         sub = Subscriber(view, prefix, capacity, self.frontier_of(view), self, shared=False)
         first = not self._followed((view, prefix))
-        self.prefixes.setdefault(view, {}).setdefault(prefix, set()).add(sub)
+        self.prefixes.add(sub)
         self._add(sub, first)
         return sub
 
@@ -198,22 +198,17 @@ class Hub:
         lane.subscribers.discard(sub)
         lane.waits.pop(sub, None)
         # A subscriber is in one of these (a prefix's, or its key's), never in both.
-        by_prefix = self.prefixes.get(sub.view)
-        if by_prefix is not None:
-            _discard(by_prefix, sub.key, sub)
-            if not by_prefix:
-                del self.prefixes[sub.view]
+        self.prefixes.discard(sub)
         _discard(self.settling, (sub.view, sub.key), sub)
         _discard(self.by_key, (sub.view, sub.key), sub)
         if (sub.view, sub.key) in lane.joined and not self._followed((sub.view, sub.key)):
-            del lane.joined[(sub.view, sub.key)]  # sweeps drop it too, but only while reads come
+            del lane.joined[(sub.view, sub.key)]
         self.metrics.subscriptions = len(self.all)
 
     def _followed(self, key: tuple[str, str]) -> bool:
         """Has (view, key), or (view, prefix), a subscriber?"""
-        by_prefix = self.prefixes.get(key[0])
         return bool(self.by_key.get(key) or key in self.cohorts or self.settling.get(key)
-                    or (by_prefix and by_prefix.get(key[1])))  # fmt: skip
+                    or self.prefixes.followed(*key))  # fmt: skip
 
     def publish(self, epoch: str, deltas: list[Delta], progress: Iterable[Progress] = ()) -> None:
         """Hand out one read of the change feed: its deltas, then the frontiers that cover them.
@@ -246,7 +241,7 @@ class Hub:
         with self._handing_out_items():
             for (view, key), key_deltas in by_key.items():
                 cohort = self.cohorts.get((view, key))
-                watchers = self._watchers(view, key) if self.prefixes else []
+                watchers = self.prefixes.watchers(view, key) if self.prefixes else []
                 if cohort is None and not self.by_key.get((view, key)) and not watchers:
                     continue
                 frontier_name = self.frontier_of(view)
@@ -295,19 +290,6 @@ class Hub:
                 self._flush_progress(lane)
             else:
                 self._flush_later(lane)
-
-    def _watchers(self, view: str, key: str) -> list[Subscriber]:
-        """The subscribers of a prefix of ``view`` that ``key`` starts with: the fewer of the
-        view's distinct prefixes and the key's own prefixes are looked at, not every
-        subscriber (10k of them over 50 prefixes took 2 ms a delta)."""
-        by_prefix = self.prefixes.get(view)
-        if not by_prefix:
-            return []
-        if len(by_prefix) <= len(key) + 1:
-            found = [subs for prefix, subs in by_prefix.items() if key.startswith(prefix)]
-        else:
-            found = [subs for i in range(len(key) + 1) if (subs := by_prefix.get(key[:i]))]
-        return [sub for subs in found for sub in subs]
 
     def _flush_later(self, lane: Lane) -> None:
         """A timer for the next flush: an owed key's one and a half progress intervals after
@@ -363,7 +345,7 @@ class Hub:
             lane.swept = now
             quiet_since = now - self.quiet_interval
             skipped = False
-            joined = lane.joined = {k: at for k, at in lane.joined.items() if at > quiet_since}
+            joined = lane.joined
             keys = [k for k in self.cohorts if self.frontier_of(k[0]) == progress.frontier_name]
             keys += [(sub.view, sub.key) for sub in lane.subscribers if sub.cohort is None]
             for key in keys:

@@ -38,8 +38,9 @@ class Lane:
         than the quiet interval (or one and a half progress intervals, if longer), except owed
         keys'; a key without an entry counts as passed none for that long."""
         self.joined: dict[tuple[str, str], float] = {}
-        """When a key's first subscriber was attached, within the quiet interval: its snapshot
-        carried a frontier, so the quiet sweeps count it as passed one then."""
+        """When each followed key's first subscriber was attached: its snapshot carried a
+        frontier, so the quiet sweeps count it as passed one then. The entry goes with the key's
+        last subscriber."""
         self.swept = float("-inf")
         """When every subscriber was last passed the newest frontier (the quiet rhythm)."""
         self.changed: dict[tuple[str, str], int] = {}
