@@ -125,6 +125,33 @@ def test_changes_arrive_within_an_epoch_and_a_replayed_epoch_repeats_none(store,
         assert seen == sorted(set(seen)), f"{tweet}: counts went back or repeated: {seen}"
 
 
+def test_changes_made_while_the_store_is_busy_go_together_in_its_next_call(store, settings, spark):
+    """The writer keeps taking changes while a call is answered and sends them together
+    (``ChangeTopicQueue``): with the store's writes paused, a burst of likes of 600 tweets
+    (600 row changes) reaches the store in a few calls, not one each, and every change lands."""
+    likes = [{"type": "like", "payload": {"user": "u1", "tweet": f"t{i}"}} for i in range(600)]
+    log = EventLog(store, shop.app, settings.log_partitions)
+    running = RunningPipeline(spark, settings, realtime_shop("10 minutes"))
+    try:
+        warm = _likes(random.Random(2), 5)
+        log.append_batch(warm)
+        wait_until("the views took the first likes",
+                   lambda: stored_views(store, settings.change_shards) == shop._recompute(warm))  # fmt: skip
+        store.config_resetstat()
+        log.append_batch(likes)
+        store.execute_command("CLIENT", "PAUSE", 4000, "WRITE")  # the writer's call waits
+        expected = shop._recompute(warm + likes)
+        wait_until("the views took the burst",
+                   lambda: stored_views(store, settings.change_shards) == expected)  # fmt: skip
+        calls = store.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    finally:
+        store.execute_command("CLIENT", "UNPAUSE")
+        running.stop()
+    assert 0 < calls <= 60, f"{calls} calls for 600 row changes"
+    replayed, _ = replayed_views(store, settings.change_shards, streamed=("likes", "orders"))
+    assert replayed == expected
+
+
 def _covers(frontier: dict[int, str], wanted: dict[str, str]) -> bool:
     def place(entry: str) -> tuple[int, int]:
         ms, seq = entry.split("-")

@@ -11,8 +11,10 @@ import redis.clients.jedis.Pipeline;
 
 /**
  * The change topic's writer for a query in Real-Time Mode: each row change is applied as it
- * arrives, by the same sink.lua call the micro-batch sink makes (one group, one change), so a
- * subscriber gets its delta within milliseconds, and a value that did not change sends none.
+ * arrives, by the same sink.lua call the micro-batch sink makes, so a subscriber gets its delta
+ * within milliseconds, and a value that did not change sends none. The calls are made by a
+ * thread of the partition's own ({@link ChangeTopicQueue}): the changes that arrive while one is
+ * answered go together in the next.
  *
  * <p>A query in Real-Time Mode replays its last epoch after a failure, from the epoch's start:
  * the changes it makes again were partly written already, and applied one by one they would
@@ -28,7 +30,7 @@ import redis.clients.jedis.Pipeline;
  */
 public final class ChangeTopicWriter extends ForeachWriter<Row> {
   private static final long serialVersionUID = 1L;
-  /** Row changes per script call when an epoch's kept changes are applied at its end. */
+  /** Row changes per script call, at most (a group is never split). */
   private static final int CALL_OPS = 5000;
 
   private final String configJson;
@@ -37,6 +39,8 @@ public final class ChangeTopicWriter extends ForeachWriter<Row> {
   private transient long epoch;
   /** Set when this partition runs its epoch again: changes wait for the epoch's end. */
   private transient Map<List<String>, Map<String, String[]>> kept;
+  /** Otherwise: the changes taken and not yet written. */
+  private transient ChangeTopicQueue queue;
 
   public ChangeTopicWriter(String configJson) {
     this.configJson = configJson;
@@ -52,6 +56,10 @@ public final class ChangeTopicWriter extends ForeachWriter<Row> {
     long added = store.run("starting epoch " + epochId,
         jedis -> jedis.sadd(marker, Long.toString(partitionId)));
     kept = added == 0 ? new LinkedHashMap<>() : null;
+    queue = kept == null
+        ? new ChangeTopicQueue("change topic writer " + config.qualified + " " + partitionId,
+            this::writeNow)
+        : null;
     return true;
   }
 
@@ -67,31 +75,37 @@ public final class ChangeTopicWriter extends ForeachWriter<Row> {
     }
     String[] op = {value == null ? "d" : "u", rowId, value == null ? "" : value,
         Double.toString(score)};
+    List<String> group = List.of(view, key);
     if (kept != null) {
-      kept.computeIfAbsent(List.of(view, key), g -> new LinkedHashMap<>()).put(rowId, op);
-      return;
+      kept.computeIfAbsent(group, g -> new LinkedHashMap<>()).put(rowId, op);
+    } else {
+      queue.add(group, rowId, op);
     }
-    int shard = ChangeTopicKeys.shard(view, key, config.shards);
-    List<String> keys = new ArrayList<>(header(shard));
-    List<String> args = new ArrayList<>(arguments(1));
-    addGroup(keys, args, shard, view, key, List.<String[]>of(op));
-    store.run("writing a change of " + view + "/" + key, jedis -> store.apply(jedis, keys, args));
   }
 
   @Override
   public void close(Throwable error) {
+    if (queue != null) {
+      try {
+        if (error == null) {
+          queue.drain(); // the driver's frontier, after this close, must cover them
+        }
+      } finally {
+        queue.stop(); // a failed epoch is replayed whole: what it did not write can wait
+        queue = null;
+      }
+      return;
+    }
     if (error != null || kept == null || kept.isEmpty()) {
       return; // a failed epoch is replayed whole; nothing kept needs writing now
     }
-    Map<Integer, List<List<String>>> byShard = new TreeMap<>();
-    for (List<String> group : kept.keySet()) {
-      byShard.computeIfAbsent(ChangeTopicKeys.shard(group.get(0), group.get(1), config.shards),
-          s -> new ArrayList<>()).add(group);
-    }
+    List<Call> calls = calls(kept);
     store.run("writing epoch " + epoch + " again", jedis -> {
       Pipeline pipe = jedis.pipelined();
-      for (Map.Entry<Integer, List<List<String>>> e : byShard.entrySet()) {
-        queueShard(pipe, e.getKey(), e.getValue());
+      for (Call call : calls) {
+        // EVAL, not EVALSHA: a pipeline cannot load a script its store lost halfway; this
+        // runs once per epoch replayed, where the script's text costs nothing that matters.
+        pipe.eval(config.script, call.keys(), call.args());
       }
       pipe.sync();
       return null;
@@ -99,34 +113,53 @@ public final class ChangeTopicWriter extends ForeachWriter<Row> {
     kept = null;
   }
 
-  /** One shard's kept groups, in calls of about CALL_OPS changes; a group is never split. */
-  private void queueShard(Pipeline pipe, int shard, List<List<String>> groups) {
-    List<List<String>> call = new ArrayList<>();
-    int size = 0;
-    for (List<String> group : groups) {
-      int ops = kept.get(group).size();
-      if (size > 0 && size + ops > CALL_OPS) {
-        queueCall(pipe, shard, call);
-        call = new ArrayList<>();
-        size = 0;
-      }
-      call.add(group);
-      size += ops;
-    }
-    if (!call.isEmpty()) {
-      queueCall(pipe, shard, call);
+  /** The queue's writes: one call per shard while a batch is small, as it is at low load. */
+  private void writeNow(Map<List<String>, Map<String, String[]>> changes) {
+    for (Call call : calls(changes)) {
+      store.run("writing changes of epoch " + epoch,
+          jedis -> store.apply(jedis, call.keys(), call.args()));
     }
   }
 
-  private void queueCall(Pipeline pipe, int shard, List<List<String>> groups) {
+  /** sink.lua's keys and arguments for one call. */
+  private record Call(List<String> keys, List<String> args) {}
+
+  /** The calls that write {@code changes}: by shard, of about CALL_OPS row changes each. */
+  private List<Call> calls(Map<List<String>, Map<String, String[]>> changes) {
+    Map<Integer, List<List<String>>> byShard = new TreeMap<>();
+    for (List<String> group : changes.keySet()) {
+      byShard.computeIfAbsent(ChangeTopicKeys.shard(group.get(0), group.get(1), config.shards),
+          s -> new ArrayList<>()).add(group);
+    }
+    List<Call> calls = new ArrayList<>();
+    for (Map.Entry<Integer, List<List<String>>> e : byShard.entrySet()) {
+      List<List<String>> call = new ArrayList<>();
+      int size = 0;
+      for (List<String> group : e.getValue()) {
+        int ops = changes.get(group).size();
+        if (size > 0 && size + ops > CALL_OPS) {
+          calls.add(call(e.getKey(), call, changes));
+          call = new ArrayList<>();
+          size = 0;
+        }
+        call.add(group);
+        size += ops;
+      }
+      if (!call.isEmpty()) {
+        calls.add(call(e.getKey(), call, changes));
+      }
+    }
+    return calls;
+  }
+
+  private Call call(int shard, List<List<String>> groups,
+      Map<List<String>, Map<String, String[]>> changes) {
     List<String> keys = new ArrayList<>(header(shard));
     List<String> args = new ArrayList<>(arguments(groups.size()));
     for (List<String> group : groups) {
-      addGroup(keys, args, shard, group.get(0), group.get(1), kept.get(group).values());
+      addGroup(keys, args, shard, group.get(0), group.get(1), changes.get(group).values());
     }
-    // EVAL, not EVALSHA: a pipeline cannot load a script its store lost halfway; this runs
-    // once per epoch replayed, where the script's text costs nothing that matters.
-    pipe.eval(config.script, keys, args);
+    return new Call(keys, args);
   }
 
   private List<String> header(int shard) {
