@@ -24,8 +24,9 @@ VIEW = "user_activity"
 GROUPINGS = {"key": "the log's key", "user": "a payload field, every payload parsed"}
 
 
-def app(by: str = "user") -> App:
-    """An application with Chirp's event types and the one declared view, grouped ``by``."""
+def app(by: str = "user", realtime: bool = False) -> App:
+    """An application with Chirp's event types and the one declared view, grouped ``by``; in
+    Spark's Real-Time Mode when ``realtime`` (one state partition, as Chirp's ``profiles``)."""
     from demo.chirp import app as chirp
 
     if by not in GROUPINGS:
@@ -45,5 +46,6 @@ def app(by: str = "user") -> App:
         )
         return view_changes(counted, VIEW, key="user")
 
-    declared.pipeline("declared", views=[VIEW])(user_activity)
+    declared.pipeline("declared", views=[VIEW], realtime=realtime,
+                      partitions=1 if realtime else None)(user_activity)  # fmt: skip
     return declared
