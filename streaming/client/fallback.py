@@ -3,9 +3,11 @@
 The client falls back once and for good, when a handshake fails in a way that says WebSockets
 do not get through (``connection.refused_handshake``: an HTTP answer other than 101 and 401,
 the connection dropped at the upgrade, or no answer within the connect timeout) before any
-socket ever opened, and a plain HTTP request to the gateway (``GET /healthz``) is answered.
-Otherwise it stays on the WebSocket and keeps reconnecting: the gateway is out of reach, or
-was reached once and is away for now.
+socket ever opened, and a plain HTTP request to the gateway (``GET /healthz``) is answered,
+twice in a row: a gateway that restarts can drop a handshake and answer the request made just
+after it, and one refusal would then move the client off WebSockets for good. Otherwise it
+stays on the WebSocket and keeps reconnecting: the gateway is out of reach, or was reached
+once and is away for now.
 """
 
 from __future__ import annotations
@@ -59,12 +61,17 @@ class Fallback:
         self._websocket = websocket(self._fall_back)
         self._sse = sse
         self._probe = probe
+        self._answered = False  # HTTP answered after the last refused handshake
         self.current: Transport = self._websocket
 
     async def _fall_back(self, cause: BaseException) -> bool:
         # Runs in the connection's task: closing the client cancels it, and with it this.
         if not await self._probe():
+            self._answered = False
             return False  # not even HTTP gets through: an outage, retried on the WebSocket
+        if not self._answered:
+            self._answered = True
+            return False  # perhaps a gateway back from a restart: one more handshake first
         log.warning(
             "no WebSocket could be opened (%s) but HTTP gets through: following the "
             "subscriptions over Server-Sent Events",

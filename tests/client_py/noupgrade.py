@@ -1,5 +1,6 @@
 """A proxy that passes plain HTTP and refuses WebSockets, as some corporate proxies do: it answers
-a request to upgrade with 403 and a page of its own, and forwards every other request."""
+a request to upgrade with 403 and a page of its own (every one, or the first ``refusals``), and
+forwards every other request."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ REFUSAL = (
 
 
 class NoWebSocketProxy(Proxy):
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, refusals: int | None = None) -> None:
         super().__init__(target_port)
         self.refused = 0
         """Upgrades answered 403."""
+        self.refusals = refusals
+        """Upgrades to refuse, the first ones; every one when None."""
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -28,7 +31,8 @@ class NoWebSocketProxy(Proxy):
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.transport.abort()
             return
-        if UPGRADE.search(head):
+        upgrade = UPGRADE.search(head)
+        if upgrade and (self.refusals is None or self.refused < self.refusals):
             self.refused += 1
             writer.write(REFUSAL)
             await writer.drain()
@@ -36,7 +40,8 @@ class NoWebSocketProxy(Proxy):
             return
         # One request per connection: the next one, an upgrade perhaps, comes on a connection
         # of its own and is seen here.
-        head = CONNECTION.sub(b"", head)[:-2] + b"Connection: close\r\n\r\n"
+        if not upgrade:
+            head = CONNECTION.sub(b"", head)[:-2] + b"Connection: close\r\n\r\n"
         replay = asyncio.StreamReader()
         replay.feed_data(head)
         forwarding = asyncio.create_task(self._forward(reader, replay))

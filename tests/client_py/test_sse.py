@@ -393,14 +393,15 @@ async def test_auto_falls_back_to_sse_when_a_proxy_refuses_the_upgrade(
             sub = client.subscribe("tasks", "b1/t1")
             got = Collected(sub)
             await sub.ready()
-            assert (client.transport, front.refused) == ("sse", 1)
+            # Two refusals in a row with HTTP answering: not a gateway back from a restart.
+            assert (client.transport, front.refused) == ("sse", 2)
             writer.write([("tasks", "b1/t1", "task", task("over sse"))])
             await got.until(lambda c: titles(c) == ["over sse"])
             event = {"type": "task_set", "payload": {"board": "b1", "task": "t2", "title": "x"}}
             assert len(await client.publish([event])) == 1, "publish over HTTP"
             await client.subscribe("tasks", prefix="b1/").ready()
             assert client.state == ClientState.CONNECTED
-            assert front.refused == 1, "it fell back for good"
+            assert front.refused == 2, "it fell back for good"
             await got.stop()
         refused = front.refused
         async with client_of(gateway, url=front.url, transport="websocket") as client:
@@ -409,6 +410,22 @@ async def test_auto_falls_back_to_sse_when_a_proxy_refuses_the_upgrade(
                 await asyncio.wait_for(sub.ready(), 1.0)
             assert (client.transport, sub.state) == ("websocket", SubscriptionState.CONNECTING)
             assert front.refused >= refused + 2, "it keeps trying the WebSocket"
+    finally:
+        await front.close()
+
+
+async def test_auto_tries_the_websocket_again_before_it_falls_back(
+    gateway: ServedGateway,
+) -> None:
+    """One handshake refused while HTTP answers is what a gateway that restarts between the two
+    can show: the client stays on the WebSocket if the next handshake opens."""
+    front = await NoWebSocketProxy(gateway.settings.port, refusals=1).start()
+    try:
+        async with client_of(gateway, url=front.url, user="b1") as client:
+            sub = client.subscribe("tasks", "b1/t1")
+            await sub.ready()
+            assert (client.transport, client.state) == ("websocket", ClientState.CONNECTED)
+            assert front.refused == 1
     finally:
         await front.close()
 
