@@ -7,6 +7,12 @@ writes the first offset log entry leaves such a file: the entry's temporary copy
 Mode the entry is written when the first epoch ends, so the window is that whole epoch, and the
 state store has files by then too. None of it is committed (a batch is committed after its
 offset log entry), so it is removed and the query starts from the beginning, as it would have.
+
+In Real-Time Mode Spark itself drops the offset log entries past the last commit when a query
+starts ("Deleting extra entries in offset log to sync up with commit log"), and then starts a
+checkpoint with no commit at batch 0: there, a driver killed as it wrote the first epoch's
+commit leaves an offset log entry, which Spark removes, and the commit's temporary copy, which
+it refuses. So in that mode a checkpoint is unstarted until its first commit.
 """
 
 from __future__ import annotations
@@ -21,15 +27,16 @@ UNCOMMITTED = ("offsets", "commits", "state")
 """The directories a first batch writes, all of them meaningless without an offset log entry."""
 
 
-def has_batch(offsets: Path) -> bool:
-    """Whether the offset log holds an entry: a file named by its batch id."""
-    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+def has_batch(log: Path) -> bool:
+    """Whether an offset or commit log holds an entry: a file named by its batch id."""
+    return log.is_dir() and any(p.name.isdigit() for p in log.iterdir())
 
 
-def clear_unstarted(checkpoint: Path) -> list[str]:
-    """Remove what a first batch that never wrote its offset log entry left in ``checkpoint``;
-    the names of the directories removed (none for a new or a started checkpoint)."""
-    if has_batch(checkpoint / "offsets"):
+def clear_unstarted(checkpoint: Path, realtime: bool = False) -> list[str]:
+    """Remove what a first batch that never wrote its offset log entry (``realtime``: its
+    commit) left in ``checkpoint``; the names of the directories removed (none for a new or a
+    started checkpoint)."""
+    if has_batch(checkpoint / ("commits" if realtime else "offsets")):
         return []
     removed = [name for name in UNCOMMITTED if (checkpoint / name).exists()]
     if not any(any((checkpoint / name).rglob("*")) for name in removed):

@@ -95,7 +95,7 @@ def start_pipeline(
     # A query takes the session's settings as they are when it starts; a new checkpoint
     # records this count, which the query then keeps.
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
-    clear_unstarted(checkpoint_of(settings, qualified))
+    clear_unstarted(checkpoint_of(settings, qualified), pipeline.realtime and settings.realtime)
     try:
         if pipeline.realtime and settings.realtime:
             return start_realtime(

@@ -37,3 +37,24 @@ def test_a_new_checkpoint_is_left_as_it_is(tmp_path):
     (tmp_path / "offsets").mkdir()
     assert clear_unstarted(tmp_path) == []
     assert (tmp_path / "offsets").is_dir()
+
+
+def test_a_first_epoch_cut_short_at_its_commit_leaves_nothing_behind_in_real_time_mode(tmp_path):
+    """A driver killed while it wrote the first epoch's commit: Spark drops the offset log
+    entry at the next start and would refuse the commit's temporary copy."""
+    _write(tmp_path / "metadata", '{"id":"q"}')
+    _write(tmp_path / "offsets" / "0")
+    _write(tmp_path / "commits" / ".0.4a6a.tmp", "")
+    _write(tmp_path / "state" / "0" / "0" / "1.delta")
+    assert clear_unstarted(tmp_path) == [], "in micro-batches Spark replays offsets/0"
+    assert clear_unstarted(tmp_path, realtime=True) == ["offsets", "commits", "state"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metadata"]
+
+
+def test_a_committed_epoch_is_left_as_it_is_in_real_time_mode(tmp_path):
+    _write(tmp_path / "offsets" / "0")
+    _write(tmp_path / "offsets" / "1")
+    _write(tmp_path / "commits" / "0")
+    _write(tmp_path / "commits" / ".1.5b6c.tmp", "")
+    assert clear_unstarted(tmp_path, realtime=True) == []
+    assert (tmp_path / "offsets" / "1").exists() and (tmp_path / "commits" / "0").exists()
