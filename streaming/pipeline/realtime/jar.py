@@ -20,8 +20,9 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
+from liveviews.cache import cache_dir
 from liveviews.errors import LiveviewsError
-from liveviews.pipeline.tuning.jars import cache_dir, jar_stamp, spark_jar, spark_jars
+from liveviews.pipeline.tuning.jars import jar_stamp, spark_jar, spark_jars
 
 log = logging.getLogger("liveviews.realtime")
 

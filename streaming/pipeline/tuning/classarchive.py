@@ -33,12 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from liveviews.cache import cache_dir
 from liveviews.errors import LiveviewsError
 from liveviews.pipeline.java import java_binary
 from liveviews.pipeline.realtime import jar as realtime_jar
 from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.tuning import localfs
-from liveviews.pipeline.tuning.jars import cache_dir, mtime, recorded_path, spark_jars
+from liveviews.pipeline.tuning.jars import mtime, recorded_path, spark_jars
 
 BUILD_TIMEOUT_S = 300
 QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]

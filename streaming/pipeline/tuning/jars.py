@@ -1,4 +1,4 @@
-"""Spark's jars and the cache the start-up tuning keeps beside them (``~/.cache/liveviews``).
+"""Spark's jars, which the start-up tuning names its cached files after (``liveviews.cache``).
 
 Each cached file is named after what it was made from (a jar's path and modification time), so
 an upgrade of pyspark or of the JDK makes a new one, and a record beside it says which jars it
@@ -7,7 +7,6 @@ came from, so the next build can remove what no installation uses any more.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 
@@ -27,11 +26,6 @@ def spark_jar(prefix: str) -> Path | None:
 def jar_stamp(jar: Path) -> str:
     """What names a jar in a cache key: its path and modification time."""
     return f"{jar}|{mtime(jar)}"
-
-
-def cache_dir() -> Path:
-    """Where the default archives live: ``~/.cache/liveviews`` (or under ``XDG_CACHE_HOME``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "liveviews"
 
 
 def mtime(path: Path) -> int:

@@ -24,8 +24,9 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
+from liveviews.cache import cache_dir
 from liveviews.pipeline.java import java_binary
-from liveviews.pipeline.tuning.jars import cache_dir, jar_stamp, spark_jar
+from liveviews.pipeline.tuning.jars import jar_stamp, spark_jar
 
 log = logging.getLogger("liveviews.localfs")
 

@@ -28,7 +28,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from liveviews.pipeline.tuning.jars import cache_dir, jar_stamp, recorded_path, spark_jar
+from liveviews.cache import cache_dir
+from liveviews.pipeline.tuning.jars import jar_stamp, recorded_path, spark_jar
 
 log = logging.getLogger("liveviews.rocksdblib")
 
