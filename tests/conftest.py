@@ -75,6 +75,15 @@ def store_url(
 
 
 @pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Kafka node (Apache Kafka's jars, KRaft) for the run: its bootstrap servers."""
+    from liveviews.log.kafka.broker import KafkaCluster
+
+    with KafkaCluster(tmp_path_factory.mktemp("kafka")) as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
 def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A PostgreSQL server with ``wal_level=logical``: the embedded one, in a directory of its
     own under /tmp, which the ``postgres`` user can reach when the tests run as root."""

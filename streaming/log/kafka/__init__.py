@@ -1,0 +1,2 @@
+"""Apache Kafka as the log, for deployments that outgrow one store: its brokers, run for you
+from Kafka's own jars (``broker``) in tests and on one machine."""

@@ -1,0 +1,149 @@
+"""Kafka brokers run for the log (``liveviews.log.kafka.broker``): Apache Kafka's own jars, a
+node that keeps its topics across a restart, and three nodes that lose no acknowledged append
+when one of them is killed."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from liveviews.log.kafka import broker
+from liveviews.log.kafka.broker import KafkaCluster, KafkaUnavailable
+
+
+def create_topic(bootstrap: str, partitions: int, replication: int = 1) -> str:
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, replication)]).values():
+        future.result(30)
+    return topic
+
+
+def producer(bootstrap: str, **extra: Any) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                     "linger.ms": 0, **extra})  # fmt: skip
+
+
+def append(bootstrap: str, topic: str, keys: list[str]) -> list[tuple[str, int, int]]:
+    """Each key appended once (its value is its index); (key, partition, offset) acknowledged."""
+    acked: list[tuple[str, int, int]] = []
+    errors: list[Any] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.append((msg.value().decode(), msg.partition(), msg.offset()))
+
+    p = producer(bootstrap)
+    for i, key in enumerate(keys):
+        p.produce(topic, str(i).encode(), key.encode(), on_delivery=delivered)
+    assert p.flush(60) == 0
+    assert not errors
+    return acked
+
+
+def read_all(bootstrap: str, topic: str, count: int, timeout: float = 60) -> list[Any]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    consumer.subscribe([topic])
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                continue
+            got.append((msg.key().decode(), msg.value().decode(), msg.partition(), msg.offset()))
+    finally:
+        consumer.close()
+    return got
+
+
+def test_appends_are_read_back_once_each_in_the_order_of_their_key(kafka_bootstrap: str) -> None:
+    topic = create_topic(kafka_bootstrap, 4)
+    keys = [f"user-{i % 7}" for i in range(300)]
+    acked = append(kafka_bootstrap, topic, keys)
+    assert len(acked) == 300
+    got = read_all(kafka_bootstrap, topic, 300)
+    assert sorted(int(value) for _, value, _, _ in got) == list(range(300))
+    for key in set(keys):  # one key, one partition: its appends in the order they were made
+        values = [int(v) for k, v, _, _ in sorted(got, key=lambda g: g[3]) if k == key]
+        assert values == sorted(values)
+        assert len({p for k, _, p, _ in got if k == key}) == 1
+
+
+def test_a_node_keeps_its_topics_and_address_across_a_restart(tmp_path: Path) -> None:
+    cluster = KafkaCluster(tmp_path)
+    with cluster as bootstrap:
+        topic = create_topic(bootstrap, 2)
+        append(bootstrap, topic, ["a", "b", "c"])
+    again = KafkaCluster(tmp_path)
+    assert again.bootstrap == bootstrap
+    with again:
+        assert sorted(v for _, v, _, _ in read_all(bootstrap, topic, 3)) == ["0", "1", "2"]
+
+
+def test_without_maven_it_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(broker, "libs_path", lambda: tmp_path / "kafka-absent")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(KafkaUnavailable) as caught:
+        broker.ensure_kafka()
+    assert caught.value.code == "kafka_unavailable"
+    assert "apt-get install maven" in caught.value.message
+    assert not (tmp_path / "kafka-absent").exists()
+
+
+def test_three_nodes_lose_no_acknowledged_append_when_one_is_killed(tmp_path: Path) -> None:
+    """Replication factor 3, ``min.insync.replicas`` 2, ``acks=all``: an append acknowledged
+    before, during or after a node's death is read back, and none twice."""
+    cluster = KafkaCluster(tmp_path, nodes=3, heap="384m")
+    with cluster as bootstrap:
+        assert cluster.replication == 3
+        topic = create_topic(bootstrap, 3, replication=3)
+        acked: list[str] = []
+        errors: list[Any] = []
+        stop = threading.Event()
+
+        def delivered(err: Any, msg: Any) -> None:
+            (errors if err is not None else acked).append(err or msg.value().decode())
+
+        def publish() -> None:
+            p = producer(bootstrap, **{"message.timeout.ms": 60_000})
+            i = 0
+            while not stop.is_set():
+                p.produce(topic, str(i).encode(), f"k{i % 11}".encode(), on_delivery=delivered)
+                p.poll(0)
+                i += 1
+                time.sleep(0.002)
+            assert p.flush(90) == 0
+
+        thread = threading.Thread(target=publish)
+        thread.start()
+        time.sleep(2)
+        cluster.stop_node(2, kill=True)
+        time.sleep(4)
+        before_restart = len(acked)
+        cluster.start_node(2)
+        time.sleep(2)
+        stop.set()
+        thread.join(120)
+        assert not errors
+        assert before_restart > 0
+        got = read_all(bootstrap, topic, len(acked), timeout=90)
+        values = [v for _, v, _, _ in got]
+        assert len(values) == len(set(values)), "an append was stored twice"
+        assert set(acked) <= set(values), "an acknowledged append was lost"
