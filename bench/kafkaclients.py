@@ -14,7 +14,8 @@ append's acknowledgement. Contenders:
 - ``confluent-kafka aio``: the library's own ``confluent_kafka.aio.AIOProducer``, one message
   per batch (``batch_size=1``), so that nothing waits for a batch to fill.
 
-Figures: latency of one append at a time (a lone publisher), then ``--concurrency`` appends
+Figures: latency of one append at a time (a lone publisher; 2,000, or as many as
+``--seconds`` allow), then ``--concurrency`` appends
 in flight for ``--seconds`` (a busy gateway): appends/s, latency, and the client's CPU per
 append (this process's, librdkafka's threads included).
 
@@ -131,12 +132,17 @@ CLIENTS: dict[str, Callable[[str], contextlib.AbstractAsyncContextManager[Append
 }
 
 
-async def one_at_a_time(append: Append, count: int) -> list[float]:
+async def one_at_a_time(append: Append, count: int, seconds: float) -> list[float]:
+    """Latencies of ``count`` appends, one after another, or as many as ``seconds`` allow (a
+    client that holds each append for a batch would otherwise take minutes)."""
     latencies = []
+    until = time.perf_counter() + seconds
     for i in range(count):
         began = time.perf_counter()
         await append(KEYS[i % len(KEYS)], VALUE)
         latencies.append(time.perf_counter() - began)
+        if began > until:
+            break
     return latencies
 
 
@@ -166,13 +172,14 @@ def _ms(values: list[float]) -> dict[str, float]:
 async def measure(name: str, bootstrap: str, count: int, concurrency: int,
                   seconds: float) -> dict[str, Any]:  # fmt: skip
     async with CLIENTS[name](bootstrap) as append:
-        await one_at_a_time(append, 50)  # connections made, producer id acquired
-        lone = await one_at_a_time(append, count)
+        await one_at_a_time(append, 50, 2.0)  # connections made, producer id acquired
+        lone = await one_at_a_time(append, count, seconds)
         cpu = time.process_time()
         busy, wall = await in_flight(append, concurrency, seconds)
         cpu = time.process_time() - cpu
     row: dict[str, Any] = {
         "client": name,
+        "one_at_a_time": len(lone),
         "one_at_a_time_ms": _ms(lone),
         "concurrency": concurrency,
         "appends_per_second": round(len(busy) / wall),
