@@ -134,7 +134,11 @@ def test_three_nodes_lose_no_acknowledged_append_when_one_is_killed(tmp_path: Pa
 
         thread = threading.Thread(target=publish)
         thread.start()
-        time.sleep(2)
+        # The producer's first append waits for its idempotence id, which a fresh cluster may
+        # take seconds to hand out; kill only once appends are being acknowledged.
+        deadline = time.monotonic() + 60
+        while len(acked) < 100 and time.monotonic() < deadline:
+            time.sleep(0.1)
         cluster.stop_node(2, kill=True)
         at_kill = len(acked)
         time.sleep(8)
