@@ -1,17 +1,19 @@
 /**
  * Offsets and frontiers, for read-your-writes. A publish answers each event's offset
- * `{partition, id}`; a view reflects it once the frontier's entry id for that partition is at
- * or after `id`. Entry ids are `<ms>-<seq>`, compared as numbers (not as strings).
+ * `{partition, id}`; a view reflects it once the frontier's position for that partition is at
+ * or after `id`. A position is a Redis Streams entry id `<ms>-<seq>` or, on a Kafka log, `<n>`,
+ * the event's Kafka offset plus one; positions compare as pairs of numbers (`<n>` as `<n>-0`),
+ * not as strings.
  */
 
 import { ProtocolError } from './errors.js';
 
-const ENTRY_ID = /^(\d{1,20})-(\d{1,20})$/;
+const ENTRY_ID = /^(\d{1,20})(?:-(\d{1,20}))?$/;
 
 function entryTuple(id) {
   const match = ENTRY_ID.exec(id);
-  if (match === null) throw new ProtocolError(`'${id}' is not an entry id of the form <ms>-<seq>`);
-  return [BigInt(match[1]), BigInt(match[2])];
+  if (match === null) throw new ProtocolError(`'${id}' is not a log position of the form <ms>-<seq> or <n>`);
+  return [BigInt(match[1]), BigInt(match[2] ?? 0)];
 }
 
 /** -1, 0 or 1 as entry id `a` is before, equal to or after `b`. */
@@ -25,7 +27,7 @@ export function compareEntryIds(a, b) {
 
 /**
  * An offset from what a publish answered: `{partition, id}` (with or without `token`), or a
- * token string `"<partition>:<ms>-<seq>"`.
+ * token string `"<partition>:<ms>-<seq>"` (`"<partition>:<n>"` on a Kafka log).
  */
 export function parseOffset(offset) {
   if (typeof offset === 'string') {
@@ -33,7 +35,7 @@ export function parseOffset(offset) {
     const partition = Number(offset.slice(0, at));
     const id = offset.slice(at + 1);
     if (at < 1 || !Number.isInteger(partition) || !ENTRY_ID.test(id)) {
-      throw new TypeError(`offset '${offset}' is not of the form '<partition>:<ms>-<seq>'`);
+      throw new TypeError(`offset '${offset}' is not of the form '<partition>:<ms>-<seq>' or '<partition>:<n>'`);
     }
     return { partition, id };
   }
@@ -43,7 +45,7 @@ export function parseOffset(offset) {
       return { partition: offset.partition, id: offset.id };
     }
   }
-  throw new TypeError('an offset is {partition, id} or a "<partition>:<ms>-<seq>" token, as publish answers');
+  throw new TypeError('an offset is {partition, id} or a "<partition>:<position>" token, as publish answers');
 }
 
 /** Whether `frontier` (partition -> entry id) covers every one of `offsets`. */

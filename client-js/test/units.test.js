@@ -34,7 +34,7 @@ test('backoff is full jitter: anywhere from 0 to a cap that doubles up to the ma
   assert.ok(b.next() < 100);
 });
 
-test('entry ids compare as numbers, and offsets parse from what publish answers', () => {
+test('positions compare as numbers, and offsets parse from what publish answers', () => {
   assert.equal(compareEntryIds('9-0', '10-0'), -1);
   assert.equal(compareEntryIds('10-2', '10-10'), -1);
   assert.equal(compareEntryIds('1732170000000-5', '1732170000000-5'), 0);
@@ -42,7 +42,12 @@ test('entry ids compare as numbers, and offsets parse from what publish answers'
   assert.deepEqual(parseOffset('2:10-0'), { partition: 2, id: '10-0' });
   assert.deepEqual(parseOffset({ partition: 2, id: '10-0', token: '2:10-0' }), { partition: 2, id: '10-0' });
   assert.deepEqual(parseOffset({ token: '3:1-1' }), { partition: 3, id: '1-1' });
-  for (const bad of ['2', ':1-0', 'x:1-0', '2:1', { partition: '2', id: '1-0' }, null]) {
+  // A Kafka log's offsets: one number, ordered as that number followed by -0.
+  assert.deepEqual(parseOffset('2:41'), { partition: 2, id: '41' });
+  assert.equal(compareEntryIds('9', '10'), -1);
+  assert.equal(compareEntryIds('10', '10-0'), 0);
+  assert.ok(covers({ 0: '42' }, [{ partition: 0, id: '41' }]) && !covers({ 0: '41' }, [{ partition: 0, id: '42' }]));
+  for (const bad of ['2', ':1-0', 'x:1-0', '2:1-', '2:-1', '2:1-2-3', { partition: '2', id: '1-0' }, null]) {
     assert.throws(() => parseOffset(bad), TypeError, JSON.stringify(bad));
   }
   assert.ok(covers({ 0: '10-0', 1: '5-0' }, [{ partition: 0, id: '9-5' }, { partition: 1, id: '5-0' }]));

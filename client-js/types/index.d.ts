@@ -19,7 +19,7 @@ export declare const SubscriptionState: Readonly<{
   ERROR: 'error';
 }>;
 
-/** Partition -> entry id (`<ms>-<seq>`) up to which the views reflect the log. */
+/** Partition -> log position (`<ms>-<seq>`, or `<n>` on a Kafka log) up to which the views reflect the log. */
 export type Frontier = Record<string, string>;
 
 /** Where publish put an event: its log partition and entry id. */

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections import deque
 from typing import Any
@@ -48,6 +47,7 @@ from liveviews.gateway.live.sockets import AsgiSocket, OwnedSocket, Socket
 from liveviews.gateway.live.ws import WsSender
 from liveviews.gateway.wire import filters, frames
 from liveviews.gateway.wire.eventid import EventId, position_tuple
+from liveviews.log.events import POSITION_RE
 
 log = logging.getLogger("liveviews.gateway.ws")
 
@@ -55,7 +55,6 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_SERVICE_RESTART = 1012
 CLOSE_SLOW_READER = (1008, "slow consumer")
-ENTRY_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 UNAUTHENTICATED_CLOSE_SECONDS = 1.0
 """How long a socket that never signed in has to answer its close before it is dropped (not
 at once: closing a connection the client is still sending on resets it, and the client would
@@ -97,11 +96,11 @@ def wanted_offsets(
             or isinstance(partition, bool)
             or partition < 0
             or not isinstance(entry, str)
-            or ENTRY_ID_RE.fullmatch(entry) is None
+            or POSITION_RE.fullmatch(entry) is None
         ):
             raise error(
                 f'{offset!r} is not an offset; each is {{"partition": <n>, "id": '
-                '"<ms>-<seq>"}, as publish answers it.',
+                '"<ms>-<seq>" or "<n>"}, as publish answers it.',
                 code=code,
             )
         at = position_tuple(entry)

@@ -11,7 +11,6 @@ is one of the small classes below.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -19,10 +18,10 @@ from typing import Any, Literal
 import orjson
 
 from liveviews.client.errors import GatewayError, ProtocolError, gateway_error
+from liveviews.log.events import POSITION_RE as ENTRY_ID
 from liveviews.log.events import Offset
 
 FRAME_KINDS = frozenset({"snapshot", "delta", "progress", "reset", "end"})
-ENTRY_ID = re.compile(r"\d{1,20}-\d{1,20}")
 
 Shape = Literal["key", "prefix", "window"]
 

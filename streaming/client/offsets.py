@@ -1,6 +1,7 @@
 """Offsets and frontiers, for read-your-writes. A publish answers each event's offset
-``Offset(partition, id)``; a view reflects it once its frontier's entry id for that partition is
-at or after ``id``. Entry ids ``<ms>-<seq>`` compare as pairs of numbers, not as strings."""
+``Offset(partition, id)``; a view reflects it once its frontier's position for that partition is
+at or after ``id``. Positions (``<ms>-<seq>``, or ``<n>`` on a Kafka log) compare as pairs of
+numbers, not as strings."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from liveviews.log.events import Offset
 
 def entry_tuple(entry_id: str) -> tuple[int, int]:
     if not ENTRY_ID.fullmatch(entry_id):
-        raise ValueError(f"{entry_id!r} is not an entry id of the form <ms>-<seq>")
+        raise ValueError(f"{entry_id!r} is not a log position of the form <ms>-<seq> or <n>")
     ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq)
+    return int(ms), int(seq or 0)
 
 
 def latest_of_each(offsets: Iterable[Offset]) -> list[Offset]:
@@ -31,7 +32,7 @@ def latest_of_each(offsets: Iterable[Offset]) -> list[Offset]:
 
 
 def parse_offset(offset: Offset | str | Mapping[str, Any]) -> Offset:
-    """An offset as publish answered it: an ``Offset``, its token ``"<partition>:<ms>-<seq>"``,
+    """An offset as publish answered it: an ``Offset``, its token ``"<partition>:<position>"``,
     or ``{"partition", "id"}``."""
     if isinstance(offset, Offset):
         return offset

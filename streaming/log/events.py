@@ -15,6 +15,7 @@ by the store when the event was appended.
 
 from __future__ import annotations
 
+import re
 import time as _time
 import zlib
 from dataclasses import dataclass
@@ -47,7 +48,16 @@ def partition_for(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
+POSITION_RE = re.compile(r"[0-9]{1,20}(?:-[0-9]{1,20})?")
+"""A position within a log partition, in either log's own form: a Redis Streams entry id
+``<ms>-<seq>``, or on Apache Kafka ``<n>``, the event's Kafka offset plus one (Kafka's own
+convention for a consumer's position: the next offset to read). Either way ``0`` / ``0-0`` is
+before every event. One deployment's log has one form; both compare as pairs of numbers (``n``
+as ``(n, 0)``), never as strings."""
+
+
 def entry_id_tuple(entry_id: str) -> tuple[int, int]:
+    """A position (``POSITION_RE``) as a comparable pair."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 
@@ -68,16 +78,13 @@ class Offset:
     @classmethod
     def parse(cls, token: str) -> Offset:
         part, sep, entry = token.partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            entry_id_tuple(entry)
-            return cls(int(part), entry)
-        except ValueError:
+        if not sep or not part.isascii() or not part.isdigit() or not POSITION_RE.fullmatch(entry):
             raise InvalidEvent(
-                f"offset {token!r} is not of the form '<partition>:<ms>-<seq>'.",
+                f"offset {token!r} is not of the form '<partition>:<ms>-<seq>' (or "
+                "'<partition>:<n>' on a Kafka log), as publish answers it.",
                 code="invalid_offset",
-            ) from None
+            )
+        return cls(int(part), entry)
 
 
 @dataclass(frozen=True)

@@ -53,5 +53,5 @@ def test_validation_accepts_or_rejects_with_a_documented_error_and_writes_nothin
 
 @given(partition=st.integers(0, 10_000), ms=st.integers(0, 2**48), seq=st.integers(0, 2**32))
 def test_offset_tokens_round_trip(partition, ms, seq):
-    offset = Offset(partition, f"{ms}-{seq}")
-    assert Offset.parse(str(offset)) == offset
+    for offset in (Offset(partition, f"{ms}-{seq}"), Offset(partition, str(ms))):
+        assert Offset.parse(str(offset)) == offset

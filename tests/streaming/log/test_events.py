@@ -11,6 +11,7 @@ from liveviews.log.events import (
     Offset,
     TimeWindow,
     decode_entry,
+    entry_id_tuple,
     iso,
     parse_event_time,
     partition_for,
@@ -39,7 +40,9 @@ def test_entry_round_trip():
 
 def test_offset_tokens():
     assert Offset.parse("3:17-2") == Offset(3, "17-2")
-    for bad in ("3", "x:1-0", "3:abc", ""):
+    assert Offset.parse("3:17") == Offset(3, "17")  # a Kafka log's offset
+    assert entry_id_tuple("16-9") < entry_id_tuple("17") < entry_id_tuple("17-1")
+    for bad in ("3", "x:1-0", "3:abc", "", "3:-1", "3:1-", "-1:1-0", "3:1-2-3", "٣:1-0"):
         with pytest.raises(InvalidEvent):
             Offset.parse(bad)
 
