@@ -131,10 +131,13 @@ class LoggedEvent:
     key: str
     payload_json: bytes
     time_ms: int
+    logged_ms: int | None = None
+    """When the log took the event, where its position does not say (a Kafka record's
+    timestamp); a Redis Streams entry id holds it as its ``<ms>``."""
 
     @property
     def ingest_ms(self) -> int:
-        return entry_id_tuple(self.id)[0]
+        return entry_id_tuple(self.id)[0] if self.logged_ms is None else self.logged_ms
 
     @property
     def payload(self) -> dict[str, Any]:

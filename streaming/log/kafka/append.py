@@ -1,0 +1,312 @@
+"""Appending a batch of events to a Kafka log once, whatever is retried.
+
+Kafka's idempotent producer (``acks=all``) makes a writer's own retries append nothing twice;
+a batch of several events is one Kafka transaction, so it is appended whole or not at all, on
+every partition it touches, as one MULTI is on a single Redis server. What Kafka does not keep
+is the answer to a batch whose writer lost it (a timeout, a crash): under an idempotency key,
+the store keeps a record of the batch (``lv:kafka:appended:<key>``), as ``append.lua`` does on
+Redis Streams:
+
+- before the batch, ``<digest> pending <store ms>``, set only if there is no record; a record
+  of another digest refuses the key, a ``done`` one answers its offsets and appends nothing;
+- after Kafka acknowledged it, ``<digest> done <offsets>``;
+- a ``pending`` record is a batch in flight: a retry waits for it. Once it is older than the
+  producer's transaction timeout (the brokers abort a transaction left open that long) plus a
+  grace, its writer is gone, and the batch's records, which carry the key in a header, are
+  looked for in the log from the record's time on: found, they are its answer; not found, the
+  retry appends the batch itself.
+
+That is exact unless a writer stalls between its record and Kafka's acknowledgement for longer
+than the transaction timeout and the grace together (``TRANSACTION_TIMEOUT_MS``, ``GRACE_MS``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from liveviews.app import App
+from liveviews.log.append import Idempotency, key_reused
+from liveviews.log.eventlog import store_time_ms
+from liveviews.log.events import Event, Offset, partition_for
+from liveviews.log.kafka.records import HEADER_IDEMPOTENCY, header, offset_of, record
+from liveviews.log.kafka.topic import LOG_TOPIC, LogUnavailable, ensure_log_topic
+
+TRANSACTION_TIMEOUT_MS = 10_000
+GRACE_MS = 5_000
+ACK_TIMEOUT_S = 30.0
+RECORD_PREFIX = "lv:kafka:appended:"
+PENDING, DONE = "pending", "done"
+
+
+def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 0,
+        "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        **extra,
+    }
+
+
+class KafkaEventLog:
+    """Synchronous writer of an application's events to a Kafka log: ``EventLog``'s interface
+    (``append``, ``append_batch``, ``append_validated``), its promises and its answers."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app: App,
+        partitions: int,
+        store: redis.Redis,
+        *,
+        topic: str = LOG_TOPIC,
+    ) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap, self.app, self.partitions, self.store = bootstrap, app, partitions, store
+        self.topic = topic
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        ensure_log_topic(admin, partitions, topic)
+        self.single = Producer(producer_config(bootstrap))
+        # One transaction at a time per producer: batches of several events take turns.
+        self.batches = Producer(producer_config(
+            bootstrap, **{"transactional.id": f"liveviews-{uuid.uuid4().hex}",
+                          "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
+        self.batches.init_transactions(ACK_TIMEOUT_S)
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        self.single.flush(ACK_TIMEOUT_S)
+        self.batches.flush(ACK_TIMEOUT_S)
+
+    def append(self, raw: Any, idempotency_key: str | None = None) -> Offset:
+        return self.append_batch([raw], idempotency_key)[0]
+
+    def append_batch(self, raws: Iterable[Any], idempotency_key: str | None = None) -> list[Offset]:
+        raws = list(raws)
+        events = self.app.validate_batch(raws)
+        return self.append_validated(events, Idempotency.of(raws, idempotency_key))
+
+    def append_validated(
+        self, events: Sequence[Event], idempotency: Idempotency | None = None
+    ) -> list[Offset]:
+        if not events:
+            return []
+        key = idempotency.key if idempotency is not None and idempotency.given else None
+        if key is None or idempotency is None:
+            return self._produce(events, None)
+        done = self._claim(events, idempotency)
+        if done is not None:
+            return done
+        try:
+            offsets = self._produce(events, key)
+        except NotAppended:
+            self.store.delete(RECORD_PREFIX + key)  # nothing was appended: a retry may go on
+            raise
+        self.store.set(RECORD_PREFIX + key, _done(idempotency.digest, offsets),
+                       ex=idempotency.seconds)  # fmt: skip
+        return offsets
+
+    # Appending
+
+    def _produce(self, events: Sequence[Event], key: str | None) -> list[Offset]:
+        from confluent_kafka import KafkaException
+
+        offsets: list[Offset | None] = [None] * len(events)
+        failures: list[Any] = []
+
+        def delivered(i: int) -> Any:
+            def report(err: Any, msg: Any) -> None:
+                if err is not None:
+                    failures.append(err)
+                else:
+                    offsets[i] = offset_of(msg.partition(), msg.offset())
+
+            return report
+
+        if len(events) == 1:
+            try:
+                self._send(self.single, events, key, delivered)
+            except (BufferError, KafkaException) as exc:
+                raise NotAppended.of(exc) from None
+            left = self.single.flush(ACK_TIMEOUT_S)
+            if failures and refused(failures[0]):
+                raise NotAppended.of(failures[0])
+            if left or failures or offsets[0] is None:
+                # It may be in the log (a timeout after it was sent): a retry under the same
+                # idempotency key finds out.
+                reason = failures[0].str() if failures else "no acknowledgement in time"
+                raise LogUnavailable(
+                    f"the Kafka log did not confirm the event ({reason}); send it again with "
+                    "the same Idempotency-Key: nothing is appended twice."
+                )
+        else:
+            with self.lock:
+                self._transaction(events, key, delivered)
+        return [o for o in offsets if o is not None]
+
+    def _transaction(self, events: Sequence[Event], key: str | None, delivered: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        p = self.batches
+        p.begin_transaction()
+        try:
+            self._send(p, events, key, delivered)
+            p.commit_transaction(ACK_TIMEOUT_S)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.txn_requires_abort():
+                p.abort_transaction(ACK_TIMEOUT_S)
+                raise NotAppended.of(error) from None
+            # The commit's outcome is unknown: the batch may be in the log. A retry under the
+            # same idempotency key finds out (the module's docstring).
+            raise LogUnavailable(
+                f"the Kafka log did not confirm the batch ({error.str()}); send the same batch "
+                "again with the same Idempotency-Key: nothing is appended twice."
+            ) from None
+
+    def _send(
+        self, producer: Any, events: Sequence[Event], key: str | None, delivered: Any
+    ) -> None:
+        for i, event in enumerate(events):
+            k, v, headers = record(event, key)
+            producer.produce(self.topic, v, k, partition=partition_for(event.key, self.partitions),
+                             headers=headers, on_delivery=delivered(i))  # fmt: skip
+
+    # The batch's record in the store
+
+    def _claim(self, events: Sequence[Event], idempotency: Idempotency) -> list[Offset] | None:
+        """None once this writer holds the batch's record; the batch's offsets if it was
+        appended already."""
+        name = RECORD_PREFIX + idempotency.key
+        deadline = time.monotonic() + (TRANSACTION_TIMEOUT_MS + 2 * GRACE_MS) / 1000
+        while True:
+            now = store_time_ms(self.store)
+            mine = f"{idempotency.digest}\n{PENDING}\n{now}"
+            if self.store.set(name, mine, nx=True, ex=idempotency.seconds):
+                return None
+            raw: Any = self.store.get(name)
+            if raw is None:
+                continue  # it expired just now
+            digest, state, rest = raw.decode().split("\n", 2)
+            if digest != idempotency.digest:
+                raise key_reused()
+            if state == DONE:
+                return _offsets(rest)
+            if now - int(rest) > TRANSACTION_TIMEOUT_MS + GRACE_MS:
+                found = self._find(idempotency.key, int(rest), events)
+                if found is not None:
+                    self.store.set(name, _done(digest, found), ex=idempotency.seconds)
+                    return found
+                if self._take_over(name, raw, mine, idempotency.seconds):
+                    return None
+            elif time.monotonic() > deadline:
+                raise LogUnavailable(
+                    "another request with this Idempotency-Key is still being appended; send "
+                    "it again in a few seconds."
+                )
+            time.sleep(0.05)
+
+    def _take_over(self, name: str, seen: bytes, mine: str, seconds: int) -> bool:
+        """Replace the record ``seen`` by ``mine``, unless another writer changed it first."""
+        with self.store.pipeline() as pipe:
+            try:
+                pipe.watch(name)
+                if pipe.get(name) != seen:
+                    return False
+                pipe.multi()
+                pipe.set(name, mine, ex=seconds)
+                pipe.execute()
+                return True
+            except redis.WatchError:
+                return False
+
+    def _find(self, key: str, since_ms: int, events: Sequence[Event]) -> list[Offset] | None:
+        """The offsets of the batch's records if they are in the log (committed), else None."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        by_partition: dict[int, list[int]] = {}
+        for i, event in enumerate(events):
+            by_partition.setdefault(partition_for(event.key, self.partitions), []).append(i)
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "liveviews-find",
+                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.partition.eof": True})  # fmt: skip
+        try:
+            found: dict[int, list[int]] = {}
+            starts = consumer.offsets_for_times(
+                [TopicPartition(self.topic, p, since_ms - GRACE_MS) for p in by_partition],
+                ACK_TIMEOUT_S)  # fmt: skip
+            todo = []
+            for tp in starts:
+                _, high = consumer.get_watermark_offsets(tp, ACK_TIMEOUT_S)
+                if 0 <= tp.offset < high:
+                    todo.append(TopicPartition(self.topic, tp.partition, tp.offset))
+            consumer.assign(todo)
+            left = {tp.partition for tp in todo}
+            deadline = time.monotonic() + ACK_TIMEOUT_S
+            while left and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                partition, at, error = msg.partition(), msg.offset(), msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        left.discard(partition)  # its end: every committed record read
+                    elif error.fatal():
+                        break  # answered below; others (a lost connection) are retried
+                elif header(msg.headers(), HEADER_IDEMPOTENCY) == key.encode():
+                    assert partition is not None and at is not None  # a record has both
+                    found.setdefault(partition, []).append(at)
+            if left:
+                raise LogUnavailable("the Kafka log could not be read to settle an earlier "
+                                     "append; send the same batch again.")  # fmt: skip
+        finally:
+            consumer.close()
+        if not found:
+            return None
+        offsets: list[Offset | None] = [None] * len(events)
+        for partition, indexes in by_partition.items():
+            for i, at in zip(indexes, found.get(partition, []), strict=False):
+                offsets[i] = offset_of(partition, at)
+        if None in offsets:  # a transaction is whole or absent: this cannot be a batch of ours
+            raise key_reused()
+        return [o for o in offsets if o is not None]
+
+
+def refused(error: Any) -> bool:
+    """Whether Kafka refused an event outright (it was not written), rather than leaving its
+    outcome unknown (a timeout after it was sent)."""
+    from confluent_kafka import KafkaError
+
+    return error.code() in {
+        KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE,
+        KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_RECORD,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
+    }  # fmt: skip
+
+
+class NotAppended(LogUnavailable):
+    """Kafka refused or timed out the batch, and none of it was appended."""
+
+    @classmethod
+    def of(cls, error: Any) -> NotAppended:
+        text = error.str() if hasattr(error, "str") else str(error)
+        return cls(f"the Kafka log did not take the batch ({text}); nothing was appended. Send "
+                   "it again.")  # fmt: skip
+
+
+def _done(digest: str, offsets: Sequence[Offset]) -> str:
+    return f"{digest}\n{DONE}\n" + " ".join(str(o) for o in offsets)
+
+
+def _offsets(text: str) -> list[Offset]:
+    return [Offset.parse(token) for token in text.split()]

@@ -1,0 +1,74 @@
+"""The log's Kafka topic: created on first use with the application's partition count, kept
+forever, stamped by the broker's clock; a topic with another partition count is refused."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from liveviews.errors import LiveviewsError, StoreMismatch
+
+LOG_TOPIC = "liveviews.log"
+ADMIN_TIMEOUT_S = 30.0
+
+
+class LogUnavailable(LiveviewsError):
+    """The Kafka log did not answer, or did not acknowledge an append in time."""
+
+    code = "log_unavailable"
+
+
+def topic_config(replication: int) -> dict[str, str]:
+    """The log is the source of truth: nothing is deleted by age or size, and each record is
+    stamped with the broker's clock (the event's ingestion time). An append needs two replicas
+    in sync where there are three."""
+    return {
+        "retention.ms": "-1",
+        "retention.bytes": "-1",
+        "cleanup.policy": "delete",
+        "message.timestamp.type": "LogAppendTime",
+        "min.insync.replicas": str(min(2, replication)),
+    }
+
+
+def ensure_log_topic(admin: Any, partitions: int, topic: str = LOG_TOPIC) -> None:
+    """Create ``topic`` with ``partitions`` if it does not exist (replication factor the
+    brokers', at most 3); refuse it with a sentence if it has another partition count, since an
+    entity's events would move to another partition and lose their order."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    have = _partitions(admin, topic)
+    if have is None:
+        brokers = len(admin.list_topics(timeout=ADMIN_TIMEOUT_S).brokers)
+        replication = min(3, max(1, brokers))
+        new = NewTopic(topic, partitions, replication, config=topic_config(replication))
+        try:
+            admin.create_topics([new])[topic].result(ADMIN_TIMEOUT_S)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise LogUnavailable(f"the Kafka log topic {topic!r} could not be created: "
+                                     f"{exc.args[0].str()}") from None  # fmt: skip
+        # The brokers learn of a new topic a moment after its creation is acknowledged.
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while (have := _partitions(admin, topic)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if have is None:
+        raise LogUnavailable(f"the Kafka log topic {topic!r} was created but no broker knows it "
+                             f"after {ADMIN_TIMEOUT_S:g} s; check the brokers' logs.")  # fmt: skip
+    if have != partitions:
+        raise StoreMismatch(
+            f"the Kafka topic {topic!r} has {have} partitions and this process has "
+            f"LV_LOG_PARTITIONS={partitions}. Set it to the topic's count, or use a new topic."
+        )
+
+
+def _partitions(admin: Any, topic: str) -> int | None:
+    try:
+        metadata = admin.list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+    except Exception as exc:  # confluent_kafka.KafkaException: the brokers did not answer
+        raise LogUnavailable(f"the Kafka brokers did not answer: {exc}") from None
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        return None
+    return len(found.partitions)

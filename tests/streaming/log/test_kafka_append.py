@@ -1,0 +1,159 @@
+"""Appending to a Kafka log (``liveviews.log.kafka.append``) against a real broker: a batch
+whole or not at all, once per idempotency key, and the answer of a batch whose writer lost it
+found in the log."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from demo.chirp import app as chirp
+from liveviews.errors import InvalidEvent, StoreMismatch
+from liveviews.log.append import Idempotency, IdempotencyKeyReused
+from liveviews.log.events import LoggedEvent, Offset
+from liveviews.log.kafka import append as kafka_append
+from liveviews.log.kafka.append import RECORD_PREFIX, KafkaEventLog
+from liveviews.log.kafka.records import decode_record, kafka_offset, record
+
+PARTITIONS = 4
+
+
+def rename(user: str, name: str) -> dict[str, Any]:
+    return {"type": "profile_set", "payload": {"user": user, "name": name}}
+
+
+@pytest.fixture()
+def log(kafka_bootstrap: str, store: redis.Redis) -> Iterator[KafkaEventLog]:
+    writer = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store,
+                           topic=f"log-{uuid.uuid4().hex[:8]}")  # fmt: skip
+    yield writer
+    writer.close()
+
+
+def read_log(log: KafkaEventLog, count: int) -> list[LoggedEvent]:
+    """The log's committed events, in partition and offset order, once it holds at least
+    ``count`` (a transaction's records become readable a moment after its commit returns), and
+    no more: the log is read to its end once there are ``count``."""
+    consumer = Consumer({"bootstrap.servers": log.bootstrap, "group.id": "t",
+                         "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+    consumer.assign([TopicPartition(log.topic, p, 0) for p in range(PARTITIONS)])
+    at_end, got = set(), []
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < count or len(at_end) < PARTITIONS:
+            assert time.monotonic() < deadline, f"{len(got)} of {count} events read in 20 s"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            got.append(decode_record(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                     msg.headers(), msg.timestamp()[1]))  # fmt: skip
+    finally:
+        consumer.close()
+    return sorted(got, key=lambda e: (e.partition, int(e.id)))
+
+
+def test_a_batch_is_appended_across_partitions_and_read_back_at_its_offsets(
+    log: KafkaEventLog,
+) -> None:
+    batch = [rename(f"u{i}", f"name {i}") for i in range(12)]
+    offsets = log.append_batch(batch)
+    assert len(offsets) == 12 and len({o.partition for o in offsets}) > 1
+    events = {e.offset: e for e in read_log(log, 12)}
+    assert set(events) == set(offsets)
+    for raw, offset in zip(batch, offsets, strict=True):
+        event = events[offset]
+        assert (event.type, event.key, event.payload) == ("profile_set", raw["payload"]["user"],
+                                                         raw["payload"])  # fmt: skip
+        assert int(offset.id) >= 1  # a position is the offset after the record
+        assert abs(event.ingest_ms - event.time_ms) < 60_000  # the broker's clock
+    single = log.append(rename("u1", "again"))
+    assert single.partition == offsets[1].partition and int(single.id) > int(offsets[1].id)
+
+
+def test_an_invalid_event_appends_nothing_of_its_batch(log: KafkaEventLog) -> None:
+    log.append(rename("u0", "first"))
+    with pytest.raises(InvalidEvent):
+        log.append_batch([rename("u1", "ok"), {"type": "profile_set", "payload": {"user": 3}}])
+    assert [e.payload["name"] for e in read_log(log, 1)] == ["first"]
+
+
+def test_a_key_sent_again_answers_the_same_offsets_and_appends_nothing(
+    log: KafkaEventLog,
+) -> None:
+    batch = [rename("u1", "a"), rename("u2", "b"), rename("u3", "c")]
+    first = log.append_batch(batch, idempotency_key="k-1")
+    assert log.append_batch(batch, idempotency_key="k-1") == first
+    one = log.append(rename("u4", "d"), idempotency_key="k-2")
+    assert log.append(rename("u4", "d"), idempotency_key="k-2") == one
+    with pytest.raises(IdempotencyKeyReused):
+        log.append_batch([rename("u9", "other")], idempotency_key="k-1")
+    assert len(read_log(log, 4)) == 4
+
+
+def test_a_batch_whose_answer_was_lost_is_found_in_the_log_not_appended_again(
+    log: KafkaEventLog, store: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that died after Kafka took its batch left its record ``pending``: once that is
+    older than a transaction can stay open, a retry finds the batch by its key's header."""
+    monkeypatch.setattr(kafka_append, "TRANSACTION_TIMEOUT_MS", 0)
+    monkeypatch.setattr(kafka_append, "GRACE_MS", 200)
+    batch = [rename("u1", "a"), rename("u2", "b"), rename("u5", "c")]
+    idem = Idempotency.of(batch, "lost-1")
+    events = chirp.validate_batch(batch)
+    # What the dead writer did: its record, then its batch, and no answer recorded.
+    store.set(
+        RECORD_PREFIX + "lost-1", f"{idem.digest}\npending\n{kafka_append.store_time_ms(store)}"
+    )
+    appended = log._produce(events, "lost-1")
+    store.set(RECORD_PREFIX + "lost-1",
+              f"{idem.digest}\npending\n{kafka_append.store_time_ms(store) - 1_000}")  # fmt: skip
+    assert log.append_batch(batch, idempotency_key="lost-1") == appended
+    assert len(read_log(log, 3)) == 3
+    assert log.append_batch(batch, idempotency_key="lost-1") == appended  # now recorded done
+
+
+def test_a_batch_whose_writer_died_before_kafka_took_it_is_appended_by_the_retry(
+    log: KafkaEventLog, store: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kafka_append, "TRANSACTION_TIMEOUT_MS", 0)
+    monkeypatch.setattr(kafka_append, "GRACE_MS", 200)
+    batch = [rename("u1", "a"), rename("u2", "b")]
+    idem = Idempotency.of(batch, "lost-2")
+    log.append(rename("u7", "before"))  # another writer's event, without the key
+    store.set(RECORD_PREFIX + "lost-2",
+              f"{idem.digest}\npending\n{kafka_append.store_time_ms(store) - 1_000}")  # fmt: skip
+    offsets = log.append_batch(batch, idempotency_key="lost-2")
+    assert [e.offset for e in read_log(log, 3) if e.key != "u7"] == sorted(
+        offsets, key=lambda o: (o.partition, int(o.id)))  # fmt: skip
+    assert log.append_batch(batch, idempotency_key="lost-2") == offsets
+
+
+def test_a_topic_with_another_partition_count_is_refused_with_a_sentence(
+    log: KafkaEventLog, store: redis.Redis
+) -> None:
+    with pytest.raises(StoreMismatch) as caught:
+        KafkaEventLog(log.bootstrap, chirp, PARTITIONS + 1, store, topic=log.topic)
+    assert f"has {PARTITIONS} partitions" in caught.value.message
+    assert "LV_LOG_PARTITIONS=5" in caught.value.message
+
+
+def test_a_record_holds_the_event_as_the_entry_does() -> None:
+    (event,) = chirp.validate_batch([rename("amy", "Amy")])
+    key, value, headers = record(event, "k")
+    back = decode_record(3, 41, key, value, headers, 1_700_000_000_000)
+    assert back.offset == Offset(3, "42") and kafka_offset(back.id) == 41
+    assert (back.type, back.key, back.payload, back.time_ms) == (
+        event.type, event.key, event.payload, event.time_ms)  # fmt: skip
+    assert back.ingest_ms == 1_700_000_000_000
+    assert ("idempotency_key", b"k") in headers
