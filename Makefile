@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run run-cluster test lint bench clean-data faults test-cluster
 
 $(STAMP): pyproject.toml setup.py scripts/setup.sh client-js/package-lock.json \
-		streaming/pipeline/realtime/jvm/pom.xml streaming/log/kafka/jvm/pom.xml \
+		streaming/pipeline/realtime/jvm/pom.xml streaming/log/kafka/jvm/pom.xml streaming/log/kafka/jvm/spark/pom.xml \
 		tests/support/oidc/package-lock.json
 	bash scripts/setup.sh
 	touch $(STAMP)

@@ -56,8 +56,8 @@ command -v javac >/dev/null 2>&1 || echo "No javac (a JDK's compiler): the pipel
 # installation, Jedis fetched from Maven Central the first time.
 .venv/bin/python -m liveviews.pipeline.realtime.jar >/dev/null
 
-# Apache Kafka's broker (streaming/log/kafka/broker.py): its jars fetched from Maven Central once,
-# for the tests and benchmarks that run the log on Kafka.
+# Apache Kafka's broker and Spark's Kafka source (streaming/log/kafka/broker.py): their jars
+# fetched from Maven Central once, for the tests and benchmarks that run the log on Kafka.
 .venv/bin/python -m liveviews.log.kafka.broker --fetch-only >/dev/null
 
 # The JVM class archive the pipeline starts from (streaming/pipeline/tuning/classarchive.py): built once per

@@ -53,18 +53,27 @@ class KafkaUnavailable(LiveviewsError):
     code = "kafka_unavailable"
 
 
-def _pom() -> bytes:
-    return resources.files("liveviews.log.kafka").joinpath("jvm/pom.xml").read_bytes()
+BROKER_POM = "jvm/pom.xml"
+"""Kafka's broker."""
+SPARK_POM = "jvm/spark/pom.xml"
+"""Spark's Kafka source, for pipelines that read a Kafka log."""
+_EXPECTED = {BROKER_POM: "kafka_*.jar", SPARK_POM: "spark-sql-kafka-*.jar"}
 
 
-def libs_path() -> Path:
-    """``~/.cache/liveviews/kafka-<key>``: the folder of Kafka's jars for this pom."""
-    return cache_dir() / f"kafka-{hashlib.sha256(_pom()).hexdigest()[:12]}"
+def _pom(name: str) -> bytes:
+    return resources.files("liveviews.log.kafka").joinpath(name).read_bytes()
 
 
-def ensure_kafka() -> Path:
-    """The folder of Kafka's jars, fetching them with Maven first when missing."""
-    target = libs_path()
+def libs_path(pom: str = BROKER_POM) -> Path:
+    """``~/.cache/liveviews/kafka-<key>``: the folder of the jars ``pom`` names (its key the
+    pom's digest)."""
+    return cache_dir() / f"kafka-{hashlib.sha256(_pom(pom)).hexdigest()[:12]}"
+
+
+def ensure_kafka(pom: str = BROKER_POM) -> Path:
+    """The folder of the jars ``pom`` names (Kafka's broker by default), fetching them with
+    Maven first when missing."""
+    target = libs_path(pom)
     if (target / ".complete").is_file():
         return target
     mvn = shutil.which("mvn")
@@ -77,13 +86,13 @@ def ensure_kafka() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".kafka-", dir=target.parent) as tmp:
         work = Path(tmp)
-        (work / "pom.xml").write_bytes(_pom())
+        (work / "pom.xml").write_bytes(_pom(pom))
         libs = work / "libs"
         done = subprocess.run(
             [mvn, "-q", "-B", "-f", str(work / "pom.xml"), f"-Dkafka.libs={libs}", "package"],
             capture_output=True, text=True, timeout=FETCH_TIMEOUT_S,
         )  # fmt: skip
-        if done.returncode != 0 or not any(libs.glob("kafka_*.jar")):
+        if done.returncode != 0 or not any(libs.glob(_EXPECTED[pom])):
             said = (done.stdout + done.stderr).strip()[-2000:]
             raise KafkaUnavailable(f"fetching Kafka's jars with Maven failed:\n{said}")
         (libs / ".complete").touch()
@@ -336,12 +345,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fetch-only",
         action="store_true",
-        help="only fetch Kafka's jars (scripts/setup.sh) and print their folder",
+        help="only fetch Kafka's jars and Spark's Kafka source (scripts/setup.sh) and print "
+        "their folders",
     )
     args = parser.parse_args(argv)
     try:
         if args.fetch_only:
             print(ensure_kafka())
+            print(ensure_kafka(SPARK_POM))
             return 0
         cluster = KafkaCluster(args.data, args.nodes)
         with cluster as bootstrap:

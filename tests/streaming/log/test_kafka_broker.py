@@ -98,7 +98,7 @@ def test_a_node_keeps_its_topics_and_address_across_a_restart(tmp_path: Path) ->
 def test_without_maven_it_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(broker, "libs_path", lambda: tmp_path / "kafka-absent")
+    monkeypatch.setattr(broker, "libs_path", lambda pom=None: tmp_path / "kafka-absent")
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(KafkaUnavailable) as caught:
         broker.ensure_kafka()
