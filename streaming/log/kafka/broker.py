@@ -261,7 +261,9 @@ class KafkaCluster:
 
     def _format(self, node: Node, libs: Path, config: Path) -> None:
         formatted = subprocess.run(
-            self._java(node, libs, [FORMAT_CLASS, "format", "-t", self._cluster_id(),
+            # One argument with its value: an id may begin with "-" (base64url), which would
+            # be read as an option of its own.
+            self._java(node, libs, [FORMAT_CLASS, "format", f"--cluster-id={self._cluster_id()}",
                                     "-c", str(config)]),
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip

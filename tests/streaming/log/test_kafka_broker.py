@@ -95,6 +95,14 @@ def test_a_node_keeps_its_topics_and_address_across_a_restart(tmp_path: Path) ->
         assert sorted(v for _, v, _, _ in read_all(bootstrap, topic, 3)) == ["0", "1", "2"]
 
 
+def test_a_cluster_id_that_begins_with_a_dash_formats_its_nodes(tmp_path: Path) -> None:
+    """A base64url id begins with "-" once in 64 clusters."""
+    (tmp_path / "cluster.id").write_text("-" + "A" * 21 + "\n")
+    with KafkaCluster(tmp_path) as bootstrap:
+        topic = create_topic(bootstrap, 1)
+        assert len(append(bootstrap, topic, ["a"])) == 1
+
+
 def test_without_maven_it_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
