@@ -80,7 +80,9 @@ class Metrics:
         """A frontier was handed to the subscribers at ``now`` (unix seconds): observe how long
         ago the newest log entry it covers was appended. Called once per progress entry."""
         try:
-            newest = max((int(i.partition("-")[0]) for i in frontier.values()), default=0)
+            # A Kafka log's positions (no "-") hold no time: nothing to measure there.
+            newest = max((int(i.partition("-")[0]) for i in frontier.values() if "-" in i),
+                         default=0)  # fmt: skip
         except ValueError:
             return  # not an entry id: nothing to measure, and the feed must not stop for it
         if newest:

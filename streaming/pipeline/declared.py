@@ -58,12 +58,13 @@ def spark_type(field: Any) -> DataType:
 
 
 def log_position(offset: Column | str = "offset") -> Column:
-    """An entry id (``<ms>-<seq>``) as a struct that orders as the log does (the text does not:
-    ``"10-0"`` sorts before ``"9-0"``). A key's events are in one partition, so within a key
-    this is the order they were appended in."""
+    """A position (an entry id ``<ms>-<seq>``, or ``<n>`` on a Kafka log) as a struct that
+    orders as the log does (the text does not: ``"10-0"`` sorts before ``"9-0"``). A key's
+    events are in one partition, so within a key this is the order they were appended in."""
     parts = F.split(F.col(offset) if isinstance(offset, str) else offset, "-")
     return F.struct(
-        parts.getItem(0).cast("long").alias("ms"), parts.getItem(1).cast("long").alias("seq")
+        parts.getItem(0).cast("long").alias("ms"),
+        F.coalesce(F.get(parts, 1).cast("long"), F.lit(0).cast("long")).alias("seq"),
     )
 
 

@@ -26,12 +26,17 @@ if last and tonumber(last) >= batch then
   return false
 end
 
-local function later(a, b)  -- is entry id a after entry id b?
-  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
-  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
-  ams, bms = tonumber(ams), tonumber(bms)
+local function position(id)  -- an entry id <ms>-<seq>, or a Kafka log's <n> as <n>-0
+  local first, seq = string.match(id, '^(%d+)-(%d+)$')
+  if first then return tonumber(first), tonumber(seq) end
+  return tonumber(id), 0
+end
+
+local function later(a, b)  -- is position a after position b?
+  local ams, aseq = position(a)
+  local bms, bseq = position(b)
   if ams ~= bms then return ams > bms end
-  return tonumber(aseq) > tonumber(bseq)
+  return aseq > bseq
 end
 
 local function decode(raw)
@@ -50,14 +55,16 @@ for i = first_pair, #ARGV, 3 do
   end
 end
 -- How far behind the log's head this batch left the views, in ms of append time: what a
--- client is told with each frontier (0 once caught up).
+-- client is told with each frontier (0 once caught up). Entry ids only: a Kafka log's
+-- positions hold no time.
 local lag = 0
 for i = first_pair, #ARGV, 3 do
   local head = ARGV[i + 2]
   local at = frontier[ARGV[i]]
-  if head ~= '' and at and later(head, at) then
-    local hms = tonumber(string.match(head, '^(%d+)-'))
-    local ams = tonumber(string.match(at, '^(%d+)-'))
+  local hms = string.match(head, '^(%d+)-%d+$')
+  local ams = at and string.match(at, '^(%d+)-%d+$')
+  if hms and ams and later(head, at) then
+    hms, ams = tonumber(hms), tonumber(ams)
     if hms - ams > lag then lag = hms - ams end
   end
 end

@@ -55,6 +55,10 @@ class BatchEnds:
 
 
 def parse(offset_json: str) -> dict[int, str]:
-    """The source's offset (``{"0": "1732170000000-0", ...}``) as entry ids per partition."""
-    offsets: dict[str, str] = orjson.loads(offset_json)
+    """The source's offset as positions per partition: the Redis Streams source's
+    ``{"0": "1732170000000-0", ...}``, or Spark's Kafka source's ``{"<topic>": {"0": 42, ...}}``
+    (the next offset to read, which is the position of the last record read)."""
+    offsets: dict[str, Any] = orjson.loads(offset_json)
+    if len(offsets) == 1 and isinstance(topic := next(iter(offsets.values())), dict):
+        return {int(p): str(n) for p, n in topic.items() if n > 0}
     return {int(p): entry for p, entry in offsets.items() if entry != UNREAD}

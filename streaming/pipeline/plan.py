@@ -39,6 +39,8 @@ log = logging.getLogger("liveviews.pipeline")
 
 JVM_SOURCE_NAMES = ("io.liveviews.spark.LogSource", "liveviews-log-jvm")
 """How Spark names the Real-Time Mode source (liveviews.pipeline.realtime.jar.SOURCE_CLASS)."""
+KAFKA_SOURCE_NAME = "kafka"
+"""Spark's own Kafka source, for a Kafka log (liveviews.pipeline.kafkalog)."""
 
 HINTS = {
     "only in Append output mode": (
@@ -242,7 +244,7 @@ def _check_reads(pipeline: str, rows: DataFrame) -> None:
             pipeline,
             "it does not read the events it is given; build its rows from that DataFrame.",
         )
-    if len(streams) > 1 or names[0] not in (SOURCE_NAME, *JVM_SOURCE_NAMES):
+    if len(streams) > 1 or names[0] not in (SOURCE_NAME, *JVM_SOURCE_NAMES, KAFKA_SOURCE_NAME):
         raise refused(
             pipeline,
             f"it reads {len(streams)} streams ({', '.join(names)}), not only the events it is "

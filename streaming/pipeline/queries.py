@@ -16,6 +16,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from liveviews.app import App
 from liveviews.pipeline.checkpoint import clear_unstarted
+from liveviews.pipeline.kafkalog import read_kafka_log
 from liveviews.pipeline.offsetlog import BatchEnds
 from liveviews.pipeline.plan import built, started
 from liveviews.pipeline.realtime.query import start_realtime
@@ -37,7 +38,11 @@ def read_log(
 ) -> DataFrame:
     """The log as a stream, at most ``max_events`` per micro-batch (``LV_MAX_EVENTS_PER_BATCH``
     by default); for a ``pipeline`` of ``app``, without the entries it sets aside
-    (``liveviews.log.screen``)."""
+    (``liveviews.log.screen``). A Kafka log is read by Spark's own Kafka source
+    (``liveviews.pipeline.kafkalog``), which sets no entry aside."""
+    if settings.kafka:
+        return read_kafka_log(spark, settings.kafka, max_events or settings.max_events_per_batch,
+                              settings.kafka_topic)  # fmt: skip
     return (
         spark.readStream.format(SOURCE_NAME)
         .option("url", settings.store_url)
@@ -95,9 +100,12 @@ def start_pipeline(
     # A query takes the session's settings as they are when it starts; a new checkpoint
     # records this count, which the query then keeps.
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
-    clear_unstarted(checkpoint_of(settings, qualified), pipeline.realtime and settings.realtime)
+    # Real-Time Mode reads the store's log with its JVM source: a pipeline reading a Kafka log
+    # runs in micro-batches (Spark's Kafka source has the mode too; its writer is the JVM one).
+    realtime = pipeline.realtime and settings.realtime and not settings.kafka
+    clear_unstarted(checkpoint_of(settings, qualified), realtime)
     try:
-        if pipeline.realtime and settings.realtime:
+        if realtime:
             return start_realtime(
                 spark, app, settings, name, sink, str(checkpoint_of(settings, qualified)),
                 f"{QUERY_NAME}.{qualified}",

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from liveviews import console
 from liveviews.errors import LiveviewsError
+from liveviews.pipeline import kafkalog
 from liveviews.pipeline.cluster import (
     check_checkpoints,
     driver_runners_import,
@@ -134,6 +135,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     for name, value in realtime.items():
         sep = "," if name == "spark.jars" else os.pathsep
         conf[name] = sep.join(filter(None, [conf.get(name), value]))
+    # Spark's Kafka source, for a Kafka log, once fetched (scripts/setup.sh): every session has
+    # it, since a session outlives a change of log (a test run has one session).
+    for name, value in kafkalog.spark_conf(kafkalog.connector_jars()).items():
+        conf[name] = ",".join(filter(None, [conf.get(name), value]))
     # RocksDB's library loaded from one extracted copy, not copied to /tmp at every start
     # (streaming/pipeline/tuning/rocksdblib.py).
     conf.update(rocksdblib.spark_conf(settings.spark_master, rocksdblib.library_dir()))

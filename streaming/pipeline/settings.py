@@ -15,6 +15,7 @@ from pathlib import Path
 from liveviews.config import catalog as C
 from liveviews.config.layers import SPARK_CONF_PREFIX, environment
 from liveviews.config.values import MAX_NICENESS
+from liveviews.log.kafka.topic import LOG_TOPIC
 from liveviews.log.retention import Retention
 from liveviews.store.password import embedded_url, store_password
 
@@ -85,6 +86,11 @@ class Settings:
     """``LV_REBUILD_NICENESS=idle``, the default: the builder also runs in the kernel's idle
     class (``SCHED_IDLE``), so that a serving thread that wakes takes its core at once
     (docs/performance/rebuild.md)."""
+    kafka: str | None = None
+    """The bootstrap servers of a Kafka log the pipelines read with Spark's Kafka source
+    (``liveviews.pipeline.kafkalog``), in ``kafka_topic``; None: the log is in the store's
+    Redis Streams."""
+    kafka_topic: str = LOG_TOPIC
     store_ack_replicas: int = 0
     """Replicas that must have each acknowledged write (an event's 202, a committed
     micro-batch) before it is acknowledged: ``WAIT N`` after it (``LV_STORE_ACK_REPLICAS``);

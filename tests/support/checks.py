@@ -18,6 +18,7 @@ from liveviews.changes.topic import (
     shard_for,
     view_key,
 )
+from liveviews.log.events import LoggedEvent
 from tests.support.reference import Views, recompute
 
 
@@ -96,11 +97,13 @@ def assert_views_consistent(
     shards: int,
     skip: Collection[str] = (),
     streamed: Collection[str] = (),
+    log: list[list[LoggedEvent]] | None = None,
 ) -> int:
-    """Stored views == offline recomputation (less the ``skip`` offsets) == replay of the change
-    topic (``streamed``: pipelines in Real-Time Mode, see ``replayed_views``). Returns #deltas."""
+    """Stored views == offline recomputation (less the ``skip`` offsets; from ``log`` when the
+    log is not the store's) == replay of the change topic (``streamed``: pipelines in Real-Time
+    Mode, see ``replayed_views``). Returns #deltas."""
     stored = stored_views(client, shards)
-    expected = recompute(client, partitions, skip)
+    expected = recompute(client, partitions, skip, log)
     replayed, count = replayed_views(client, shards, streamed=streamed)
     _assert_same("stored views", stored, "recomputation", expected)
     _assert_same("replayed deltas", replayed, "stored views", stored)

@@ -43,10 +43,17 @@ def read_log(client: redis.Redis, partitions: int, skip: Collection[str] = ()) -
     return out
 
 
-def recompute(client: redis.Redis, partitions: int, skip: Collection[str] = ()) -> Views:
+def recompute(
+    client: redis.Redis,
+    partitions: int,
+    skip: Collection[str] = (),
+    log: list[list[LoggedEvent]] | None = None,
+) -> Views:
     """The views from the log; ``skip``: offsets of bad entries the test wrote, which the
-    views must leave out."""
-    log = read_log(client, partitions, skip)
+    views must leave out; ``log``: each partition's events when the log is not the store's
+    (a Kafka log), else they are read from the store."""
+    if log is None:
+        log = read_log(client, partitions, skip)
     profiles: dict[str, tuple[str, Any]] = {}
     tweets: dict[str, tuple[str, str, int]] = {}  # tweet -> (author, text, posted_at)
     likers: dict[str, set[str]] = defaultdict(set)

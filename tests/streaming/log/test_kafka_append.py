@@ -4,14 +4,12 @@ found in the log."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from demo.chirp import app as chirp
 from liveviews.errors import InvalidEvent, StoreMismatch
@@ -20,6 +18,7 @@ from liveviews.log.events import LoggedEvent, Offset
 from liveviews.log.kafka import append as kafka_append
 from liveviews.log.kafka.append import RECORD_PREFIX, KafkaEventLog
 from liveviews.log.kafka.records import decode_record, kafka_offset, record
+from tests.support.kafkalog import read_kafka_log
 
 PARTITIONS = 4
 
@@ -37,30 +36,8 @@ def log(kafka_bootstrap: str, store: redis.Redis) -> Iterator[KafkaEventLog]:
 
 
 def read_log(log: KafkaEventLog, count: int) -> list[LoggedEvent]:
-    """The log's committed events, in partition and offset order, once it holds at least
-    ``count`` (a transaction's records become readable a moment after its commit returns), and
-    no more: the log is read to its end once there are ``count``."""
-    consumer = Consumer({"bootstrap.servers": log.bootstrap, "group.id": "t",
-                         "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
-    consumer.assign([TopicPartition(log.topic, p, 0) for p in range(PARTITIONS)])
-    at_end, got = set(), []
-    deadline = time.monotonic() + 20
-    try:
-        while len(got) < count or len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"{len(got)} of {count} events read in 20 s"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            got.append(decode_record(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                     msg.headers(), msg.timestamp()[1]))  # fmt: skip
-    finally:
-        consumer.close()
-    return sorted(got, key=lambda e: (e.partition, int(e.id)))
+    """The log's committed events, in partition and offset order, once there are ``count``."""
+    return [e for part in read_kafka_log(log.bootstrap, log.topic, PARTITIONS, count) for e in part]
 
 
 def test_a_batch_is_appended_across_partitions_and_read_back_at_its_offsets(

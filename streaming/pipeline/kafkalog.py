@@ -1,0 +1,68 @@
+"""A Kafka log as the pipeline's stream: Spark's own Kafka source, its records as the rows the
+Redis Streams source gives (``liveviews.pipeline.views.EVENT_SCHEMA``).
+
+Spark's Kafka source keeps its offsets in the query's checkpoint as the next offset to read per
+partition (``{"<topic>": {"0": 42, ...}}``): exactly the log's positions on Kafka (PROTOCOL.md,
+section 4), so a batch's end in the offset log is the pipeline's frontier as it is
+(``liveviews.pipeline.offsetlog``). It reads committed records only (``read_committed``): a
+batch appended in one transaction reaches a view whole (``liveviews.log.kafka.append``).
+
+A record is read as ``liveviews.log.kafka.records`` writes it: its key the event's partition
+key, its value the payload, the event's ``type`` and ``time`` in headers, and the broker's
+timestamp the ingestion time. ``position`` (the offset after the record) is its ``offset``
+column, so views order a partition's events by it as they order entry ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from liveviews.log.kafka.broker import SPARK_POM, libs_path
+from liveviews.log.kafka.topic import LOG_TOPIC
+from liveviews.pipeline.views import EVENT_SCHEMA
+
+
+def connector_jars() -> list[Path]:
+    """Spark's Kafka source and what it needs, once fetched (``scripts/setup.sh``)."""
+    folder = libs_path(SPARK_POM)
+    return sorted(folder.glob("*.jar")) if (folder / ".complete").is_file() else []
+
+
+def spark_conf(jars: list[Path]) -> dict[str, str]:
+    """``spark.jars`` with the connector: loaded by Spark's own class loader, in the driver and,
+    on a cluster, shipped to the executors."""
+    return {"spark.jars": ",".join(str(j) for j in jars)} if jars else {}
+
+
+def _header(name: str) -> F.Column:
+    return F.filter("headers", lambda h: h["key"] == F.lit(name))[0]["value"].cast("string")
+
+
+def read_kafka_log(
+    spark: SparkSession, bootstrap: str, max_events: int, topic: str = LOG_TOPIC
+) -> DataFrame:
+    """The Kafka log ``topic`` as a stream of ``EVENT_SCHEMA`` rows, at most ``max_events`` per
+    micro-batch, from its first record."""
+    records = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", "read_committed")
+        .option("maxOffsetsPerTrigger", str(max_events))
+        .load()
+    )
+    columns = {
+        "partition": F.col("partition"),
+        "offset": (F.col("offset") + 1).cast("string"),
+        "type": _header("type"),
+        "key": F.col("key").cast("string"),
+        "payload": F.col("value").cast("string"),
+        "event_time_ms": _header("time").cast("long"),
+        "ingest_time_ms": F.unix_millis(F.col("timestamp")),
+    }
+    return records.select(*[columns[f.name].alias(f.name) for f in EVENT_SCHEMA.fields])

@@ -1,0 +1,109 @@
+"""Pipelines reading a Kafka log with Spark's own Kafka source (``liveviews.pipeline.kafkalog``):
+the same views as from Redis Streams, and a frontier in Kafka's positions."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from demo.chirp import app
+from demo.chirp.generate import Activity, seed_events
+from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier, read_snapshot
+from liveviews.log.events import Offset
+from liveviews.log.kafka.append import KafkaEventLog
+from liveviews.pipeline.kafkalog import connector_jars
+from liveviews.pipeline.offsetlog import parse
+from liveviews.pipeline.settings import Settings
+from tests.support.checks import assert_views_consistent
+from tests.support.kafkalog import read_kafka_log
+from tests.support.pipeline import RunningPipeline
+
+NOW = 1_767_225_600_000
+
+
+@pytest.fixture()
+def kafka_settings(settings: Settings, kafka_bootstrap: str) -> Settings:
+    assert connector_jars(), "Spark's Kafka source is not fetched: run scripts/setup.sh"
+    # With Real-Time Mode on: Chirp's ``profiles``, declared for it, reads Kafka all the same
+    # (in micro-batches, liveviews.pipeline.queries).
+    return dataclasses.replace(settings, kafka=kafka_bootstrap, realtime=True,
+                               kafka_topic=f"log-{uuid.uuid4().hex[:8]}")  # fmt: skip
+
+
+@pytest.fixture()
+def kafka_log(kafka_settings: Settings, store: redis.Redis) -> Iterator[KafkaEventLog]:
+    assert kafka_settings.kafka is not None
+    writer = KafkaEventLog(kafka_settings.kafka, app, kafka_settings.log_partitions, store,
+                           topic=kafka_settings.kafka_topic)  # fmt: skip
+    yield writer
+    writer.close()
+
+
+def wait_for_frontier(store: redis.Redis, running: RunningPipeline, offsets: Sequence[Offset],
+                      timeout: float = 90.0) -> dict[str, str]:  # fmt: skip
+    """The views' frontier once it covers ``offsets``: compared as Kafka positions (numbers)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running.assert_running()
+        frontier = read_frontier(store, VIEWS_FRONTIER)
+        if all(int(frontier.get(o.partition, "0")) >= int(o.id) for o in offsets):
+            return {str(p): v for p, v in frontier.items()}
+        assert time.monotonic() < deadline, f"frontier {frontier} does not cover {offsets}"
+        time.sleep(0.05)
+
+
+def log_ends(log: KafkaEventLog) -> dict[str, int]:
+    """Each partition's next offset: where a reader that read all of it is."""
+    consumer = Consumer({"bootstrap.servers": log.bootstrap, "group.id": "ends"})
+    try:
+        return {str(p): consumer.get_watermark_offsets(TopicPartition(log.topic, p), 10)[1]
+                for p in range(log.partitions)}  # fmt: skip
+    finally:
+        consumer.close()
+
+
+def test_views_from_a_kafka_log_equal_the_recomputation(
+    spark: Any, kafka_settings: Settings, kafka_log: KafkaEventLog, store: redis.Redis
+) -> None:
+    """The views made from a Kafka log equal their recomputation from the same log."""
+    parts = kafka_settings.log_partitions
+    running = RunningPipeline(spark, kafka_settings)
+    try:
+        activity = Activity(users=8, seed=5)
+        batches = [seed_events(NOW), *(activity.take(120) for _ in range(3))]
+        offsets: list[Offset] = []
+        for batch in batches:
+            events = app.validate_batch(batch)
+            offsets += kafka_log.append_validated(events)
+        frontier = wait_for_frontier(store, running, offsets)
+        # Caught up, the frontier is each partition's end in Kafka (past the last record, and
+        # past the marker that commits its transaction, which takes an offset too).
+        assert {p: int(v) for p, v in frontier.items()} == log_ends(kafka_log)
+        timeline = read_snapshot(store, "timeline", "alice", kafka_settings.change_shards)
+        assert "bob:seed0" in timeline.rows
+        log = read_kafka_log(kafka_log.bootstrap, kafka_log.topic, parts, len(offsets))
+        assert_views_consistent(store, parts, kafka_settings.change_shards, log=log)
+
+        # A rename after the pipeline caught up reaches the views, and the frontier moves on.
+        (renamed,) = kafka_log.append_batch(
+            [{"type": "profile_set", "payload": {"user": "bob", "name": "Robert"}}]
+        )
+        wait_for_frontier(store, running, [renamed])
+        tweet = read_snapshot(store, "tweets", "bob:seed0", kafka_settings.change_shards)
+        assert tweet.rows["tweet"]["name"] == "Robert"
+        log = read_kafka_log(kafka_log.bootstrap, kafka_log.topic, parts, len(offsets) + 1)
+        assert_views_consistent(store, parts, kafka_settings.change_shards, log=log)
+    finally:
+        running.stop()
+
+
+def test_a_kafka_offset_in_the_offset_log_is_the_frontier_as_it_is() -> None:
+    assert parse('{"liveviews.log": {"0": 42, "1": 0, "3": 7}}') == {0: "42", 3: "7"}
+    assert parse('{"0": "17-2", "1": "0-0"}') == {0: "17-2"}

@@ -1,0 +1,44 @@
+"""Reading a Kafka log back in tests, as a reader of committed records sees it."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from liveviews.log.events import LoggedEvent
+from liveviews.log.kafka.records import decode_record
+
+
+def read_kafka_log(
+    bootstrap: str, topic: str, partitions: int, count: int, timeout: float = 20.0
+) -> list[list[LoggedEvent]]:
+    """Each partition's committed events in order, once the log holds at least ``count`` (a
+    transaction's records become readable a moment after its commit returns), read to its end."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests",
+                         "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    at_end: set[int] = set()
+    got: list[list[LoggedEvent]] = [[] for _ in range(partitions)]
+    deadline = time.monotonic() + timeout
+    try:
+        while sum(map(len, got)) < count or len(at_end) < partitions:
+            read = sum(map(len, got))
+            assert time.monotonic() < deadline, f"{read} of {count} events read in {timeout} s"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            partition, error = msg.partition(), msg.error()
+            assert partition is not None
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                at_end.add(partition)
+                continue
+            at_end.discard(partition)
+            offset, (_, stamp) = msg.offset(), msg.timestamp()
+            assert offset is not None
+            got[partition].append(decode_record(partition, offset, msg.key() or b"",
+                                                msg.value() or b"", msg.headers(), stamp))  # fmt: skip
+    finally:
+        consumer.close()
+    return got
