@@ -4,7 +4,7 @@ store cluster."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from liveviews.app import App
@@ -13,6 +13,7 @@ from liveviews.errors import StoreMismatch
 from liveviews.log.append import SCRIPT, Idempotency, append_sync, calls, settle
 from liveviews.log.events import Event, Offset, log_stream, partition_for
 from liveviews.log.retention import Retention
+from liveviews.log.writer import LogWriter
 from liveviews.store.client import Client, is_cluster
 from liveviews.store.upgrade import upgrade
 
@@ -79,7 +80,7 @@ def offsets_from(streams: Sequence[str], ids: Sequence[Any]) -> list[Offset]:
     return out
 
 
-class EventLog:
+class EventLog(LogWriter):
     """Synchronous writer of an application's events.
 
     A batch is appended once per idempotency key (``liveviews.log.append``): on a single
@@ -104,17 +105,6 @@ class EventLog:
         self.retention = retention
         self.ack_replicas = ack_replicas
         self.script = client.register_script(SCRIPT)
-
-    def append(self, raw: Any, idempotency_key: str | None = None) -> Offset:
-        return self.append_batch([raw], idempotency_key)[0]
-
-    def append_batch(self, raws: Iterable[Any], idempotency_key: str | None = None) -> list[Offset]:
-        """Validate and append ``raws``. Called again with the same ``idempotency_key`` and
-        events, it returns the same offsets and appends nothing twice (for 24 hours); without
-        a key, one is made for this call, which covers its own retries through a failover."""
-        raws = list(raws)
-        events = self.app.validate_batch(raws)
-        return self.append_validated(events, Idempotency.of(raws, idempotency_key))
 
     def append_validated(
         self, events: Sequence[Event], idempotency: Idempotency | None = None

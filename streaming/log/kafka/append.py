@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -36,6 +36,7 @@ from liveviews.log.eventlog import store_time_ms
 from liveviews.log.events import Event, Offset, partition_for
 from liveviews.log.kafka.records import HEADER_IDEMPOTENCY, header, offset_of, record
 from liveviews.log.kafka.topic import LOG_TOPIC, LogUnavailable, ensure_log_topic
+from liveviews.log.writer import LogWriter
 
 TRANSACTION_TIMEOUT_MS = 10_000
 GRACE_MS = 5_000
@@ -55,7 +56,7 @@ def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-class KafkaEventLog:
+class KafkaEventLog(LogWriter):
     """Synchronous writer of an application's events to a Kafka log: ``EventLog``'s interface
     (``append``, ``append_batch``, ``append_validated``), its promises and its answers."""
 
@@ -86,14 +87,6 @@ class KafkaEventLog:
     def close(self) -> None:
         self.single.flush(ACK_TIMEOUT_S)
         self.batches.flush(ACK_TIMEOUT_S)
-
-    def append(self, raw: Any, idempotency_key: str | None = None) -> Offset:
-        return self.append_batch([raw], idempotency_key)[0]
-
-    def append_batch(self, raws: Iterable[Any], idempotency_key: str | None = None) -> list[Offset]:
-        raws = list(raws)
-        events = self.app.validate_batch(raws)
-        return self.append_validated(events, Idempotency.of(raws, idempotency_key))
 
     def append_validated(
         self, events: Sequence[Event], idempotency: Idempotency | None = None
