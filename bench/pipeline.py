@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +122,22 @@ def write_backlog(client: redis.Redis, n: int) -> float:
 
 
 def drain(
-    spark: Any, settings: Settings, client: redis.Redis, n: int, application: App = app
+    spark: Any,
+    settings: Settings,
+    client: redis.Redis,
+    n: int,
+    application: App = app,
+    caught_up: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
+    """Drain the backlog of ``n`` events through ``application``'s pipelines: the time until
+    ``caught_up`` (the views at every log partition's head in the store, by default)."""
     from liveviews.pipeline.versioning import start
 
+    if caught_up is None:
+        caught_up = functools.partial(views_caught_up, client, settings.log_partitions)
     t0 = time.monotonic()
     queries = start(spark, application, settings)
-    while not views_caught_up(client, settings.log_partitions):
+    while not caught_up():
         for query in queries:
             if query.exception():
                 raise RuntimeError(query.exception())
