@@ -83,8 +83,19 @@ class KafkaEventLog(LogWriter):
                           "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
         self.batches.init_transactions(ACK_TIMEOUT_S)
         self.lock = threading.Lock()
+        # Single events are appended by any number of threads at once, each waiting for its
+        # own acknowledgement, which this thread hands over (librdkafka runs callbacks in poll).
+        self.closed = threading.Event()
+        self.poller = threading.Thread(target=self._poll, name="liveviews-kafka-acks", daemon=True)
+        self.poller.start()
+
+    def _poll(self) -> None:
+        while not self.closed.is_set():
+            self.single.poll(0.05)
 
     def close(self) -> None:
+        self.closed.set()
+        self.poller.join()
         self.single.flush(ACK_TIMEOUT_S)
         self.batches.flush(ACK_TIMEOUT_S)
 
@@ -115,6 +126,7 @@ class KafkaEventLog(LogWriter):
 
         offsets: list[Offset | None] = [None] * len(events)
         failures: list[Any] = []
+        answered = threading.Event()
 
         def delivered(i: int) -> Any:
             def report(err: Any, msg: Any) -> None:
@@ -122,6 +134,7 @@ class KafkaEventLog(LogWriter):
                     failures.append(err)
                 else:
                     offsets[i] = offset_of(msg.partition(), msg.offset())
+                answered.set()
 
             return report
 
@@ -130,10 +143,10 @@ class KafkaEventLog(LogWriter):
                 self._send(self.single, events, key, delivered)
             except (BufferError, KafkaException) as exc:
                 raise NotAppended.of(exc) from None
-            left = self.single.flush(ACK_TIMEOUT_S)
+            answered.wait(ACK_TIMEOUT_S)
             if failures and refused(failures[0]):
                 raise NotAppended.of(failures[0])
-            if left or failures or offsets[0] is None:
+            if failures or offsets[0] is None:
                 # It may be in the log (a timeout after it was sent): a retry under the same
                 # idempotency key finds out.
                 reason = failures[0].str() if failures else "no acknowledgement in time"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -56,6 +57,16 @@ def test_a_batch_is_appended_across_partitions_and_read_back_at_its_offsets(
         assert abs(event.ingest_ms - event.time_ms) < 60_000  # the broker's clock
     single = log.append(rename("u1", "again"))
     assert single.partition == offsets[1].partition and int(single.id) > int(offsets[1].id)
+
+
+def test_threads_appending_at_once_each_get_their_own_events_offsets(log: KafkaEventLog) -> None:
+    """Each waits for its own acknowledgement, not for every event in flight."""
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: (i, log.append(rename(f"u{i % 5}", f"n{i}"))),
+                                range(200)))  # fmt: skip
+    assert len({o for _, o in answers}) == 200
+    events = {e.offset: e for e in read_log(log, 200)}
+    assert all(events[o].payload["name"] == f"n{i}" for i, o in answers)
 
 
 def test_an_invalid_event_appends_nothing_of_its_batch(log: KafkaEventLog) -> None:
