@@ -1,7 +1,7 @@
 """The log on Redis Streams beside Apache Kafka, in one run: appending a backlog, draining it
 through a view declared as a query, and what the backlog takes in each.
 
-    .venv/bin/python -m bench.kafkalog [--quick] [--backlog 1000000]
+    .venv/bin/python -m bench.kafkalog [--quick] [--backlog 1000000] [--first redis|kafka]
 
 One embedded store and one Kafka node (``liveviews.log.kafka.broker``, Apache Kafka's own jars)
 on this machine, one SparkSession. The same Chirp events (``bench.pipeline``'s backlog: 20,000
@@ -9,8 +9,8 @@ users) go to each log in batches of 5,000 through its writer, ``EventLog`` (one 
 batch) and ``KafkaEventLog`` (one Kafka transaction per batch, ``acks=all``). Then
 ``bench.declared``'s view (each user's count of events and newest type, no Python per event),
 grouped by the log's key and by a payload field, drains each log from an empty change topic:
-for each grouping, Redis Streams first, then Kafka (Spark's own Kafka source), so the JVM's
-first drain, which also warms it, is a Redis one.
+for each grouping, Redis Streams first, then Kafka (Spark's own Kafka source), or Kafka first
+with ``--first kafka``: the JVM's first drain also warms it.
 
 What the backlog takes: in the store, the log's streams (``MEMORY USAGE``, RAM); in Kafka, the
 topic's segment files on disk (one replica; a cluster keeps three).
@@ -84,12 +84,15 @@ def kafka_bytes(cluster: KafkaCluster) -> int:
     return total
 
 
-def run(quick: bool = False, backlog: int = 1_000_000, name: str = "kafkalog") -> Report:
+def run(quick: bool = False, backlog: int = 1_000_000, first: str = "redis",
+        name: str = "kafkalog") -> Report:  # fmt: skip
     if quick:
         backlog = 5_000
     moment = Moment()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    figures: dict[str, Any] = {"backlog": backlog, "batch": BATCH, "partitions": PARTITIONS}
+    figures: dict[str, Any] = {"backlog": backlog, "batch": BATCH, "partitions": PARTITIONS,
+                               "first": first}  # fmt: skip
+    logs = ("redis", "kafka") if first == "redis" else ("kafka", "redis")
     with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp:
         data = Path(tmp)
         cluster = KafkaCluster(data / "kafka")
@@ -115,7 +118,7 @@ def run(quick: bool = False, backlog: int = 1_000_000, name: str = "kafkalog") -
 
             drains: dict[str, dict[str, Any]] = {}
             for by in declared.GROUPINGS:
-                for log in ("redis", "kafka"):
+                for log in logs:
                     ceilings.forget_views(client)
                     settings = settings_for(url, data / f"{log}-{by}")
                     caught_up = None
@@ -148,8 +151,14 @@ def main() -> None:
                                      description=__doc__.split("\n\n")[0])  # fmt: skip
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--backlog", type=int, default=1_000_000)
+    parser.add_argument(
+        "--first",
+        choices=("redis", "kafka"),
+        default="redis",
+        help="which log each grouping drains first (default redis)",
+    )
     args = parser.parse_args()
-    report = run(args.quick, args.backlog)
+    report = run(args.quick, args.backlog, args.first)
     for row in report.rows:
         print(f"{row.figure}: {row.measured} ({row.baseline})")
 
