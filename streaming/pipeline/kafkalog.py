@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from liveviews.log.kafka.broker import SPARK_POM, libs_path
+from liveviews.log.kafka.records import HEADER_TIME, HEADER_TYPE
 from liveviews.log.kafka.topic import LOG_TOPIC
 from liveviews.pipeline.views import EVENT_SCHEMA
 
@@ -59,10 +60,10 @@ def read_kafka_log(
     columns = {
         "partition": F.col("partition"),
         "offset": (F.col("offset") + 1).cast("string"),
-        "type": _header("type"),
+        "type": _header(HEADER_TYPE),
         "key": F.col("key").cast("string"),
         "payload": F.col("value").cast("string"),
-        "event_time_ms": _header("time").cast("long"),
+        "event_time_ms": _header(HEADER_TIME).cast("long"),
         "ingest_time_ms": F.unix_millis(F.col("timestamp")),
     }
     return records.select(*[columns[f.name].alias(f.name) for f in EVENT_SCHEMA.fields])

@@ -100,9 +100,7 @@ def start_pipeline(
     # A query takes the session's settings as they are when it starts; a new checkpoint
     # records this count, which the query then keeps.
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
-    # Real-Time Mode reads the store's log with its JVM source: a pipeline reading a Kafka log
-    # runs in micro-batches (Spark's Kafka source has the mode too; its writer is the JVM one).
-    realtime = pipeline.realtime and settings.realtime and not settings.kafka
+    realtime = pipeline.realtime and settings.realtime_log
     clear_unstarted(checkpoint_of(settings, qualified), realtime)
     try:
         if realtime:

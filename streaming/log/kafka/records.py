@@ -27,6 +27,7 @@ from liveviews.log.events import (
     Offset,
 )
 
+HEADER_TYPE, HEADER_TIME = FIELD_TYPE.decode(), FIELD_TIME.decode()
 HEADER_IDEMPOTENCY = "idempotency_key"
 Headers = list[tuple[str, bytes]]
 
@@ -68,7 +69,7 @@ def decode_record(
     timestamp_ms: int,
 ) -> LoggedEvent:
     """The event a record holds, at its position (``Offset(partition, position(offset))``)."""
-    kind, time = header(headers, FIELD_TYPE.decode()), header(headers, FIELD_TIME.decode())
+    kind, time = header(headers, HEADER_TYPE), header(headers, HEADER_TIME)
     if kind is None or time is None:
         raise ValueError(f"the record at {partition}:{offset} is not an event of the log")
     return LoggedEvent(partition=partition, id=position(offset), type=kind.decode(),

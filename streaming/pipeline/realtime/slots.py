@@ -38,10 +38,10 @@ def needed(pipeline: Pipeline, shuffle_partitions: int) -> int:
 
 
 def chosen(settings: Settings, app: App) -> App:
-    """``app`` as ``settings`` run it: with ``LV_REALTIME=off``, or on a Kafka log (whose
-    pipelines read it in micro-batches, ``liveviews.pipeline.queries``), no pipeline in
-    Real-Time Mode (each is then its own version, built again in micro-batches)."""
-    if not settings.realtime or settings.kafka:
+    """``app`` as ``settings`` run it: with ``LV_REALTIME=off``, or on a Kafka log
+    (``Settings.realtime_log``), no pipeline in Real-Time Mode (each is then its own version,
+    built again in micro-batches)."""
+    if not settings.realtime_log:
         # In place: the process knows its application as the one object LV_APP names.
         for name, pipeline in app.pipelines.items():
             app.pipelines[name] = dataclasses.replace(pipeline, realtime=False)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from demo.chirp import app
+from liveviews.pipeline.realtime import slots
 from liveviews.pipeline.session import DRIVER_JIT_OPTIONS, spark_conf
 from liveviews.pipeline.settings import Settings
 
@@ -89,3 +93,14 @@ def test_a_version_being_built_runs_nicer_apart_on_a_local_master_only(monkeypat
         settings(LV_REBUILD_NICENESS="20")
     with pytest.raises(ConfigurationError, match="LV_REBUILD_NICENESS=slow: write a niceness"):
         settings(LV_REBUILD_NICENESS="slow")
+
+
+def test_pipelines_on_a_kafka_log_run_in_micro_batches_even_with_real_time_mode_on() -> None:
+    on = settings(LV_REALTIME="on")
+    assert on.realtime_log and not settings(LV_REALTIME="off").realtime_log
+    on_kafka = dataclasses.replace(on, kafka="localhost:9092")
+    assert not on_kafka.realtime_log
+    # A copy: ``chosen`` changes the application in place, and Chirp's is the suite's.
+    chirp = dataclasses.replace(app, pipelines=dict(app.pipelines))
+    assert chirp.pipelines["profiles"].realtime
+    assert not any(p.realtime for p in slots.chosen(on_kafka, chirp).pipelines.values())
