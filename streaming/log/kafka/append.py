@@ -7,8 +7,9 @@ is the answer to a batch whose writer lost it (a timeout, a crash): under an ide
 the store keeps a record of the batch (``lv:kafka:appended:<key>``), as ``append.lua`` does on
 Redis Streams:
 
-- before the batch, ``<digest> pending <store ms>``, set only if there is no record; a record
-  of another digest refuses the key, a ``done`` one answers its offsets and appends nothing;
+- before the batch, ``<digest> pending <store ms>``, set only if there is no record, in one
+  round trip on the store's clock (``claim.lua``); a record of another digest refuses the key,
+  a ``done`` one answers its offsets and appends nothing;
 - after Kafka acknowledged it, ``<digest> done <offsets>``;
 - a ``pending`` record is a batch in flight: a retry waits for it. Once it is older than the
   producer's transaction timeout (the brokers abort a transaction left open that long) plus a
@@ -26,13 +27,13 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from liveviews.app import App
 from liveviews.log.append import Idempotency, key_reused
-from liveviews.log.eventlog import store_time_ms
 from liveviews.log.events import Event, Offset, partition_for
 from liveviews.log.kafka.records import HEADER_IDEMPOTENCY, header, offset_of, record
 from liveviews.log.kafka.topic import LOG_TOPIC, LogUnavailable, ensure_log_topic
@@ -43,6 +44,7 @@ GRACE_MS = 5_000
 ACK_TIMEOUT_S = 30.0
 RECORD_PREFIX = "lv:kafka:appended:"
 PENDING, DONE = "pending", "done"
+CLAIM_SCRIPT = Path(__file__).with_name("claim.lua").read_text()
 
 
 def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
@@ -77,17 +79,28 @@ class KafkaEventLog(LogWriter):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         ensure_log_topic(admin, partitions, topic)
         self.single = Producer(producer_config(bootstrap))
+        self.claim = store.register_script(CLAIM_SCRIPT)
         # One transaction at a time per producer: batches of several events take turns.
-        self.batches = Producer(producer_config(
-            bootstrap, **{"transactional.id": f"liveviews-{uuid.uuid4().hex}",
-                          "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
-        self.batches.init_transactions(ACK_TIMEOUT_S)
+        self.transactional_id = f"liveviews-{uuid.uuid4().hex}"
+        self.batches: Any | None = self._transactional()
         self.lock = threading.Lock()
         # Single events are appended by any number of threads at once, each waiting for its
         # own acknowledgement, which this thread hands over (librdkafka runs callbacks in poll).
         self.closed = threading.Event()
         self.poller = threading.Thread(target=self._poll, name="liveviews-kafka-acks", daemon=True)
         self.poller.start()
+
+    def _transactional(self) -> Any:
+        """A producer of transactions under this writer's id. Starting one fences any earlier
+        producer of the id and settles the transaction it left (committed if its commit had
+        begun, else aborted), so batches after it start from a known state."""
+        from confluent_kafka import Producer
+
+        producer = Producer(producer_config(
+            self.bootstrap, **{"transactional.id": self.transactional_id,
+                               "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
+        producer.init_transactions(ACK_TIMEOUT_S)
+        return producer
 
     def _poll(self) -> None:
         while not self.closed.is_set():
@@ -97,7 +110,8 @@ class KafkaEventLog(LogWriter):
         self.closed.set()
         self.poller.join()
         self.single.flush(ACK_TIMEOUT_S)
-        self.batches.flush(ACK_TIMEOUT_S)
+        if self.batches is not None:
+            self.batches.flush(ACK_TIMEOUT_S)
 
     def append_validated(
         self, events: Sequence[Event], idempotency: Idempotency | None = None
@@ -160,20 +174,44 @@ class KafkaEventLog(LogWriter):
         return [o for o in offsets if o is not None]
 
     def _transaction(self, events: Sequence[Event], key: str | None, delivered: Any) -> None:
+        """Appends ``events`` in one transaction, following the producer's error rules: a
+        retriable error is retried, one that requires an abort aborts (nothing appended), and
+        any other leaves the producer unusable, so it is replaced before the next batch."""
         from confluent_kafka import KafkaException
 
-        p = self.batches
-        p.begin_transaction()
         try:
-            self._send(p, events, key, delivered)
-            p.commit_transaction(ACK_TIMEOUT_S)
+            if self.batches is None:
+                self.batches = self._transactional()
+        except KafkaException as exc:
+            raise NotAppended.of(exc.args[0]) from None
+        p = self.batches
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        try:
+            p.begin_transaction()
+            try:
+                self._send(p, events, key, delivered)
+            except BufferError as exc:  # the producer's queue is full: give up this batch
+                p.abort_transaction(ACK_TIMEOUT_S)
+                raise NotAppended.of(exc) from None
+            while True:
+                try:
+                    p.commit_transaction(max(deadline - time.monotonic(), 0.1))
+                    return
+                except KafkaException as exc:
+                    if not (exc.args[0].retriable() and time.monotonic() < deadline):
+                        raise
         except KafkaException as exc:
             error = exc.args[0]
             if error.txn_requires_abort():
-                p.abort_transaction(ACK_TIMEOUT_S)
+                try:
+                    p.abort_transaction(ACK_TIMEOUT_S)
+                except KafkaException:
+                    self.batches = None  # its successor aborts the transaction (fencing)
                 raise NotAppended.of(error) from None
-            # The commit's outcome is unknown: the batch may be in the log. A retry under the
-            # same idempotency key finds out (the module's docstring).
+            # The commit's outcome is unknown: the batch may be in the log. The producer's
+            # successor settles it before the next batch; a retry under the same idempotency
+            # key finds out which (the module's docstring).
+            self.batches = None
             raise LogUnavailable(
                 f"the Kafka log did not confirm the batch ({error.str()}); send the same batch "
                 "again with the same Idempotency-Key: nothing is appended twice."
@@ -195,13 +233,13 @@ class KafkaEventLog(LogWriter):
         name = RECORD_PREFIX + idempotency.key
         deadline = time.monotonic() + (TRANSACTION_TIMEOUT_MS + 2 * GRACE_MS) / 1000
         while True:
-            now = store_time_ms(self.store)
-            mine = f"{idempotency.digest}\n{PENDING}\n{now}"
-            if self.store.set(name, mine, nx=True, ex=idempotency.seconds):
+            # One round trip: the record set if there was none, on the store's clock.
+            now_text, *held = self.claim(keys=[name], args=[idempotency.digest,
+                                                            idempotency.seconds])  # fmt: skip
+            if not held:
                 return None
-            raw: Any = self.store.get(name)
-            if raw is None:
-                continue  # it expired just now
+            now, raw = int(now_text), held[0]
+            mine = f"{idempotency.digest}\n{PENDING}\n{now}"
             digest, state, rest = raw.decode().split("\n", 2)
             if digest != idempotency.digest:
                 raise key_reused()

@@ -11,14 +11,17 @@ from typing import Any
 
 import pytest
 import redis
+from confluent_kafka import KafkaError, KafkaException
 
 from demo.chirp import app as chirp
 from liveviews.errors import InvalidEvent, StoreMismatch
 from liveviews.log.append import Idempotency, IdempotencyKeyReused
+from liveviews.log.eventlog import store_time_ms
 from liveviews.log.events import LoggedEvent, Offset
 from liveviews.log.kafka import append as kafka_append
-from liveviews.log.kafka.append import RECORD_PREFIX, KafkaEventLog
+from liveviews.log.kafka.append import RECORD_PREFIX, KafkaEventLog, NotAppended
 from liveviews.log.kafka.records import decode_record, kafka_offset, record
+from liveviews.log.kafka.topic import LogUnavailable
 from tests.support.kafkalog import read_kafka_log
 
 PARTITIONS = 4
@@ -100,12 +103,10 @@ def test_a_batch_whose_answer_was_lost_is_found_in_the_log_not_appended_again(
     idem = Idempotency.of(batch, "lost-1")
     events = chirp.validate_batch(batch)
     # What the dead writer did: its record, then its batch, and no answer recorded.
-    store.set(
-        RECORD_PREFIX + "lost-1", f"{idem.digest}\npending\n{kafka_append.store_time_ms(store)}"
-    )
+    store.set(RECORD_PREFIX + "lost-1", f"{idem.digest}\npending\n{store_time_ms(store)}")
     appended = log._produce(events, "lost-1")
     store.set(RECORD_PREFIX + "lost-1",
-              f"{idem.digest}\npending\n{kafka_append.store_time_ms(store) - 1_000}")  # fmt: skip
+              f"{idem.digest}\npending\n{store_time_ms(store) - 1_000}")  # fmt: skip
     assert log.append_batch(batch, idempotency_key="lost-1") == appended
     assert len(read_log(log, 3)) == 3
     assert log.append_batch(batch, idempotency_key="lost-1") == appended  # now recorded done
@@ -120,11 +121,75 @@ def test_a_batch_whose_writer_died_before_kafka_took_it_is_appended_by_the_retry
     idem = Idempotency.of(batch, "lost-2")
     log.append(rename("u7", "before"))  # another writer's event, without the key
     store.set(RECORD_PREFIX + "lost-2",
-              f"{idem.digest}\npending\n{kafka_append.store_time_ms(store) - 1_000}")  # fmt: skip
+              f"{idem.digest}\npending\n{store_time_ms(store) - 1_000}")  # fmt: skip
     offsets = log.append_batch(batch, idempotency_key="lost-2")
     assert [e.offset for e in read_log(log, 3) if e.key != "u7"] == sorted(
         offsets, key=lambda o: (o.partition, int(o.id)))  # fmt: skip
     assert log.append_batch(batch, idempotency_key="lost-2") == offsets
+
+
+class Faulty:
+    """The writer's transactional producer, with one fault forced where its calls fail: the
+    protocol's edge (librdkafka's answers), the broker itself real."""
+
+    def __init__(self, producer: Any, *, commit: KafkaError | None = None,
+                 produce_fails_at: int | None = None) -> None:  # fmt: skip
+        self.producer, self.commit, self.produce_fails_at, self.produced = (
+            producer, commit, produce_fails_at, 0)  # fmt: skip
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.producer, name)
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.produced += 1
+        if self.produced == self.produce_fails_at:
+            raise BufferError("Local: Queue full")
+        self.producer.produce(*args, **kwargs)
+
+    def commit_transaction(self, *args: Any) -> None:
+        fault, self.commit = self.commit, None
+        if fault is not None:
+            raise KafkaException(fault)
+        self.producer.commit_transaction(*args)
+
+
+def names(log: KafkaEventLog, count: int) -> list[str]:
+    return sorted(e.payload["name"] for e in read_log(log, count))
+
+
+def test_a_commit_that_fails_and_may_be_retried_is_retried_and_appends_once(
+    log: KafkaEventLog,
+) -> None:
+    log.batches = Faulty(log.batches, commit=KafkaError(KafkaError._TIMED_OUT, "injected",
+                                                        retriable=True))  # fmt: skip
+    log.append_batch([rename("u1", "a"), rename("u2", "b")])
+    log.append_batch([rename("u3", "c"), rename("u4", "d")])
+    assert names(log, 4) == ["a", "b", "c", "d"]
+
+
+def test_a_full_producer_queue_aborts_the_batch_and_the_next_one_is_appended(
+    log: KafkaEventLog,
+) -> None:
+    log.batches = Faulty(log.batches, produce_fails_at=2)
+    with pytest.raises(NotAppended) as caught:
+        log.append_batch([rename("u1", "a"), rename("u2", "b"), rename("u3", "c")])
+    assert "nothing was appended" in caught.value.message
+    log.append_batch([rename("u4", "d"), rename("u5", "e")])
+    assert names(log, 2) == ["d", "e"]
+
+
+def test_a_commit_whose_outcome_is_unknown_replaces_the_producer(log: KafkaEventLog) -> None:
+    """A fatal error leaves the producer unusable and the batch's fate unknown: the answer says
+    to retry under the key, and the producer that replaces it settles the transaction (here,
+    never committed: aborted) before the next batch."""
+    log.batches = Faulty(log.batches, commit=KafkaError(KafkaError._FATAL, "injected",
+                                                        fatal=True))  # fmt: skip
+    with pytest.raises(LogUnavailable) as caught:
+        log.append_batch([rename("u1", "a"), rename("u2", "b")])
+    assert not isinstance(caught.value, NotAppended)
+    assert "same Idempotency-Key" in caught.value.message
+    log.append_batch([rename("u3", "c"), rename("u4", "d")])
+    assert names(log, 2) == ["c", "d"]
 
 
 def test_a_topic_with_another_partition_count_is_refused_with_a_sentence(
