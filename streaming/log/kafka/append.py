@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,11 +136,24 @@ class KafkaEventLog(LogWriter):
     # Appending
 
     def _produce(self, events: Sequence[Event], key: str | None) -> list[Offset]:
-        from confluent_kafka import KafkaException
+        if len(events) == 1:
+            answers: list[tuple[Offset | None, LogUnavailable | None]] = []
+            answered = threading.Event()
 
+            def report(offset: Offset | None, error: LogUnavailable | None) -> None:
+                answers.append((offset, error))
+                answered.set()
+
+            self.send_one(events[0], key, report)
+            if not answered.wait(ACK_TIMEOUT_S):
+                raise unconfirmed("no acknowledgement in time")
+            offset, error = answers[0]
+            if error is not None:
+                raise error
+            assert offset is not None
+            return [offset]
         offsets: list[Offset | None] = [None] * len(events)
         failures: list[Any] = []
-        answered = threading.Event()
 
         def delivered(i: int) -> Any:
             def report(err: Any, msg: Any) -> None:
@@ -148,30 +161,36 @@ class KafkaEventLog(LogWriter):
                     failures.append(err)
                 else:
                     offsets[i] = offset_of(msg.partition(), msg.offset())
-                answered.set()
 
             return report
 
-        if len(events) == 1:
-            try:
-                self._send(self.single, events, key, delivered)
-            except (BufferError, KafkaException) as exc:
-                raise NotAppended.of(exc) from None
-            answered.wait(ACK_TIMEOUT_S)
-            if failures and refused(failures[0]):
-                raise NotAppended.of(failures[0])
-            if failures or offsets[0] is None:
+        with self.lock:
+            self._transaction(events, key, delivered)
+        return [o for o in offsets if o is not None]
+
+    def send_one(self, event: Event, key: str | None, report: Report) -> None:
+        """Sends ``event`` through the idempotent producer without waiting: ``report`` is called
+        once, from the poll thread, with its offset or the error its append ends in. The
+        gateway's event loop waits for it on a future; ``append`` on a thread."""
+        from confluent_kafka import KafkaException
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                report(offset_of(msg.partition(), msg.offset()), None)
+            elif refused(err):
+                report(None, NotAppended.of(err))
+            else:
                 # It may be in the log (a timeout after it was sent): a retry under the same
                 # idempotency key finds out.
-                reason = failures[0].str() if failures else "no acknowledgement in time"
-                raise LogUnavailable(
-                    f"the Kafka log did not confirm the event ({reason}); send it again with "
-                    "the same Idempotency-Key: nothing is appended twice."
-                )
-        else:
-            with self.lock:
-                self._transaction(events, key, delivered)
-        return [o for o in offsets if o is not None]
+                report(None, unconfirmed(err.str()))
+
+        k, v, headers = record(event, key)
+        partition = partition_for(event.key, self.partitions)
+        try:
+            self.single.produce(self.topic, v, k, partition=partition, headers=headers,
+                                on_delivery=delivered)  # fmt: skip
+        except (BufferError, KafkaException) as exc:
+            raise NotAppended.of(exc) from None
 
     def _transaction(self, events: Sequence[Event], key: str | None, delivered: Any) -> None:
         """Appends ``events`` in one transaction, following the producer's error rules: a
@@ -239,7 +258,6 @@ class KafkaEventLog(LogWriter):
             if not held:
                 return None
             now, raw = int(now_text), held[0]
-            mine = f"{idempotency.digest}\n{PENDING}\n{now}"
             digest, state, rest = raw.decode().split("\n", 2)
             if digest != idempotency.digest:
                 raise key_reused()
@@ -250,7 +268,7 @@ class KafkaEventLog(LogWriter):
                 if found is not None:
                     self.store.set(name, _done(digest, found), ex=idempotency.seconds)
                     return found
-                if self._take_over(name, raw, mine, idempotency.seconds):
+                if self._take_over(name, raw, idempotency):
                     return None
             elif time.monotonic() > deadline:
                 raise LogUnavailable(
@@ -259,19 +277,11 @@ class KafkaEventLog(LogWriter):
                 )
             time.sleep(0.05)
 
-    def _take_over(self, name: str, seen: bytes, mine: str, seconds: int) -> bool:
-        """Replace the record ``seen`` by ``mine``, unless another writer changed it first."""
-        with self.store.pipeline() as pipe:
-            try:
-                pipe.watch(name)
-                if pipe.get(name) != seen:
-                    return False
-                pipe.multi()
-                pipe.set(name, mine, ex=seconds)
-                pipe.execute()
-                return True
-            except redis.WatchError:
-                return False
+    def _take_over(self, name: str, seen: bytes, idempotency: Idempotency) -> bool:
+        """Replace the record ``seen`` by this writer's, unless another writer changed it
+        first (``claim.lua``)."""
+        _, *held = self.claim(keys=[name], args=[idempotency.digest, idempotency.seconds, seen])
+        return not held
 
     def _find(self, key: str, since_ms: int, events: Sequence[Event]) -> list[Offset] | None:
         """The offsets of the batch's records if they are in the log (committed), else None."""
@@ -323,6 +333,17 @@ class KafkaEventLog(LogWriter):
         if None in offsets:  # a transaction is whole or absent: this cannot be a batch of ours
             raise key_reused()
         return [o for o in offsets if o is not None]
+
+
+Report = Callable[[Offset | None, "LogUnavailable | None"], None]
+"""What becomes of one event's append: its offset, or the error to answer."""
+
+
+def unconfirmed(reason: str) -> LogUnavailable:
+    return LogUnavailable(
+        f"the Kafka log did not confirm the event ({reason}); send it again with the same "
+        "Idempotency-Key: nothing is appended twice."
+    )
 
 
 def refused(error: Any) -> bool:
