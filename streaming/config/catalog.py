@@ -93,6 +93,18 @@ CHANGE_RETENTION = Setting(
     "LV_CHANGE_RETENTION", Whole(10), 10_000, section=EVERY,
     doc="deltas kept per shard; older resumes get a reset and a fresh snapshot",
 )  # fmt: skip
+KAFKA = Setting(
+    "LV_KAFKA", Text("Kafka bootstrap servers (host:port, comma-separated)",
+                     r"[\w.\-\[\]:]+:\d+(,[\w.\-\[\]:]+:\d+)*"),
+    None, section=EVERY, shown="unset: the log is in the store",
+    doc="the bootstrap servers of an Apache Kafka cluster that holds the log, in the topic "
+    "`liveviews.log` (created with `LV_LOG_PARTITIONS` partitions if absent, kept forever), "
+    "instead of the store's streams: the gateway appends to it with Kafka's idempotent producer "
+    "(`acks=all`) and the pipelines read it with Spark's Kafka source. The change topic, "
+    "frontiers and idempotency records stay in the store. What does not run on Kafka yet "
+    "(`/v1/log/live`, dead-letter screening, Real-Time Mode, CDC) is listed in "
+    "[Apache Kafka as the log](SCALING.md#apache-kafka-as-the-log)",
+)  # fmt: skip
 LOG_RETENTION = Setting(
     "LV_LOG_RETENTION",
     Custom("off, a number of events, or an age (30d, 12h, 90m, 3600s)", retention),

@@ -15,6 +15,7 @@ from pathlib import Path
 from liveviews.config import catalog as C
 from liveviews.config.layers import SPARK_CONF_PREFIX, environment
 from liveviews.config.values import MAX_NICENESS
+from liveviews.errors import ConfigurationError
 from liveviews.log.kafka.topic import LOG_TOPIC
 from liveviews.log.retention import Retention
 from liveviews.store.password import embedded_url, store_password
@@ -126,6 +127,13 @@ class Settings:
             if k.startswith(SPARK_CONF_PREFIX)
         }
         niceness = C.REBUILD_NICENESS.get(env)
+        kafka = C.KAFKA.read(env)
+        if kafka and C.LOG_RETENTION.read(env) is not None:
+            raise ConfigurationError(
+                "LV_LOG_RETENTION trims the store's log, and with LV_KAFKA the log is Kafka's "
+                "topic, kept forever; unset LV_LOG_RETENTION (set retention.ms or retention.bytes "
+                "on the topic if history should be dropped)."
+            )
         return cls(
             redis_url=C.REDIS_URL.read(env),
             data_dir=data_dir,
@@ -157,6 +165,7 @@ class Settings:
             rebuild_niceness=MAX_NICENESS if niceness == "idle" else int(niceness),
             rebuild_idle=niceness == "idle",
             store_ack_replicas=C.STORE_ACK_REPLICAS.get(env),
+            kafka=kafka,
         )
 
 

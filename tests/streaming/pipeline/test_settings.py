@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from demo.chirp import app
+from liveviews.errors import ConfigurationError
 from liveviews.pipeline.realtime import slots
 from liveviews.pipeline.session import DRIVER_JIT_OPTIONS, spark_conf
 from liveviews.pipeline.settings import Settings
@@ -104,3 +107,12 @@ def test_pipelines_on_a_kafka_log_run_in_micro_batches_even_with_real_time_mode_
     chirp = dataclasses.replace(app, pipelines=dict(app.pipelines))
     assert chirp.pipelines["profiles"].realtime
     assert not any(p.realtime for p in slots.chosen(on_kafka, chirp).pipelines.values())
+
+
+def test_lv_kafka_names_the_log_s_brokers_and_refuses_a_store_log_retention() -> None:
+    assert settings(LV_KAFKA="127.0.0.1:9092,kafka-2:9093").kafka == "127.0.0.1:9092,kafka-2:9093"
+    assert settings().kafka is None
+    with pytest.raises(ConfigurationError, match="host:port"):
+        settings(LV_KAFKA="kafka-1")
+    with pytest.raises(ConfigurationError, match="unset LV_LOG_RETENTION"):
+        settings(LV_KAFKA="kafka-1:9092", LV_LOG_RETENTION="30d")
