@@ -140,6 +140,7 @@ class Gateway:
         self.hub.close()
         if self.log_feed is not None:
             await self.log_feed.stop()
+        await asyncio.to_thread(self.publisher.close)  # flushes a Kafka producer
         await nodes.close(self.client)
         await nodes.close(self.feed_client)
 

@@ -32,6 +32,7 @@ from liveviews.gateway.errors import (
 from liveviews.gateway.feed import store
 from liveviews.gateway.metrics import Metrics
 from liveviews.gateway.publish.append import Appender
+from liveviews.gateway.publish.kafka import KafkaAppender
 from liveviews.gateway.publish.memory import StoreMemory, store_full
 from liveviews.gateway.publish.ratelimit import PublishRate, retry_after
 from liveviews.gateway.publish.refusal import refuses_writes, writes_refused
@@ -44,6 +45,7 @@ from liveviews.log.append import (
     PartialAppend,
 )
 from liveviews.log.events import Offset, TimeWindow
+from liveviews.log.kafka.topic import LogUnavailable
 
 log = logging.getLogger("liveviews.gateway")
 
@@ -96,12 +98,16 @@ class Publisher:
         )
         self.rate = PublishRate(settings.publish_rate, settings.publish_burst)
         self.idempotency_seconds = settings.idempotency_seconds
-        self.appender = Appender(
-            client,
-            self.partitions,
-            self.retention,
-            ack_replicas=settings.store.store_ack_replicas,
-            budget=settings.append_retry_seconds,
+        self.appender: Appender | KafkaAppender = (
+            KafkaAppender.open(settings.store, app)
+            if settings.store.kafka
+            else Appender(
+                client,
+                self.partitions,
+                self.retention,
+                ack_replicas=settings.store.store_ack_replicas,
+                budget=settings.append_retry_seconds,
+            )
         )
         self.memory = StoreMemory(
             client, settings.store_full_percent, settings.store_memory_check_ms / 1000
@@ -162,7 +168,7 @@ class Publisher:
         except PartialAppend as exc:
             appended = [offset_dict(o) if o is not None else None for o in exc.appended]
             raise Unavailable(exc.message, code=exc.code, appended=appended) from None
-        except NotAcknowledged as exc:
+        except (NotAcknowledged, LogUnavailable) as exc:
             raise Unavailable(exc.message, code=exc.code) from None
         except OutOfMemoryError:
             # The store's own refusal, before this gateway's next look at its memory: the
@@ -175,6 +181,10 @@ class Publisher:
                 raise
             self.metrics.publishes_refused_store_full += 1
             raise await writes_refused(self.client) from None
+
+    def close(self) -> None:
+        if isinstance(self.appender, KafkaAppender):
+            self.appender.close()
 
     def refuse_unpublishable(self, raws: list[Any]) -> None:
         """A declared table's row changes come from its database only (``liveviews.cdc``): a

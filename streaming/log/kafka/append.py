@@ -30,14 +30,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from liveviews.app import App
 from liveviews.log.append import Idempotency, key_reused
 from liveviews.log.events import Event, Offset, partition_for
 from liveviews.log.kafka.records import HEADER_IDEMPOTENCY, header, offset_of, record
 from liveviews.log.kafka.topic import LOG_TOPIC, LogUnavailable, ensure_log_topic
 from liveviews.log.writer import LogWriter
+from liveviews.store.client import Client
 
 TRANSACTION_TIMEOUT_MS = 10_000
 GRACE_MS = 5_000
@@ -67,7 +66,7 @@ class KafkaEventLog(LogWriter):
         bootstrap: str,
         app: App,
         partitions: int,
-        store: redis.Redis,
+        store: Client,
         *,
         topic: str = LOG_TOPIC,
     ) -> None:
@@ -94,12 +93,18 @@ class KafkaEventLog(LogWriter):
         """A producer of transactions under this writer's id. Starting one fences any earlier
         producer of the id and settles the transaction it left (committed if its commit had
         begun, else aborted), so batches after it start from a known state."""
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaException, Producer
 
         producer = Producer(producer_config(
             self.bootstrap, **{"transactional.id": self.transactional_id,
                                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
-        producer.init_transactions(ACK_TIMEOUT_S)
+        try:
+            producer.init_transactions(ACK_TIMEOUT_S)
+        except KafkaException as exc:
+            raise LogUnavailable(
+                f"the Kafka brokers at {self.bootstrap} did not start a transactional producer "
+                f"({exc.args[0].str()}); check that they run and that this process may write."
+            ) from None
         return producer
 
     def _poll(self) -> None:
@@ -201,8 +206,8 @@ class KafkaEventLog(LogWriter):
         try:
             if self.batches is None:
                 self.batches = self._transactional()
-        except KafkaException as exc:
-            raise NotAppended.of(exc.args[0]) from None
+        except LogUnavailable as exc:
+            raise NotAppended(exc.message + " Nothing was appended.") from None
         p = self.batches
         deadline = time.monotonic() + ACK_TIMEOUT_S
         try:

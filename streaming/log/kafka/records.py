@@ -29,7 +29,7 @@ from liveviews.log.events import (
 
 HEADER_TYPE, HEADER_TIME = FIELD_TYPE.decode(), FIELD_TIME.decode()
 HEADER_IDEMPOTENCY = "idempotency_key"
-Headers = list[tuple[str, bytes]]
+Headers = list[tuple[str, str | bytes | None]]
 
 
 def position(kafka_offset: int) -> str:
@@ -45,7 +45,7 @@ def kafka_offset(position_id: str) -> int:
 def record(event: Event, idempotency_key: str | None = None) -> tuple[bytes, bytes, Headers]:
     """The key, value and headers of ``event``'s record."""
     fields = event.encode()
-    headers = [(name.decode(), value) for name, value in fields.items()
+    headers: Headers = [(name.decode(), value) for name, value in fields.items()
                if name not in (FIELD_KEY, FIELD_PAYLOAD)]  # fmt: skip
     if idempotency_key is not None:
         headers.append((HEADER_IDEMPOTENCY, idempotency_key.encode()))

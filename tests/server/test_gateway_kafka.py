@@ -1,0 +1,121 @@
+"""A gateway whose log is Kafka (``LV_KAFKA``): the same answers as on Redis Streams, from
+``POST /v1/events`` through the pipeline's Kafka source to a subscriber, against a real Kafka
+node, the session's store and its SparkSession."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+import redis
+
+from liveviews.errors import ConfigurationError
+from liveviews.gateway.app import create_app
+from liveviews.log.kafka.topic import LogUnavailable
+from liveviews.pipeline.kafkalog import connector_jars
+from liveviews.pipeline.settings import Settings
+from liveviews.store.embedded import free_port
+from tests.server.test_gateway_pipeline import covered
+from tests.support.gateway import ServedGateway, State, open_sse, stored_rows
+from tests.support.gateway_settings import settings_for
+from tests.support.kafkalog import read_kafka_log
+from tests.support.pipeline import RunningPipeline
+
+
+@pytest.fixture()
+def kafka_settings(settings: Settings, kafka_bootstrap: str) -> Settings:
+    assert connector_jars(), "Spark's Kafka source is not fetched: run scripts/setup.sh"
+    return dataclasses.replace(settings, kafka=kafka_bootstrap,
+                               kafka_topic=f"log-{uuid.uuid4().hex[:8]}")  # fmt: skip
+
+
+@pytest.fixture()
+def kafka_gateway(store_url: str, kafka_settings: Settings) -> Iterator[ServedGateway]:
+    assert kafka_settings.kafka is not None
+    base = settings_for(store_url, LV_KAFKA=kafka_settings.kafka)
+    served = ServedGateway(dataclasses.replace(base, store=kafka_settings)).start()
+    yield served
+    served.stop()
+
+
+def renamed(user: str, name: str) -> dict[str, Any]:
+    return {"type": "profile_set", "payload": {"user": user, "name": name}}
+
+
+async def test_published_events_reach_subscribers_through_a_kafka_log(
+    spark: Any, kafka_gateway: ServedGateway, kafka_settings: Settings, store: redis.Redis
+) -> None:
+    gateway, running = kafka_gateway, RunningPipeline(spark, kafka_settings)
+    try:
+        async with aiohttp.ClientSession() as s:
+            profile = State()
+            sse = await open_sse(s, gateway.url + "/v1/views/profiles/bob/live",
+                                 gateway.headers("bob"))  # fmt: skip
+            profile.apply(await sse.next())
+            resp = await s.post(gateway.url + "/v1/events", json=[renamed("bob", "Robert")],
+                                headers=gateway.headers("bob"))  # fmt: skip
+            assert resp.status == 202, await resp.text()
+            (offset,) = (await resp.json())["offsets"]
+            assert offset["id"].isdigit() and int(offset["id"]) >= 1  # Kafka's form
+            while True:  # until a progress frame says the rename is in the views
+                ev = await sse.next(timeout=90)
+                profile.apply(ev)
+                if ev.event == "progress" and covered(ev.data["frontier"], offset):
+                    break
+            assert profile.rows["profile"]["name"] == "Robert"
+            assert profile.rows == stored_rows(store, "profiles", "bob", 8)
+            await sse.close()
+    finally:
+        running.stop()
+    (event,) = [e for part in read_kafka_log(kafka_settings.kafka or "", kafka_settings.kafka_topic,
+                                              4, 1) for e in part]  # fmt: skip
+    assert (event.partition, event.id) == (offset["partition"], offset["id"])
+    assert event.payload == {"user": "bob", "name": "Robert"}
+
+
+async def test_a_batch_sent_again_with_its_idempotency_key_is_appended_once(
+    kafka_gateway: ServedGateway, kafka_settings: Settings
+) -> None:
+    gateway = kafka_gateway
+    batch = [renamed("alice", "A"), renamed("alice", "Al"), {"type": "tweet_posted", "payload": {
+        "user": "alice", "tweet": "alice:1", "text": "hi"}}]  # fmt: skip
+    headers = {**gateway.headers("alice"), "Idempotency-Key": "batch-1"}
+    async with aiohttp.ClientSession() as s:
+        answers = []
+        for _ in range(2):
+            resp = await s.post(gateway.url + "/v1/events", json=batch, headers=headers)
+            assert resp.status == 202, await resp.text()
+            answers.append((await resp.json())["offsets"])
+        assert answers[0] == answers[1]
+        other = await s.post(gateway.url + "/v1/events", json=[renamed("alice", "B")],
+                             headers=headers)  # fmt: skip
+        assert other.status == 422
+        assert (await other.json())["code"] == "idempotency_key_reused"
+        lone = await s.post(gateway.url + "/v1/events", json=renamed("alice", "C"),
+                            headers=gateway.headers("alice"))  # fmt: skip
+        assert lone.status == 202, await lone.text()
+    events = [e for part in read_kafka_log(kafka_settings.kafka or "", kafka_settings.kafka_topic,
+                                           4, 4) for e in part]  # fmt: skip
+    assert sorted(e.payload.get("name", "tweet") for e in events) == ["A", "Al", "C", "tweet"]
+
+
+def test_a_gateway_whose_kafka_does_not_answer_refuses_to_start_with_a_sentence(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from liveviews.log.kafka import topic
+
+    monkeypatch.setattr(topic, "ADMIN_TIMEOUT_S", 2.0)
+    settings = settings_for(store_url, LV_KAFKA=f"127.0.0.1:{free_port()}")
+    with pytest.raises(LogUnavailable) as caught:
+        create_app(settings)
+    assert "Kafka brokers did not answer" in caught.value.message
+
+
+def test_the_store_s_log_feed_is_refused_beside_a_kafka_log(store_url: str) -> None:
+    assert not settings_for(store_url, LV_KAFKA="127.0.0.1:9092").log_feed
+    with pytest.raises(ConfigurationError, match="unset LV_LOG_FEED"):
+        settings_for(store_url, LV_KAFKA="127.0.0.1:9092", LV_LOG_FEED="on")
