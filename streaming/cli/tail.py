@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 from typing import Any
 
 import click
@@ -10,8 +11,13 @@ import orjson
 
 from liveviews.cli.base import Env, emit, json_option, pass_env
 from liveviews.log.events import decode_entry, entry_id_tuple, iso, log_stream
+from liveviews.log.kafka.records import decode_record, position
+from liveviews.log.kafka.topic import ADMIN_TIMEOUT_S, LogUnavailable
+from liveviews.pipeline.settings import Settings
 from liveviews.store.client import Client, is_cluster
 
+Reads = Generator[list[dict[str, Any]], None, None]
+"""The log's events, one read at a time."""
 BLOCK_MS = 1000
 CLUSTER_POLL_S = 0.2
 COUNT = 500
@@ -93,18 +99,11 @@ def tail(
 ) -> None:
     """Print the log's events as they are appended: offset, type, key, time and payload. With
     --json, one JSON object per line. Ctrl-C ends it (exit 0)."""
-    client = env.client
-    streams = heads(client, env.settings.log_partitions, from_start)
+    kafka = env.settings.kafka
+    reads = kafka_reads(env.settings, from_start) if kafka else store_reads(env, from_start)
     shown = 0
     try:
-        while limit is None or shown < limit:
-            read = _read(client, streams)
-            events = []
-            for stream, entries in read or []:
-                streams[stream.decode()] = entries[-1][0].decode()
-                events += [line(stream, entry_id, fields) for entry_id, fields in entries]
-            # One read's events in the order the store took them, whatever their partition.
-            events.sort(key=lambda e: entry_id_tuple(e["offset"].partition(":")[2]))
+        for events in reads:
             for event in events:
                 if (types and event["type"] not in types) or (keys and event["key"] not in keys):
                     continue
@@ -117,3 +116,61 @@ def tail(
                     return
     except KeyboardInterrupt:
         return
+    finally:
+        reads.close()
+
+
+def store_reads(env: Env, from_start: bool) -> Reads:
+    """The store's log, one read's events at a time, in the order the store took them."""
+    client = env.client
+    streams = heads(client, env.settings.log_partitions, from_start)
+    while True:
+        events = []
+        for stream, entries in _read(client, streams) or []:
+            streams[stream.decode()] = entries[-1][0].decode()
+            events += [line(stream, entry_id, fields) for entry_id, fields in entries]
+        # One read's events in the order the store took them, whatever their partition.
+        events.sort(key=lambda e: entry_id_tuple(e["offset"].partition(":")[2]))
+        yield events
+
+
+def kafka_reads(settings: Settings, from_start: bool) -> Reads:
+    """A Kafka log's committed events, one read at a time, in the order the brokers took them.
+    Each partition's end is resolved once, at the start, as ``heads`` does."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka, "group.id": "liveviews-tail",
+                         "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})  # fmt: skip
+    try:
+        starts = []
+        for p in range(settings.log_partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(settings.kafka_topic, p), ADMIN_TIMEOUT_S)  # fmt: skip
+            starts.append(TopicPartition(settings.kafka_topic, p, low if from_start else high))
+        consumer.assign(starts)
+        while True:
+            got = consumer.consume(COUNT, BLOCK_MS / 1000)
+            events = [(m.timestamp()[1], kafka_line(m)) for m in got if m.error() is None]
+            yield [e for _, e in sorted(events, key=lambda pair: pair[0])]
+    except KafkaException as exc:
+        raise LogUnavailable(f"the Kafka log could not be read: {exc.args[0].str()}") from None
+    finally:
+        consumer.close()
+
+
+def kafka_line(msg: Any) -> dict[str, Any]:
+    """One record as printed, as ``line`` prints an entry."""
+    partition, at = msg.partition(), msg.offset()
+    offset = f"{partition}:{position(at)}"
+    try:
+        e = decode_record(partition, at, msg.key() or b"", msg.value() or b"", msg.headers(),
+                          msg.timestamp()[1])  # fmt: skip
+        return {"offset": offset, "type": e.type, "key": e.key, "time": e.time_ms,
+                "payload": orjson.loads(e.payload_json)}  # fmt: skip
+    except ValueError:
+        raw = {k: (v or b"").decode(errors="replace") for k, v in msg.headers() or ()}
+        raw["key"] = (msg.key() or b"").decode(errors="replace")
+        raw["value"] = (msg.value() or b"").decode(errors="replace")
+        return {"offset": offset, "type": raw.get("type"), "key": raw["key"], "time": None,
+                "payload": None, "raw": raw}  # fmt: skip

@@ -105,6 +105,12 @@ KAFKA = Setting(
     "(`/v1/log/live`, dead-letter screening, Real-Time Mode, CDC) is listed in "
     "[Apache Kafka as the log](SCALING.md#apache-kafka-as-the-log)",
 )  # fmt: skip
+KAFKA_TOPIC = Setting(
+    "LV_KAFKA_TOPIC", Text("a Kafka topic name", r"[A-Za-z0-9._\-]{1,249}"), "liveviews.log",
+    section=EVERY,
+    doc="the topic of `LV_KAFKA` that holds the log: one per application, so that several can "
+    "share a Kafka cluster",
+)  # fmt: skip
 LOG_RETENTION = Setting(
     "LV_LOG_RETENTION",
     Custom("off, a number of events, or an age (30d, 12h, 90m, 3600s)", retention),
@@ -504,7 +510,7 @@ FEED_BLOCK_MS = Setting(
 LOG_FEED = Setting(
     "LV_LOG_FEED", Switch(), None, section=GATEWAY, shown="on in `dev`",
     doc="`GET /v1/log/live`, the raw events as they are appended (shows every event to every "
-    "reader); refused at start with `LV_ENV=production`",
+    "reader); refused at start with `LV_ENV=production` or `LV_KAFKA`",
 )  # fmt: skip
 STATIC_DIR = Setting(
     "LV_STATIC_DIR", Folder(), None, section=GATEWAY,

@@ -166,6 +166,7 @@ class Settings:
             rebuild_idle=niceness == "idle",
             store_ack_replicas=C.STORE_ACK_REPLICAS.get(env),
             kafka=kafka,
+            kafka_topic=C.KAFKA_TOPIC.get(env),
         )
 
 
