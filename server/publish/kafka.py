@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from liveviews.app import App
 from liveviews.log.append import Idempotency
@@ -22,12 +23,17 @@ from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.pipeline.settings import Settings
 from liveviews.store import client as storeclient
 
+WORKERS = 64
+
 
 class KafkaAppender:
     """Appends validated batches to the Kafka log for one gateway process."""
 
     def __init__(self, log: KafkaEventLog) -> None:
         self.log = log
+        # Its threads mostly wait (on the store, on Kafka's acknowledgement), so many at once:
+        # asyncio's default pool (cores + 4 threads) held keyed publishes to 400/s on 2 cores.
+        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="liveviews-kafka-append")
 
     @classmethod
     def open(cls, settings: Settings, app: App) -> KafkaAppender:
@@ -44,7 +50,9 @@ class KafkaAppender:
             return []
         if len(events) == 1 and not idempotency.given:
             return [await self._one(events[0])]
-        return await asyncio.to_thread(self.log.append_validated, events, idempotency)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, self.log.append_validated, events,
+                                          idempotency)  # fmt: skip
 
     async def _one(self, event: Event) -> Offset:
         loop = asyncio.get_running_loop()
@@ -69,4 +77,5 @@ class KafkaAppender:
             raise unconfirmed("no acknowledgement in time") from None
 
     def close(self) -> None:
+        self.pool.shutdown()
         self.log.close()
