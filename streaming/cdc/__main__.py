@@ -21,6 +21,7 @@ from liveviews.app import load_app
 from liveviews.cdc.capture import run
 from liveviews.cdc.settings import CdcSettings
 from liveviews.errors import LiveviewsError
+from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.supervise import NEEDS_A_PERSON
 
 log = logging.getLogger("liveviews.cdc")
@@ -39,6 +40,9 @@ def main() -> int:
         console.setup("cdc", settings.store)
         app = load_app(settings.store.app)
         run(settings, app, stop)
+    except LogUnavailable as exc:  # Kafka, as a lost store: the next start resumes
+        log.error("stopped: %s; starting again resumes where the log is", exc.message)
+        return 1
     except LiveviewsError as exc:
         log.error("stopped: %s", exc.message)
         return NEEDS_A_PERSON

@@ -49,7 +49,7 @@ from liveviews.cdc.pgoutput import (
     lsn_text,
     parse_lsn,
 )
-from liveviews.cdc.position import Position, append_at, read_position
+from liveviews.cdc.position import Position, Positions, StorePositions
 from liveviews.cdc.rows import Follow
 from liveviews.cdc.settings import CdcSettings
 from liveviews.cdc.snapshot import read_snapshot
@@ -86,13 +86,11 @@ class Capture:
     (``flush``)."""
 
     def __init__(
-        self, app: App, client: redis.Redis, settings: CdcSettings, resume_lsn: int
+        self, app: App, positions: Positions, settings: CdcSettings, resume_lsn: int
     ) -> None:
         self.app = app
-        self.client = client
+        self.positions = positions
         self.slot = settings.slot
-        self.partitions = settings.store.log_partitions
-        self.retention = settings.store.log_retention
         self.declared = {t.qualified: t for t in app.tables.values()}
         self.follows: dict[int, Follow | SourceChanged] = {}
         self.pending: Pending | None = None
@@ -151,7 +149,8 @@ class Capture:
             raise SourceChanged(
                 f"TRUNCATE {', '.join(names)} removed rows without saying which, so their "
                 "deletes cannot enter the log: empty tables with DELETE instead; to go on from "
-                "here, start from an empty store so that a new snapshot is taken."
+                "here, start from an empty log (an empty store, or a new LV_KAFKA_TOPIC) so "
+                "that a new snapshot is taken."
             )
 
     def _commit(self, message: Commit) -> None:
@@ -167,21 +166,20 @@ class Capture:
         """Append the transactions read whole, in one MULTI with the last one's commit
         position; the position the slot may be confirmed to, now that they are in the log."""
         if self.ready:
-            append_at(self.client, self.slot, self.ready, self.lsn, self.partitions,
-                      self.retention)  # fmt: skip
+            self.positions.append_at(self.slot, self.ready, self.lsn)
             self.ready = []
         return self.read_to
 
 
 def start_position(
-    db: Any, client: redis.Redis, settings: CdcSettings, tables: list[Table]
+    db: Any, positions: Positions, settings: CdcSettings, tables: list[Table]
 ) -> tuple[Position | None, dict[str, catalog.Columns]]:
     """Check the database and the store agree; the stored position, if the slot is usable."""
     names = tuple(sorted(t.qualified for t in tables))
     with db.cursor() as cur:
         columns = catalog.check_all(cur, tables)
         catalog.ensure_publication(cur, settings.publication, tables)
-        stored = read_position(client, settings.slot)
+        stored = positions.read(settings.slot)
         slot_db = catalog.slot_database(cur, settings.slot)
         cur.execute("SELECT current_database()")
         here = cur.fetchone()[0]
@@ -199,21 +197,23 @@ def start_position(
             raise SourceChanged(
                 f"the log holds changes up to {lsn_text(stored.lsn)}, but the database has no "
                 f"replication slot {settings.slot!r} to go on from, so later changes are lost "
-                "to it: start from an empty store (the log is taken again from a new snapshot), "
-                "or point DATABASE_URL back at the database that has the slot."
+                "to it: start from an empty log (an empty store, or a new LV_KAFKA_TOPIC: the "
+                "log is taken again from a new snapshot), or point DATABASE_URL back at the "
+                "database that has the slot."
             )
         elif stored is not None and stored.tables != names:
             raise SourceChanged(
                 f"the log follows {', '.join(stored.tables)} since its snapshot, but the "
                 f"application declares {', '.join(names)}: the rows a newly declared table "
                 "already had are not in the log. Declare the same tables, or start from an "
-                "empty store so that a new snapshot is taken."
+                "empty log (an empty store, or a new LV_KAFKA_TOPIC) so that a new snapshot is "
+                "taken."
             )
     return stored, columns
 
 
 def snapshot(
-    repl_cur: Any, client: redis.Redis, settings: CdcSettings, app: App,
+    repl_cur: Any, positions: Positions, settings: CdcSettings, app: App,
     columns: dict[str, catalog.Columns],
 ) -> Position:  # fmt: skip
     """Make the slot and append the tables' rows as of its start, with its position."""
@@ -226,8 +226,7 @@ def snapshot(
     events = read_snapshot(settings.url, exported, tables, columns, app, now_ms(),
                            f"snapshot {consistent}")  # fmt: skip
     names = sorted(t.qualified for t in tables)
-    append_at(client, settings.slot, events, lsn, settings.store.log_partitions,
-              settings.store.log_retention, names)  # fmt: skip
+    positions.append_at(settings.slot, events, lsn, names)
     log.info("took the snapshot of %s: %d rows as of %s", ", ".join(names), len(events), consistent)
     return Position(lsn, tuple(names))
 
@@ -242,27 +241,29 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
         )
     wait = settings.store.wait_for_store
     client = when_up(lambda: storeclient.connect(settings.store.store_url), wait, stop)
-    if not isinstance(client, redis.Redis):
+    if not isinstance(client, redis.Redis) and not settings.store.kafka:
         client.close()
         raise ConfigurationError(
             "change data capture needs a single store server, not a store cluster: a "
             "transaction's events and the replication slot's position are appended in one "
-            "MULTI, which a cluster refuses across slots. Point REDIS_URL at a single server."
+            "MULTI, which a cluster refuses across slots. Point REDIS_URL at a single server, "
+            "or keep the log in Kafka (LV_KAFKA)."
         )
     when_up(lambda: check_layout(client, settings.store.log_partitions,
                                  settings.store.change_shards), wait, stop)  # fmt: skip
+    positions = _positions(settings, client)
     db = when_up(lambda: psycopg2.connect(settings.url, connect_timeout=5), wait, stop)
     db.autocommit = True
     repl = None
     try:
         with refusals(db.info.user):
-            stored, columns = start_position(db, client, settings, tables)
+            stored, columns = start_position(db, positions, settings, tables)
             repl = psycopg2.connect(
                 settings.url, connection_factory=psycopg2.extras.LogicalReplicationConnection
             )
             cur = repl.cursor()
             if stored is None:
-                stored = snapshot(cur, client, settings, app, columns)
+                stored = snapshot(cur, positions, settings, app, columns)
             else:
                 log.info("resuming after %s", lsn_text(stored.lsn))
         cur.start_replication(
@@ -273,12 +274,23 @@ def run(settings: CdcSettings, app: App, stop: threading.Event) -> None:
                  ", ".join(stored.tables), db.info.dbname, settings.slot,
                  settings.publication)  # fmt: skip
         db.close()  # the replication connection is all it needs from here
-        follow(cur, Capture(app, client, settings, stored.lsn), stop)
+        follow(cur, Capture(app, positions, settings, stored.lsn), stop)
     finally:
         for conn in (repl, db):
             if conn is not None:
                 conn.close()
+        positions.close()
         client.close()
+
+
+def _positions(settings: CdcSettings, client: Any) -> Positions:
+    """The store's log, or the Kafka log ``LV_KAFKA`` names (``liveviews.cdc.kafka``)."""
+    store = settings.store
+    if store.kafka:
+        from liveviews.cdc.kafka import KafkaPositions
+
+        return KafkaPositions(store.kafka, store.kafka_topic, store.log_partitions, settings.slot)
+    return StorePositions(client, store.log_partitions, store.log_retention)
 
 
 @contextlib.contextmanager

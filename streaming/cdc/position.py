@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -29,6 +29,37 @@ def position_key(slot: str) -> str:
 class Position:
     lsn: int
     tables: tuple[str, ...]
+
+
+class Positions(Protocol):
+    """Where a capture's transactions go with its position: the store's log
+    (``StorePositions``) or a Kafka log (``liveviews.cdc.kafka.KafkaPositions``)."""
+
+    def read(self, slot: str) -> Position | None: ...
+
+    def append_at(
+        self, slot: str, events: Sequence[Event], lsn: int, tables: Sequence[str] | None = None
+    ) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class StorePositions:
+    client: redis.Redis
+    partitions: int
+    retention: Retention | None
+
+    def read(self, slot: str) -> Position | None:
+        return read_position(self.client, slot)
+
+    def append_at(
+        self, slot: str, events: Sequence[Event], lsn: int, tables: Sequence[str] | None = None
+    ) -> None:
+        append_at(self.client, slot, events, lsn, self.partitions, self.retention, tables)
+
+    def close(self) -> None:
+        """The store's client is the caller's to close."""
 
 
 def read_position(client: redis.Redis, slot: str) -> Position | None:

@@ -117,6 +117,49 @@ def logged(store: redis.Redis) -> list[dict[str, Any]]:
     return out
 
 
+def kafka_logged(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """Every committed record of a Kafka log, partition by partition, in log order, as
+    ``logged`` reads entries."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from liveviews.log.kafka.records import header, position
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-cdc",
+                         "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got: list[list[dict[str, Any]]] = [[] for _ in range(PARTITIONS)]
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 30
+    try:
+        while len(at_end) < PARTITIONS:
+            assert time.monotonic() < deadline, "the Kafka log was not read to its end in 30 s"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            p, error = msg.partition(), msg.error()
+            assert p is not None
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                at_end.add(p)
+                continue
+            at_end.discard(p)
+            headers = msg.headers()
+            tx, tx_events = header(headers, "tx"), header(headers, "tx_events")
+            got[p].append({
+                "partition": p,
+                "id": position(msg.offset() or 0),
+                "type": (header(headers, "type") or b"").decode(),
+                "key": (msg.key() or b"").decode(),
+                "time": int(header(headers, "time") or 0),
+                "payload": orjson.loads(msg.value() or b"null"),
+                "tx": tx.decode() if tx else None,
+                "tx_events": int(tx_events) if tx_events else None,
+            })  # fmt: skip
+    finally:
+        consumer.close()
+    return [e for part in got for e in part]
+
+
 def recompute(events: list[dict[str, Any]], app: App) -> dict[str, dict[tuple[Any, ...], Any]]:
     """Each declared table, by key, from applying its events in log order per partition."""
     tables: dict[str, dict[tuple[Any, ...], Any]] = {name: {} for name in app.tables}

@@ -18,8 +18,10 @@ import signal
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pytest
@@ -28,7 +30,15 @@ import redis
 from liveviews.cdc.embedded import EmbeddedPostgres
 from liveviews.store.embedded import EmbeddedStore, free_port
 from tests.cdc import shop
-from tests.cdc.harness import CdcProcess, execute, logged, recompute, table_rows, wait_for
+from tests.cdc.harness import (
+    CdcProcess,
+    execute,
+    kafka_logged,
+    logged,
+    recompute,
+    table_rows,
+    wait_for,
+)
 
 KILLS = int(os.environ.get("LV_CDC_KILLS") or 5)
 SEED = int(os.environ.get("LV_CDC_SEED") or random.randrange(1 << 30))
@@ -126,16 +136,23 @@ def servers() -> Iterator[tuple[EmbeddedPostgres, EmbeddedStore, Path]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.parametrize("log", ["store", "kafka"])
 def test_kills_and_restarts_lose_and_double_nothing(
-    servers: tuple[EmbeddedPostgres, EmbeddedStore, Path],
+    servers: tuple[EmbeddedPostgres, EmbeddedStore, Path], log: str, request: pytest.FixtureRequest
 ) -> None:
+    """On Kafka (``LV_KAFKA``) a transaction's events and the capture's position are one Kafka
+    transaction (``liveviews.cdc.kafka``); the store is then killed all the same."""
     postgres, store, root = servers
     rng = random.Random(SEED)
     dsn = postgres.url
     execute(dsn, shop.SCHEMA)
     execute(dsn, ("INSERT INTO orders SELECT i, 'c' || (i %% 7), 'new', i, NULL"
                   " FROM generate_series(0, %s) i", (ORDERS // 2,)))  # fmt: skip
-    cdc = CdcProcess(store.url, dsn, root / "cdc", "tests.cdc.shop:app")
+    kafka: dict[str, str] = {}
+    if log == "kafka":
+        kafka = {"LV_KAFKA": request.getfixturevalue("kafka_bootstrap"),
+                 "LV_KAFKA_TOPIC": f"cdc-{uuid.uuid4().hex[:8]}"}  # fmt: skip
+    cdc = CdcProcess(store.url, dsn, root / "cdc", "tests.cdc.shop:app", **kafka)
     writer, keeper = Writer(dsn, SEED), Keeper(cdc)
     writer.start()
     keeper.start()
@@ -164,11 +181,17 @@ def test_kills_and_restarts_lose_and_double_nothing(
         writer.halt.set()
         writer.join(30)
     client = redis.Redis.from_url(store.url)
+
+    def logged_events() -> list[dict[str, Any]]:
+        if kafka:
+            return kafka_logged(kafka["LV_KAFKA"], kafka["LV_KAFKA_TOPIC"])
+        return logged(client)
+
     try:
 
         def differences() -> dict[str, object]:
             assert keeper.gave_up is None, keeper.gave_up
-            rebuilt = recompute(logged(client), shop.app)
+            rebuilt = recompute(logged_events(), shop.app)
             out: dict[str, object] = {}
             for name, table in shop.app.tables.items():
                 rows = table_rows(dsn, table)
@@ -183,7 +206,7 @@ def test_kills_and_restarts_lose_and_double_nothing(
             raise AssertionError(
                 f"seed {SEED}: (from the log, in the table): {differences()}\n{cdc.text()}"
             ) from None
-        events = logged(client)
+        events = logged_events()
         announced = {e["tx"]: e["tx_events"] for e in events}
         counted: dict[str, int] = {}
         for e in events:

@@ -31,7 +31,9 @@ def topic_config(replication: int) -> dict[str, str]:
     }
 
 
-def ensure_log_topic(admin: Any, partitions: int, topic: str = LOG_TOPIC) -> None:
+def ensure_log_topic(
+    admin: Any, partitions: int, topic: str = LOG_TOPIC, *, compacted: bool = False
+) -> None:
     """Create ``topic`` with ``partitions`` if it does not exist (replication factor the
     brokers', at most 3); refuse it with a sentence if it has another partition count, since an
     entity's events would move to another partition and lose their order."""
@@ -42,7 +44,10 @@ def ensure_log_topic(admin: Any, partitions: int, topic: str = LOG_TOPIC) -> Non
     if have is None:
         brokers = len(admin.list_topics(timeout=ADMIN_TIMEOUT_S).brokers)
         replication = min(3, max(1, brokers))
-        new = NewTopic(topic, partitions, replication, config=topic_config(replication))
+        config = topic_config(replication)
+        if compacted:  # a record per key is what is kept: the latest
+            config["cleanup.policy"] = "compact"
+        new = NewTopic(topic, partitions, replication, config=config)
         try:
             admin.create_topics([new])[topic].result(ADMIN_TIMEOUT_S)
         except KafkaException as exc:
