@@ -21,7 +21,7 @@ from liveviews.gateway._uvicorn import IncompatibleServer
 from liveviews.gateway.app import create_app
 from liveviews.gateway.serve import config, raise_open_files, supervise
 from liveviews.gateway.settings import DEV_JWT_SECRET, GatewaySettings
-from liveviews.store.embedded import wait_for_store
+from liveviews.store.embedded import wait_for_kafka, wait_for_store
 from liveviews.store.password import redacted
 
 log = logging.getLogger("liveviews.gateway")
@@ -70,6 +70,7 @@ def main() -> int:
         # Under the run commands the store is a process of its own, maybe a cluster still
         # forming: the gateway learns whether it is a cluster once, so it waits for it first.
         wait_for_store(settings.store)
+        wait_for_kafka(settings.store)
         app = create_app(settings) if settings.workers == 1 else None
     except LiveviewsError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)

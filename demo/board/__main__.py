@@ -12,10 +12,12 @@ import time
 
 from demo.board import app
 from demo.board.activity import SEED_BOARD, Activity, seed_events
-from liveviews import EventLog, LiveviewsError, console
+from liveviews import LiveviewsError, console
 from liveviews.config.catalog import DEMO_ACTIVITY
 from liveviews.config.layers import environment
 from liveviews.log.eventlog import check_layout
+from liveviews.log.opened import log_writer
+from liveviews.log.writer import LogWriter
 from liveviews.pipeline.settings import Settings
 from liveviews.store import client as storeclient
 from liveviews.store.embedded import ensure_store
@@ -29,7 +31,7 @@ data directory run first with Chirp), so an empty log cannot say whether the boa
 and seeding twice would count the seed's kudos twice."""
 
 
-def seed_once(client: storeclient.Client, events: EventLog) -> bool:
+def seed_once(client: storeclient.Client, events: LogWriter) -> bool:
     if not client.set(SEEDED, "1", nx=True):
         return False
     try:
@@ -46,7 +48,7 @@ def run(settings: Settings, rate: float) -> None:
         log.info("starting: the board's events into the log at %s", redacted(store_url))
         client = storeclient.connect(store_url)
         check_layout(client, settings.log_partitions, settings.change_shards)  # type: ignore[arg-type]  # either client serves
-        events = EventLog(client, app, settings.log_partitions, settings.log_retention)
+        events = log_writer(settings, app, client)
         if seed_once(client, events):
             log.info("seeded the %r board", SEED_BOARD)
         if rate > 0:
@@ -54,8 +56,11 @@ def run(settings: Settings, rate: float) -> None:
         else:
             log.info("ready: no background activity (LV_DEMO_ACTIVITY=N writes N events/s)")
         activity = Activity(seed=int(time.time()), prefix=f"bg{int(time.time())}")
-        while not stop.wait(1.0 / rate if rate > 0 else 3600):
-            events.append(next(activity))
+        try:
+            while not stop.wait(1.0 / rate if rate > 0 else 3600):
+                events.append(next(activity))
+        finally:
+            events.close()
 
 
 def main() -> int:

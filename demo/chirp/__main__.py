@@ -16,8 +16,9 @@ from liveviews import console
 from liveviews.config.catalog import DEMO_ACTIVITY
 from liveviews.config.layers import environment
 from liveviews.errors import LiveviewsError
-from liveviews.log.eventlog import EventLog, check_layout
-from liveviews.log.events import log_stream
+from liveviews.log.eventlog import check_layout
+from liveviews.log.opened import log_writer
+from liveviews.log.writer import LogWriter
 from liveviews.pipeline.settings import Settings
 from liveviews.store import client as storeclient
 from liveviews.store.embedded import ensure_store
@@ -26,12 +27,10 @@ from liveviews.store.password import redacted
 log = logging.getLogger("chirp")
 
 
-def seed_if_empty(client: storeclient.Client, settings: Settings) -> bool:
-    if any(client.exists(log_stream(p)) for p in range(settings.log_partitions)):
+def seed_if_empty(events: LogWriter) -> bool:
+    if not events.empty():
         return False
-    now_ms = int(time.time() * 1000)
-    events = EventLog(client, app, settings.log_partitions, settings.log_retention)
-    events.append_batch(seed_events(now_ms))
+    events.append_batch(seed_events(int(time.time() * 1000)))
     return True
 
 
@@ -41,19 +40,22 @@ def run(settings: Settings, rate: float) -> None:
         log.info("starting: Chirp's events into the log at %s", redacted(store_url))
         client = storeclient.connect(store_url)
         check_layout(client, settings.log_partitions, settings.change_shards)  # type: ignore[arg-type]  # either client serves
-        if seed_if_empty(client, settings):
+        events = log_writer(settings, app, client)
+        if seed_if_empty(events):
             log.info("seeded Chirp with %d users", len(SEED_USERS))
         if rate > 0:
             log.info("ready: writing %g events/s", rate)
         else:
             log.info("ready: no background activity (LV_DEMO_ACTIVITY=N writes N events/s)")
-        events = EventLog(client, app, settings.log_partitions, settings.log_retention)
         activity = Activity(users=list(SEED_USERS), seed=int(time.time()))
         activity.prefix = f"bg{int(time.time())}-"
-        while not stop.wait(1.0 / rate if rate > 0 else 3600):
-            item = next(activity)
-            item["time"] = int(time.time() * 1000)
-            events.append(item)
+        try:
+            while not stop.wait(1.0 / rate if rate > 0 else 3600):
+                item = next(activity)
+                item["time"] = int(time.time() * 1000)
+                events.append(item)
+        finally:
+            events.close()
 
 
 def main() -> int:

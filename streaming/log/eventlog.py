@@ -119,6 +119,9 @@ class EventLog(LogWriter):
                                idempotency=idempotency)  # fmt: skip
         return settle(len(events), batch, outcomes)
 
+    def empty(self) -> bool:
+        return not any(self.client.exists(log_stream(p)) for p in range(self.partitions))
+
 
 def queue_heads(pipe: Any, partitions: int) -> None:
     """Queue the read of each log partition's newest entry (sync or asyncio pipeline)."""

@@ -35,3 +35,10 @@ class LogWriter(ABC):
     ) -> list[Offset]:
         """Append events already validated, under ``idempotency`` (a key made for them if
         None); their offsets, in order."""
+
+    @abstractmethod
+    def empty(self) -> bool:
+        """Whether the log holds no event yet (a demo seeds one that does not)."""
+
+    def close(self) -> None:  # noqa: B027 - most writers hold nothing of their own
+        """Release what the writer holds (a Kafka producer's connections)."""

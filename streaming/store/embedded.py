@@ -353,6 +353,7 @@ def ensure_store(settings: Settings) -> Iterator[str]:
     embedded server) it waits up to N seconds for that server instead of starting another.
     """
     url = settings.store_url
+    wait_for_kafka(settings)
     if not settings.embedded or reachable(url):
         yield url
         return
@@ -362,6 +363,15 @@ def ensure_store(settings: Settings) -> Iterator[str]:
         return
     with EmbeddedStore(settings.data_dir, settings.embedded_port) as started:
         yield started
+
+
+def wait_for_kafka(settings: Settings) -> None:
+    """With ``LV_WAIT_FOR_STORE=N`` and a Kafka log (``LV_KAFKA``), wait up to N seconds until
+    its brokers answer; else return at once."""
+    if settings.kafka and settings.wait_for_store:
+        from liveviews.log.kafka.topic import wait_for_kafka as wait
+
+        wait(settings.kafka, settings.wait_for_store)
 
 
 def wait_for_store(settings: Settings) -> None:

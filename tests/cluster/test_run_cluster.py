@@ -1,10 +1,13 @@
 """``make run-cluster`` (scripts/run-cluster.sh): Chirp on a Spark standalone cluster, two
-gateways behind nginx, the store and the demo's writer, all as the script starts them.
+gateways behind nginx, the log in Kafka on three brokers, the store and the demo's writer, all
+as the script starts them.
 
 SSE subscribers and the demo's page in Chromium read through nginx while events are
-published through it; one gateway process and then one Spark worker are killed outright. The
-gateway's supervisor starts it again and the subscribers resume on the other one; Spark runs
-the lost tasks on the remaining worker. Every subscriber must see each later event, with no gap,
+published through it; one gateway process, then one Spark worker, then one Kafka broker and,
+while it is down, the pipeline's driver are killed outright. The gateway's supervisor starts it
+again and the subscribers resume on the other one; Spark runs the lost tasks on the remaining
+worker; the two other brokers go on acknowledging appends (``acks=all``, two in sync) until the
+killed one is started again, and the pipeline started again resumes from its checkpoint. Every subscriber must see each later event, with no gap,
 no duplicate and no reset, and end with the stored rows; the page, never reloaded, shows each
 later name.
 """
@@ -57,12 +60,14 @@ class ClusterRun:
         ports = {name: str(_free_port()) for name in (
             "LV_PORT", "LV_GATEWAY1_PORT", "LV_GATEWAY2_PORT", "LV_SPARK_PORT",
             "LV_SPARK_UI_PORT")}  # fmt: skip
-        # The store cluster's six nodes and their cluster bus, from its first node's port.
-        ports["LV_EMBEDDED_PORT"] = str(free_port_range(12))
+        # The store cluster's six nodes and their cluster bus, from its first node's port; then
+        # the three Kafka brokers and their controllers.
+        base = free_port_range(18)
+        ports["LV_EMBEDDED_PORT"], ports["LV_KAFKA_PORT"] = str(base), str(base + 12)
         self.env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
                     "PYSPARK_PYTHON": sys.executable, "LV_DATA_DIR": str(data),
                     "LV_DEMO_ACTIVITY": "0", **ports}  # fmt: skip
-        for name in ("REDIS_URL", "LV_ENV", "LV_JWT_SECRET", "LV_APP", "SPARK_MASTER"):
+        for name in ("REDIS_URL", "LV_ENV", "LV_JWT_SECRET", "LV_APP", "SPARK_MASTER", "LV_KAFKA"):
             self.env.pop(name, None)
         self.url = f"http://127.0.0.1:{ports['LV_PORT']}"
         self.gateway_ports = [ports["LV_GATEWAY1_PORT"], ports["LV_GATEWAY2_PORT"]]
@@ -143,8 +148,8 @@ def _signed_in(page: Page, url: str, user: str) -> None:
     expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state", "connected")
 
 
-@pytest.mark.timeout(600)
-def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() -> None:
+@pytest.mark.timeout(900)
+def test_make_run_cluster_serves_through_killed_gateway_worker_broker_and_driver() -> None:
     data = Path(tempfile.mkdtemp(prefix="lv-run-cluster-")) / "data"
     data.mkdir()
     if not Path(CHROMIUM).exists():
@@ -212,6 +217,20 @@ def test_make_run_cluster_serves_through_a_killed_gateway_and_a_killed_worker() 
             rename_all()
         run.wait("the renames after a worker was killed", all_show_the_last, 180)
         expect(name).to_have_text(f"{USERS[0]}-{renamed}", timeout=60_000)
+
+        brokers = run.processes(lambda cmd: "kafka.Kafka" in cmd)
+        assert len(brokers) == 3, [b.cmdline()[-2:] for b in brokers]
+        brokers[0].kill()
+        drivers = run.processes(lambda cmd: cmd[-2:] == ["-m", "liveviews.pipeline"]
+                                and "liveviews.supervise" not in cmd)  # fmt: skip
+        assert len(drivers) == 1, [d.cmdline() for d in drivers]
+        drivers[0].kill()  # while a broker is down: it resumes from its checkpoint
+        for _ in range(3):
+            rename_all()
+        run.wait("the renames after a broker and the driver were killed", all_show_the_last, 240)
+        expect(name).to_have_text(f"{USERS[0]}-{renamed}", timeout=60_000)
+        run.wait("the broker started again",
+                 lambda: len(run.processes(lambda cmd: "kafka.Kafka" in cmd)) == 3)  # fmt: skip
         expect(page.get_by_test_id("connection-state")).to_have_attribute("data-state",
                                                                          "connected")  # fmt: skip
         stored = {u: stored_rows(run.store(), "profiles", u, shards) for u in USERS}

@@ -111,6 +111,18 @@ class KafkaEventLog(LogWriter):
         while not self.closed.is_set():
             self.single.poll(0.05)
 
+    def empty(self) -> bool:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "liveviews-ends"})
+        try:
+            return all(
+                consumer.get_watermark_offsets(TopicPartition(self.topic, p), ACK_TIMEOUT_S)[1] == 0
+                for p in range(self.partitions)
+            )
+        finally:
+            consumer.close()
+
     def close(self) -> None:
         self.closed.set()
         self.poller.join()

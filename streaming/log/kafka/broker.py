@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -142,11 +143,17 @@ class KafkaCluster:
     Data survive a stop: started again on the same folder, the nodes keep their topics (their
     ports are kept in the folder too)."""
 
-    def __init__(self, data_dir: Path, nodes: int = 1, heap: str = HEAP) -> None:
+    def __init__(
+        self, data_dir: Path, nodes: int = 1, heap: str = HEAP, port: int | None = None
+    ) -> None:
+        """``port``: node ``i`` (from 1) listens on ``port + i - 1`` and its controller on
+        ``port + nodes + i - 1``; None: free ports. A folder's own ports win either way."""
         if nodes < 1:
             raise ValueError("a Kafka cluster has at least one node")
         self.data_dir = Path(data_dir)
         self.heap = heap
+        self.port = port
+        self.count = nodes
         self.nodes = [self._node(i + 1) for i in range(nodes)]
 
     def _node(self, node_id: int) -> Node:
@@ -154,6 +161,8 @@ class KafkaCluster:
         ports = folder / "ports"
         if ports.is_file():
             port, controller = (int(p) for p in ports.read_text().split())
+        elif self.port is not None:
+            port, controller = self.port + node_id - 1, self.port + self.count + node_id - 1
         else:
             port, controller = free_port(), free_port()
         return Node(node_id, port, controller, folder)
@@ -322,6 +331,16 @@ class KafkaCluster:
         for node in self.nodes:
             self.stop_node(node.node_id)
 
+    def keep_running(self, stop: threading.Event, every: float = 1.0) -> None:
+        """Until ``stop`` is set, start again each node that exits, as a machine's service
+        manager restarts a broker: it rejoins the cluster from its folder."""
+        while not stop.wait(every):
+            for node in self.nodes:
+                if node.process is not None and node.process.poll() is not None:
+                    print(f"Kafka node {node.node_id} exited (code {node.process.returncode}); "
+                          "starting it again", flush=True)  # fmt: skip
+                    self.start_node(node.node_id, wait=False)
+
     def __enter__(self) -> str:
         try:
             return self.start()
@@ -344,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1, help="nodes of the cluster (default 1)")
     parser.add_argument("--data", type=Path, default=Path(".liveviews") / "kafka",
                         help="the cluster's folder (default .liveviews/kafka)")  # fmt: skip
+    parser.add_argument("--port", type=int, default=None,
+                        help="node i listens on PORT+i-1, its controller on PORT+NODES+i-1 "
+                        "(default: free ports, kept in the folder)")  # fmt: skip
     parser.add_argument(
         "--fetch-only",
         action="store_true",
@@ -351,16 +373,19 @@ def main(argv: list[str] | None = None) -> int:
         "their folders",
     )
     args = parser.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
         if args.fetch_only:
             print(ensure_kafka())
             print(ensure_kafka(SPARK_POM))
             return 0
-        cluster = KafkaCluster(args.data, args.nodes)
+        cluster = KafkaCluster(args.data, args.nodes, port=args.port)
         with cluster as bootstrap:
             print(f"Kafka ({len(cluster.nodes)} node(s)) at {bootstrap}; Ctrl-C stops it",
                   flush=True)  # fmt: skip
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            cluster.keep_running(stop)
     except LiveviewsError as exc:
         print(f"liveviews: {exc.message}", file=sys.stderr)
         return 1

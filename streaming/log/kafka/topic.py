@@ -31,6 +31,29 @@ def topic_config(replication: int) -> dict[str, str]:
     }
 
 
+def wait_for_kafka(bootstrap: str, seconds: float) -> None:
+    """Until as many brokers answer as ``bootstrap`` names (at most 3, as a topic's replicas),
+    for up to ``seconds``: under the run commands the brokers start beside this process, and a
+    topic created before they all run would have fewer replicas."""
+    from confluent_kafka.admin import AdminClient
+
+    wanted = min(3, len(bootstrap.split(",")))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if len(admin.list_topics(timeout=2).brokers) >= wanted:
+                return
+        except Exception:  # confluent_kafka.KafkaException: none answered yet
+            pass
+        if time.monotonic() > deadline:
+            raise LogUnavailable(
+                f"fewer than {wanted} Kafka brokers answered at {bootstrap} within {seconds:g} "
+                "s; is the 'kafka' process running?"
+            )
+        time.sleep(0.5)
+
+
 def ensure_log_topic(
     admin: Any, partitions: int, topic: str = LOG_TOPIC, *, compacted: bool = False
 ) -> None:

@@ -4,6 +4,7 @@ found in the log."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,8 @@ from liveviews.log.kafka import append as kafka_append
 from liveviews.log.kafka.append import RECORD_PREFIX, KafkaEventLog, NotAppended
 from liveviews.log.kafka.records import decode_record, kafka_offset, record
 from liveviews.log.kafka.topic import LogUnavailable
+from liveviews.log.opened import log_writer
+from liveviews.pipeline.settings import Settings
 from tests.support.kafkalog import read_kafka_log
 
 PARTITIONS = 4
@@ -210,3 +213,17 @@ def test_a_record_holds_the_event_as_the_entry_does() -> None:
         event.type, event.key, event.payload, event.time_ms)  # fmt: skip
     assert back.ingest_ms == 1_700_000_000_000
     assert ("idempotency_key", b"k") in headers
+
+
+def test_a_log_is_empty_until_its_first_event_on_either_writer(
+    log: KafkaEventLog, store: redis.Redis, settings: Settings
+) -> None:
+    on_kafka = dataclasses.replace(settings, kafka=log.bootstrap, kafka_topic=log.topic)
+    for writer in (log_writer(on_kafka, chirp, store), log_writer(settings, chirp, store)):
+        assert writer.empty()
+        writer.append(rename("u1", "first"))
+        assert not writer.empty()
+        writer.close()
+    chosen = log_writer(on_kafka, chirp, store)
+    assert isinstance(chosen, KafkaEventLog)
+    chosen.close()

@@ -163,3 +163,16 @@ def test_three_nodes_lose_no_acknowledged_append_when_one_is_killed(tmp_path: Pa
         values = [v for _, v, _, _ in got]
         assert len(values) == len(set(values)), "an append was stored twice"
         assert set(acked) <= set(values), "an acknowledged append was lost"
+
+
+def test_a_cluster_given_a_port_takes_consecutive_ports_and_keeps_a_folder_s_own(
+    tmp_path: Path,
+) -> None:
+    cluster = KafkaCluster(tmp_path / "k", nodes=3, port=41000)
+    assert [(n.port, n.controller_port) for n in cluster.nodes] == [
+        (41000, 41003), (41001, 41004), (41002, 41005)]  # fmt: skip
+    assert cluster.bootstrap == "127.0.0.1:41000,127.0.0.1:41001,127.0.0.1:41002"
+    folder = tmp_path / "k" / "node-1"
+    folder.mkdir(parents=True)
+    (folder / "ports").write_text("5000 5001\n")
+    assert KafkaCluster(tmp_path / "k", nodes=3, port=41000).nodes[0].port == 5000
