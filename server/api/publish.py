@@ -99,7 +99,7 @@ class Publisher:
         self.rate = PublishRate(settings.publish_rate, settings.publish_burst)
         self.idempotency_seconds = settings.idempotency_seconds
         self.appender: Appender | KafkaAppender = (
-            KafkaAppender.open(settings.store, app)
+            KafkaAppender.open(settings.store, app, client)
             if settings.store.kafka
             else Appender(
                 client,

@@ -77,7 +77,7 @@ async def test_published_events_reach_subscribers_through_a_kafka_log(
     assert event.payload == {"user": "bob", "name": "Robert"}
 
 
-async def test_a_batch_sent_again_with_its_idempotency_key_is_appended_once(
+async def test_a_batch_or_event_sent_again_with_its_idempotency_key_is_appended_once(
     kafka_gateway: ServedGateway, kafka_settings: Settings
 ) -> None:
     gateway = kafka_gateway
@@ -98,9 +98,18 @@ async def test_a_batch_sent_again_with_its_idempotency_key_is_appended_once(
         lone = await s.post(gateway.url + "/v1/events", json=renamed("alice", "C"),
                             headers=gateway.headers("alice"))  # fmt: skip
         assert lone.status == 202, await lone.text()
+        keyed = {**gateway.headers("alice"), "Idempotency-Key": "one-1"}
+        ones = []
+        for _ in range(2):
+            one = await s.post(gateway.url + "/v1/events", json=renamed("alice", "D"),
+                               headers=keyed)  # fmt: skip
+            assert one.status == 202, await one.text()
+            ones.append((await one.json())["offsets"])
+        assert ones[0] == ones[1]
     events = [e for part in read_kafka_log(kafka_settings.kafka or "", kafka_settings.kafka_topic,
-                                           4, 4) for e in part]  # fmt: skip
-    assert sorted(e.payload.get("name", "tweet") for e in events) == ["A", "Al", "C", "tweet"]
+                                           4, 5) for e in part]  # fmt: skip
+    assert sorted(e.payload.get("name", "tweet") for e in events) == ["A", "Al", "C", "D",
+                                                                      "tweet"]  # fmt: skip
 
 
 def test_a_gateway_whose_kafka_does_not_answer_refuses_to_start_with_a_sentence(

@@ -137,22 +137,23 @@ class KafkaEventLog(LogWriter):
             return []
         key = idempotency.key if idempotency is not None and idempotency.given else None
         if key is None or idempotency is None:
-            return self._produce(events, None)
+            return self.produce(events, None)
         done = self._claim(events, idempotency)
         if done is not None:
             return done
         try:
-            offsets = self._produce(events, key)
+            offsets = self.produce(events, key)
         except NotAppended:
             self.store.delete(RECORD_PREFIX + key)  # nothing was appended: a retry may go on
             raise
-        self.store.set(RECORD_PREFIX + key, _done(idempotency.digest, offsets),
+        self.store.set(RECORD_PREFIX + key, done_record(idempotency.digest, offsets),
                        ex=idempotency.seconds)  # fmt: skip
         return offsets
 
     # Appending
 
-    def _produce(self, events: Sequence[Event], key: str | None) -> list[Offset]:
+    def produce(self, events: Sequence[Event], key: str | None) -> list[Offset]:
+        """Append ``events``, carrying the idempotency ``key`` if given, without its record."""
         if len(events) == 1:
             answers: list[tuple[Offset | None, LogUnavailable | None]] = []
             answered = threading.Event()
@@ -283,7 +284,7 @@ class KafkaEventLog(LogWriter):
             if now - int(rest) > TRANSACTION_TIMEOUT_MS + GRACE_MS:
                 found = self._find(idempotency.key, int(rest), events)
                 if found is not None:
-                    self.store.set(name, _done(digest, found), ex=idempotency.seconds)
+                    self.store.set(name, done_record(digest, found), ex=idempotency.seconds)
                     return found
                 if self._take_over(name, raw, idempotency):
                     return None
@@ -386,7 +387,8 @@ class NotAppended(LogUnavailable):
                    "it again.")  # fmt: skip
 
 
-def _done(digest: str, offsets: Sequence[Offset]) -> str:
+def done_record(digest: str, offsets: Sequence[Offset]) -> str:
+    """The record of a batch appended at ``offsets``."""
     return f"{digest}\n{DONE}\n" + " ".join(str(o) for o in offsets)
 
 

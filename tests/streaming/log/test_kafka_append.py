@@ -107,7 +107,7 @@ def test_a_batch_whose_answer_was_lost_is_found_in_the_log_not_appended_again(
     events = chirp.validate_batch(batch)
     # What the dead writer did: its record, then its batch, and no answer recorded.
     store.set(RECORD_PREFIX + "lost-1", f"{idem.digest}\npending\n{store_time_ms(store)}")
-    appended = log._produce(events, "lost-1")
+    appended = log.produce(events, "lost-1")
     store.set(RECORD_PREFIX + "lost-1",
               f"{idem.digest}\npending\n{store_time_ms(store) - 1_000}")  # fmt: skip
     assert log.append_batch(batch, idempotency_key="lost-1") == appended
