@@ -28,8 +28,12 @@ from liveviews.changes.topic import FRONTIER_KEY, PROGRESS_STREAM, split_physica
 from liveviews.gateway.feed.nodes import Client as StoreClient
 from liveviews.log.eventlog import heads_of, queue_heads
 from liveviews.log.events import entry_id_tuple
+from liveviews.log.kafka import lag as kafka_lag
+from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.pipeline.versions import REGISTRY_KEY, Versions
 
+KafkaLog = tuple[str, str]
+"""A Kafka log's bootstrap servers and topic."""
 log = logging.getLogger("liveviews.gateway.metrics")
 
 PIPELINE_PROGRESS_STREAM = "lv:pipeline:progress"
@@ -94,9 +98,11 @@ class Metrics:
         partitions: int,
         pipelines: Collection[str],
         subscribers: dict[str, int],
+        kafka: KafkaLog | None = None,
     ) -> str:
-        """The registry's text, after reading the pipelines' figures from the store."""
-        return await self.figures.scrape(client, partitions, pipelines, subscribers)
+        """The registry's text, after reading the pipelines' figures from the store (and their
+        lag from ``kafka``'s log when it holds the log)."""
+        return await self.figures.scrape(client, partitions, pipelines, subscribers, kafka)
 
     def render(self) -> str:
         rows: list[tuple[str, str, str, list[tuple[str, float]]]] = [
@@ -219,12 +225,13 @@ class Figures:
         partitions: int,
         pipelines: Collection[str],
         subscribers: dict[str, int],
+        kafka: KafkaLog | None = None,
     ) -> str:
         async with self._lock:
             cursors = self._batches.after, self._progress.after
             try:
-                read = await self._read(client, partitions, pipelines)
-            except (RedisError, OSError, ValueError, TypeError, KeyError) as exc:
+                read = await self._read(client, partitions, pipelines, kafka)
+            except (RedisError, OSError, ValueError, TypeError, KeyError, LogUnavailable) as exc:
                 # The store is away (/readyz says so) or holds what this gateway cannot read:
                 # the other figures still count, and the next scrape reads these entries again.
                 self._batches.after, self._progress.after = cursors
@@ -242,7 +249,11 @@ class Figures:
             return generate_latest(_WithoutCreated(self.registry)).decode()
 
     async def _read(
-        self, client: StoreClient, partitions: int, pipelines: Collection[str]
+        self,
+        client: StoreClient,
+        partitions: int,
+        pipelines: Collection[str],
+        kafka: KafkaLog | None = None,
     ) -> _Read:
         async with client.pipeline(transaction=False) as pipe:
             pipe.hgetall(REGISTRY_KEY)
@@ -265,7 +276,10 @@ class Figures:
                 if v is not None:
                     targets[v.qualified(name)] = (name, v.version)
         followed = {q: _frontier(frontiers.get(q)) for q in targets}
-        lags = await measure_all(client, partitions, followed)
+        if kafka is not None:  # its client blocks: on a thread, as a scrape is rare
+            lags = await asyncio.to_thread(kafka_lag.measure_all, *kafka, partitions, followed)
+        else:
+            lags = await measure_all(client, partitions, followed)
         now = time.time()
         batches = await self._batches.read(client, now)
         progress = await self._progress.read(client, now)

@@ -121,7 +121,10 @@ async def metrics(request: Request) -> Response:
     # Counted before any await: the hub's set changes as subscribers come and go.
     subscribers = subscribers_by_view(gw.hub.all, gw.app.views)
     text = gw.metrics.render() + await _dead_letters(gw)
-    text += await gw.metrics.scrape(gw.client, gw.layout.partitions, gw.app.pipelines, subscribers)
+    store = gw.settings.store
+    kafka = (store.kafka, store.kafka_topic) if store.kafka else None
+    text += await gw.metrics.scrape(gw.client, gw.layout.partitions, gw.app.pipelines, subscribers,
+                                    kafka)  # fmt: skip
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

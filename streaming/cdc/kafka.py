@@ -122,3 +122,4 @@ class KafkaPositions:
 
     def close(self) -> None:
         self.producer.flush(ACK_TIMEOUT_S)
+        self.producer.close()

@@ -19,6 +19,7 @@ from liveviews.gateway.report import read_gateways
 from liveviews.log import deadletters
 from liveviews.log.events import entry_id_tuple, log_stream
 from liveviews.pipeline import versions
+from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.versions import Version, Versions
 from liveviews.store.client import Client
 
@@ -67,7 +68,7 @@ def _roles(reg: Versions) -> list[tuple[str, Version | None]]:
 
 def _version(
     client: Client,
-    partitions: int,
+    settings: Settings,
     pipeline: str,
     role: str,
     v: Version | None,
@@ -77,7 +78,7 @@ def _version(
     frontier = read_frontier(client, qualified)
     measured = None
     if frontier or role != "retired":  # a retired version's frontier is deleted with its state
-        m = lag.measure(client, partitions, frontier)
+        m = _lag(client, settings, frontier)
         measured = {"events": m.events, "capped": m.capped, "seconds": m.ms / 1000}
     spent = durations.get(qualified, [])
     return {
@@ -105,22 +106,19 @@ def collect(env: Env, minutes: float) -> dict[str, Any]:
     pipelines = []
     for name in names:
         reg = registry.get(name) or Versions(name)
-        rows = [_version(client, partitions, name, role, v, durations) for role, v in _roles(reg)]
+        rows = [_version(client, env.settings, name, role, v, durations)
+                for role, v in _roles(reg)]  # fmt: skip
         letters = deadletters.counts(client, [r["qualified"] for r in rows])
         for r in rows:
             r["dead_letters"] = letters[r["qualified"]]
         pipelines.append({"pipeline": name, "declared": name in env.app.pipelines,
                           "request": reg.request, "versions": rows})  # fmt: skip
-    with client.pipeline(transaction=False) as pipe:
-        for p in range(partitions):
-            pipe.xlen(log_stream(p))
-        sizes = [int(n) for n in pipe.execute()]
+    sizes, heads = _log(client, env.settings)
     gateways = read_gateways(client)
     subscribers: dict[str, int] = {}
     for g in gateways:
         for view, n in g.subscribers.items():
             subscribers[view] = subscribers.get(view, 0) + n
-    heads = lag.log_heads(client, partitions)
     return {
         "minutes": minutes,
         "store": store_shape(client),
@@ -132,6 +130,32 @@ def collect(env: Env, minutes: float) -> dict[str, Any]:
         "connections": sum(g.connections for g in gateways),
         "subscribers": dict(sorted(subscribers.items())),
     }  # fmt: skip
+
+
+def _lag(client: Client, settings: Settings, frontier: dict[int, str]) -> lag.Lag:
+    if settings.kafka:
+        from liveviews.log.kafka import lag as kafka_lag
+
+        return kafka_lag.measure_all(settings.kafka, settings.kafka_topic, settings.log_partitions,
+                                     {"": frontier})[""]  # fmt: skip
+    return lag.measure(client, settings.log_partitions, frontier)
+
+
+def _log(client: Client, settings: Settings) -> tuple[list[int], dict[int, str]]:
+    """Each partition's count of events and its head: the newest entry id in the store's
+    streams; on Kafka, its next offset (every offset it has taken, markers of transactions
+    included)."""
+    if settings.kafka:
+        from liveviews.log.kafka.lag import log_bounds
+
+        bounds = log_bounds(settings.kafka, settings.kafka_topic, settings.log_partitions)
+        return ([high - low for low, high in bounds.values()],
+                {p: str(high) for p, (_, high) in bounds.items() if high})  # fmt: skip
+    with client.pipeline(transaction=False) as pipe:
+        for p in range(settings.log_partitions):
+            pipe.xlen(log_stream(p))
+        sizes = [int(n) for n in pipe.execute()]
+    return sizes, lag.log_heads(client, settings.log_partitions)
 
 
 def store_shape(client: Client) -> dict[str, Any]:
@@ -191,9 +215,11 @@ def _cell(v: dict[str, Any], heads: dict[str, str], p: str) -> str:
         return "empty"
     if at is None:
         return "nothing read"
-    behind_ms = entry_id_tuple(head)[0] - entry_id_tuple(at)[0]
     if entry_id_tuple(at) >= entry_id_tuple(head):
         return "at head"
+    if "-" not in head:  # a Kafka position: a count of offsets, not a time
+        return f"behind {int(head) - int(at):,} offsets"
+    behind_ms = entry_id_tuple(head)[0] - entry_id_tuple(at)[0]
     return f"behind {render.ms_text(behind_ms)}" if behind_ms > 0 else "behind"
 
 

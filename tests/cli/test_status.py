@@ -4,6 +4,7 @@ and the gateways, read from the store as the pipeline and the gateways write it.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -157,3 +158,39 @@ def test_an_embedded_store_that_never_ran_here_is_said_without_making_a_password
     result = CliRunner().invoke(cli, ["status"], env={**env, "REDIS_URL": ""})
     assert result.exit_code == 3 and "no embedded store has run" in result.stderr
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_versions_behind_a_kafka_log(
+    env: dict[str, str], store: redis.Redis, kafka_bootstrap: str
+) -> None:
+    from demo.chirp import app as chirp
+    from liveviews.log.kafka.append import KafkaEventLog
+    from liveviews.log.kafka.lag import log_bounds
+
+    topic = f"status-{uuid.uuid4().hex[:8]}"
+    log = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store, topic=topic)
+    try:
+        for i in range(12):
+            log.append(profile(f"user{i}", "x"))
+    finally:
+        log.close()
+    ends = {p: high for p, (_, high) in log_bounds(kafka_bootstrap, topic, PARTITIONS).items()}
+    versions.register(store, "entities", "v1")
+    versions.begin(store, "entities", "v2", "v2")
+    versions.switch(store, "entities", SHARDS)
+    versions.begin(store, "entities", "v3", "v3")
+    store.hset(FRONTIER_KEY, "entities@v2", orjson.dumps({str(p): str(n) for p, n in ends.items()}))
+    busiest = max(ends, key=lambda p: ends[p])
+    store.hset(FRONTIER_KEY, "entities@v3", orjson.dumps({str(busiest): str(ends[busiest] - 1)}))
+    run = Run({**env, "LV_KAFKA": kafka_bootstrap, "LV_KAFKA_TOPIC": topic})
+    doc = run.json("status")
+    assert doc["log"]["events"] == 12
+    assert doc["log"]["heads"] == {str(p): str(n) for p, n in ends.items() if n}
+    active, building, _ = next(p for p in doc["pipelines"]
+                               if p["pipeline"] == "entities")["versions"]  # fmt: skip
+    assert active["lag"] == {"events": 0, "capped": False, "seconds": 0.0}
+    assert building["lag"]["events"] == 12 - ends[busiest] + 1
+    assert building["lag"]["seconds"] > 0
+    text = run("status")
+    assert text.exit_code == 0, text.stderr
+    assert "behind 1 offsets" in text.stdout and "at head" in text.stdout

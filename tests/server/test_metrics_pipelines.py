@@ -4,6 +4,7 @@ fresh ``Metrics`` over the test store, so that every value is known exactly."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -247,3 +248,34 @@ async def test_a_registry_entry_this_gateway_cannot_read_fails_no_scrape(
     store.delete(versions.REGISTRY_KEY)  # readable again: the entries are read then
     text = await scrape(metrics, aclient)
     assert value(text, "lv_pipeline_rows_changed_sum", pipeline="entities", version="") == 8
+
+
+async def test_lag_gauges_on_a_kafka_log(
+    store: redis.Redis, aclient: aioredis.Redis, kafka_bootstrap: str
+) -> None:
+    from demo.chirp import app as chirp
+    from liveviews.log.kafka.append import KafkaEventLog
+    from liveviews.log.kafka.lag import log_bounds
+
+    topic = f"metrics-{uuid.uuid4().hex[:8]}"
+    log = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store, topic=topic)
+    try:
+        for i in range(6):
+            log.append({"type": "profile_set", "payload": {"user": f"u{i}", "name": "n"}})
+    finally:
+        log.close()
+    ends = {p: high for p, (_, high) in log_bounds(kafka_bootstrap, topic, PARTITIONS).items()}
+    versions.register(store, "entities", "abc123")
+    versions.begin(store, "entities", "v2", "def456")
+    store.hset(FRONTIER_KEY, "entities", orjson.dumps({str(p): str(n) for p, n in ends.items()}))
+    text = await metrics_scrape_kafka(aclient, (kafka_bootstrap, topic))
+    serving = {"pipeline": "entities", "version": "abc123"}
+    building = {"pipeline": "entities", "version": "v2"}
+    assert value(text, "lv_pipeline_lag_events", **serving) == 0
+    assert value(text, "lv_pipeline_lag_seconds", **serving) == 0.0
+    assert value(text, "lv_pipeline_lag_events", **building) == 6  # nothing read yet
+    assert (value(text, "lv_pipeline_lag_seconds", **building) or 0) > 0
+
+
+async def metrics_scrape_kafka(client: aioredis.Redis, kafka: tuple[str, str]) -> str:
+    return await Metrics().scrape(client, PARTITIONS, PIPELINES, {}, kafka)

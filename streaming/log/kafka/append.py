@@ -126,9 +126,12 @@ class KafkaEventLog(LogWriter):
     def close(self) -> None:
         self.closed.set()
         self.poller.join()
+        # Flushed first, with a bound: close() alone waits for every message however long.
         self.single.flush(ACK_TIMEOUT_S)
+        self.single.close()
         if self.batches is not None:
             self.batches.flush(ACK_TIMEOUT_S)
+            self.batches.close()
 
     def append_validated(
         self, events: Sequence[Event], idempotency: Idempotency | None = None

@@ -1,0 +1,52 @@
+"""The lag of frontiers behind a Kafka log (``liveviews.log.kafka.lag``) against a real broker:
+events behind exact, time as the age of the oldest event not reflected."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from demo.chirp import app as chirp
+from liveviews.changes.lag import Lag
+from liveviews.log.kafka.append import KafkaEventLog
+from liveviews.log.kafka.lag import log_bounds, measure_all
+from tests.support.kafkalog import read_kafka_log
+
+PARTITIONS = 4
+
+
+@pytest.fixture()
+def log(kafka_bootstrap: str, store: redis.Redis) -> Iterator[KafkaEventLog]:
+    writer = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store,
+                           topic=f"lag-{uuid.uuid4().hex[:8]}")  # fmt: skip
+    yield writer
+    writer.close()
+
+
+def test_frontiers_behind_a_kafka_log_count_its_events_and_the_oldest_unread_one_s_age(
+    log: KafkaEventLog,
+) -> None:
+    # Single events: no transaction, so no commit marker takes an offset.
+    offsets = [log.append({"type": "profile_set", "payload": {"user": f"u{i}", "name": "n"}})
+               for i in range(12)]  # fmt: skip
+    events = {e.offset: e for part in read_kafka_log(log.bootstrap, log.topic, PARTITIONS, 12)
+              for e in part}  # fmt: skip
+    ends = {p: high for p, (_, high) in log_bounds(log.bootstrap, log.topic, PARTITIONS).items()}
+    assert sum(ends.values()) == 12
+    first = min(e.ingest_ms for e in events.values())
+    now = max(e.ingest_ms for e in events.values()) + 1_000
+    one = offsets[0]
+    lags = measure_all(log.bootstrap, log.topic, PARTITIONS, {
+        "caught_up": {p: str(n) for p, n in ends.items()},
+        "none_yet": {},
+        "one_behind": {**{p: str(n) for p, n in ends.items()},
+                       one.partition: str(ends[one.partition] - 1)},
+    }, now_ms=now)  # fmt: skip
+    assert lags["caught_up"] == Lag(0, False, 0)
+    assert lags["none_yet"] == Lag(12, False, now - first)
+    newest_of_partition = max(e.ingest_ms for e in events.values()
+                              if e.partition == one.partition)  # fmt: skip
+    assert lags["one_behind"] == Lag(1, False, now - newest_of_partition)
