@@ -4,8 +4,11 @@ Redis Streams source gives (``liveviews.pipeline.views.EVENT_SCHEMA``).
 Spark's Kafka source keeps its offsets in the query's checkpoint as the next offset to read per
 partition (``{"<topic>": {"0": 42, ...}}``): exactly the log's positions on Kafka (PROTOCOL.md,
 section 4), so a batch's end in the offset log is the pipeline's frontier as it is
-(``liveviews.pipeline.offsetlog``). It reads committed records only (``read_committed``): a
-batch appended in one transaction reaches a view whole (``liveviews.log.kafka.append``).
+(``liveviews.pipeline.offsetlog``). It reads committed records only (``read_committed``): no
+record of a batch whose Kafka transaction was aborted ever reaches a view
+(``liveviews.log.kafka.append``). Unlike the store's source, it does not keep a transaction's
+events in one micro-batch: the ``maxOffsetsPerTrigger`` cut, or a commit marker one partition
+has and another has not yet, can put them in two.
 
 A record is read as ``liveviews.log.kafka.records`` writes it: its key the event's partition
 key, its value the payload, the event's ``type`` and ``time`` in headers, and the broker's
