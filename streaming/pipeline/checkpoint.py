@@ -21,6 +21,10 @@ import logging
 import shutil
 from pathlib import Path
 
+import orjson
+
+from liveviews.errors import ConfigurationError
+
 log = logging.getLogger("liveviews.pipeline")
 
 UNCOMMITTED = ("offsets", "commits", "state")
@@ -49,3 +53,38 @@ def clear_unstarted(checkpoint: Path, realtime: bool = False) -> list[str]:
         checkpoint, ", ".join(removed),
     )  # fmt: skip
     return removed
+
+
+def log_read(checkpoint: Path) -> str | None:
+    """Which log the query of ``checkpoint`` read: ``kafka`` (Spark's Kafka source writes its
+    offsets as ``{"<topic>": {"<partition>": <offset>}}``), ``store`` (a partition's entry id
+    per partition), or None when no batch recorded its offsets."""
+    offsets = checkpoint / "offsets"
+    batches = [p for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
+    if not batches:
+        return None
+    last = max(batches, key=lambda p: int(p.name))
+    # "v1", the batch's metadata, then one line per source: its offset as JSON.
+    for line in last.read_text().splitlines()[2:]:
+        try:
+            offset = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(offset, dict) and offset:
+            return "kafka" if any(isinstance(v, dict) for v in offset.values()) else "store"
+    return None
+
+
+def check_log(checkpoint: Path, kafka: bool) -> None:
+    """Refuses a checkpoint written by a query of the other log, which Spark would fail to
+    read with a trace: an offset of one log means nothing in the other."""
+    read = log_read(checkpoint)
+    if read is None or (read == "kafka") == kafka:
+        return
+    now, then = ("Kafka (LV_KAFKA)", "the store's log") if kafka else ("the store's log",
+                                                                     "Kafka")  # fmt: skip
+    raise ConfigurationError(
+        f"the checkpoint {checkpoint} was written reading {then}, and the log is now "
+        f"{now}: its offsets, and the views' frontiers, mean nothing there. Set the log back, "
+        "or start the views afresh from the new log: an empty store and no checkpoints."
+    )

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from liveviews.app import App
-from liveviews.pipeline.checkpoint import clear_unstarted
+from liveviews.pipeline.checkpoint import check_log, clear_unstarted
 from liveviews.pipeline.kafkalog import read_kafka_log
 from liveviews.pipeline.offsetlog import BatchEnds
 from liveviews.pipeline.plan import built, started
@@ -102,6 +102,7 @@ def start_pipeline(
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
     realtime = pipeline.realtime and settings.realtime_log
     clear_unstarted(checkpoint_of(settings, qualified), realtime)
+    check_log(checkpoint_of(settings, qualified), bool(settings.kafka))
     try:
         if realtime:
             return start_realtime(

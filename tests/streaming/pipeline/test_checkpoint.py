@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from liveviews.pipeline.checkpoint import clear_unstarted
+import pytest
+
+from liveviews.errors import ConfigurationError
+from liveviews.pipeline.checkpoint import check_log, clear_unstarted, log_read
 
 
 def _write(path: Path, text: str = "v1\n") -> None:
@@ -58,3 +61,27 @@ def test_a_committed_epoch_is_left_as_it_is_in_real_time_mode(tmp_path):
     _write(tmp_path / "commits" / ".1.5b6c.tmp", "")
     assert clear_unstarted(tmp_path, realtime=True) == []
     assert (tmp_path / "offsets" / "1").exists() and (tmp_path / "commits" / "0").exists()
+
+
+def _offsets(checkpoint: Path, batch: int, offset: str) -> None:
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n' + offset + "\n"
+    )
+
+
+def test_a_checkpoint_of_the_other_log_is_refused_with_a_sentence(tmp_path: Path) -> None:
+    store, kafka = tmp_path / "store", tmp_path / "kafka"
+    _offsets(store, 0, '{"0":"0-0","1":"1732170000000-3"}')
+    _offsets(store, 1, '{"0":"1732170000001-0","1":"1732170000000-3"}')
+    _offsets(kafka, 3, '{"liveviews.log":{"0":42,"1":0}}')
+    assert (log_read(store), log_read(kafka), log_read(tmp_path / "new")) == ("store", "kafka",
+                                                                              None)  # fmt: skip
+    check_log(store, kafka=False)
+    check_log(kafka, kafka=True)
+    check_log(tmp_path / "new", kafka=True)
+    with pytest.raises(ConfigurationError, match="written reading the store's log") as caught:
+        check_log(store, kafka=True)
+    assert "Set the log back" in caught.value.message
+    with pytest.raises(ConfigurationError, match="written reading Kafka"):
+        check_log(kafka, kafka=False)
