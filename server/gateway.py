@@ -21,7 +21,8 @@ from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.subscription import Source
 from liveviews.gateway.feed import nodes, store
 from liveviews.gateway.feed.changes import ChangeFeed
-from liveviews.gateway.feed.log import LogFeed
+from liveviews.gateway.feed.kafkalog import KafkaLogFeed
+from liveviews.gateway.feed.log import LogFeed, StoreLogFeed
 from liveviews.gateway.feed.queries import Reads
 from liveviews.gateway.feed.waits import StreamWaits
 from liveviews.gateway.feed.wants import Wants
@@ -99,16 +100,7 @@ class Gateway:
         )
         self.reads = Reads(self.client)
         """The scripts that read query-shaped subscriptions (``liveviews.gateway.fanout.query``)."""
-        self.log_feed = (
-            LogFeed(
-                store.connect(settings.store.store_url, blocking_ms=settings.feed_block_ms),
-                settings.store.log_partitions,
-                buffer=settings.subscriber_buffer,
-                block_ms=settings.feed_block_ms,
-            )
-            if settings.log_feed
-            else None
-        )
+        self.log_feed = self._log_feed(settings) if settings.log_feed else None
         self._feed_task: asyncio.Task[None] | None = None
         # What `liveviews status` shows of this process: connections, subscribers per view.
         self.presence = Presence(
@@ -117,6 +109,19 @@ class Gateway:
             lambda: dict(Counter(sub.view for sub in self.hub.all)),
         )
         self._presence_task: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def _log_feed(settings: GatewaySettings) -> LogFeed:
+        """``/v1/log/live``'s reader of the store's log, or of the Kafka log ``LV_KAFKA``
+        names."""
+        s = settings.store
+        if s.kafka:
+            return KafkaLogFeed(s.kafka, s.kafka_topic, s.log_partitions,
+                                buffer=settings.subscriber_buffer,
+                                block_ms=settings.feed_block_ms)  # fmt: skip
+        return StoreLogFeed(store.connect(s.store_url, blocking_ms=settings.feed_block_ms),
+                            s.log_partitions, buffer=settings.subscriber_buffer,
+                            block_ms=settings.feed_block_ms)  # fmt: skip
 
     async def start(self) -> None:
         if self._feed_task is not None:

@@ -191,11 +191,6 @@ class GatewaySettings:
         dev_tokens = C.DEV_TOKENS.read(env)
         log_feed = C.LOG_FEED.read(env)
         store = Settings.from_env(env)
-        if store.kafka and log_feed:
-            raise ConfigurationError(
-                "LV_LOG_FEED serves the store's log, and with LV_KAFKA the log is Kafka's; unset "
-                "LV_LOG_FEED (`liveviews tail` reads Kafka's log live)."
-            )
         settings = cls(
             store=store,
             host=C.HOST.get(env),
@@ -238,7 +233,7 @@ class GatewaySettings:
             ws_auth_timeout_seconds=C.WS_AUTH_TIMEOUT_SECONDS.get(env),
             ws_compression=C.WS_COMPRESSION.get(env),
             feed_block_ms=C.FEED_BLOCK_MS.get(env),
-            log_feed=(dev and not store.kafka) if log_feed is None else log_feed,
+            log_feed=dev if log_feed is None else log_feed,
             static_dir=_folder(C.STATIC_DIR, env, DEFAULT_STATIC_DIR),
             client_js_dir=_folder(C.CLIENT_JS_DIR, env, DEFAULT_CLIENT_JS_DIR),
             operator_token=C.OPERATOR_TOKEN.read(env),

@@ -110,18 +110,15 @@ class LogReader:
 
 
 class LogFeed:
-    """Reads the log's partitions and fans each new entry out to the readers."""
+    """Reads the log and fans each new event out to the readers: the readers, the recent
+    frames and the reading task, whichever log is read (``StoreLogFeed`` or
+    ``liveviews.gateway.feed.kafkalog.KafkaLogFeed``)."""
 
-    def __init__(
-        self, client: Client, partitions: int, *, buffer: int = 256, block_ms: int = 1000
-    ) -> None:
-        self.client = client
-        self.streams = [log_stream(p) for p in range(partitions)]
+    def __init__(self, *, buffer: int = 256, block_ms: int = 1000) -> None:
         self.buffer = buffer
         self.block_ms = block_ms
         self.readers: set[LogReader] = set()
         self.recent: deque[frames.Frame] = deque(maxlen=RECENT)
-        self.positions: dict[str, str] = {}
         self.started = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -150,10 +147,10 @@ class LogFeed:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await nodes.close(self.client)
+        await self._close()
 
     async def run(self) -> None:
-        """Read until cancelled; store failures are retried with backoff, never raised."""
+        """Read until cancelled; failures are retried with backoff, never raised."""
         failures = 0
         while True:
             try:
@@ -166,8 +163,49 @@ class LogFeed:
                 raise
             except STORE_ERRORS as exc:
                 failures = await back_off(failures, "log feed", exc)
-                with contextlib.suppress(*STORE_ERRORS):
-                    await nodes.refresh(self.client)  # a failover may have moved slots
+                await self._recover()
+
+    def fan_out(self, out: list[frames.Frame]) -> None:
+        """Keep each frame among the recent ones and offer it to every reader."""
+        dropped: list[LogReader] = []
+        for frame in out:
+            self.recent.append(frame)
+            dropped.extend(x for x in self.readers if not x.offer(frame))
+        for reader in dropped:
+            self.readers.discard(reader)
+
+    async def _start(self) -> None:
+        """Load the recent past, set ``started``, and begin after it."""
+        raise NotImplementedError
+
+    async def _read(self) -> None:
+        """Read what is new, waiting up to ``block_ms``, and ``fan_out`` it."""
+        raise NotImplementedError
+
+    async def _recover(self) -> None:
+        """After a failure, before reading again."""
+
+    async def _close(self) -> None:
+        """What the reading held, once the task is cancelled."""
+
+
+class StoreLogFeed(LogFeed):
+    """Reads the store's log partitions (``lv:log:<p>``)."""
+
+    def __init__(
+        self, client: Client, partitions: int, *, buffer: int = 256, block_ms: int = 1000
+    ) -> None:
+        super().__init__(buffer=buffer, block_ms=block_ms)
+        self.client = client
+        self.streams = [log_stream(p) for p in range(partitions)]
+        self.positions: dict[str, str] = {}
+
+    async def _recover(self) -> None:
+        with contextlib.suppress(*STORE_ERRORS):
+            await nodes.refresh(self.client)  # a failover may have moved slots
+
+    async def _close(self) -> None:
+        await nodes.close(self.client)
 
     async def _start(self) -> None:
         """Load the newest entries of every partition and begin after them."""
@@ -205,12 +243,7 @@ class LogFeed:
             if stream_entries:
                 self.positions[name] = stream_entries[-1][0].decode()
                 entries.extend((name, i, f) for i, f in stream_entries)
-        dropped: list[LogReader] = []
-        for frame in self._frames(entries):
-            self.recent.append(frame)
-            dropped.extend(x for x in self.readers if not x.offer(frame))
-        for reader in dropped:
-            self.readers.discard(reader)
+        self.fan_out(self._frames(entries))
 
     async def _poll(self) -> list[Any]:
         """A non-blocking XREAD of each partition, one pipeline per server of a cluster."""

@@ -102,7 +102,7 @@ KAFKA = Setting(
     "instead of the store's streams: the gateway appends to it with Kafka's idempotent producer "
     "(`acks=all`) and the pipelines read it with Spark's Kafka source. The change topic, "
     "frontiers and idempotency records stay in the store. What does not run on Kafka yet "
-    "(`/v1/log/live`, dead-letter screening, Real-Time Mode, CDC) is listed in "
+    "(dead-letter screening, Real-Time Mode) is listed in "
     "[Apache Kafka as the log](SCALING.md#apache-kafka-as-the-log)",
 )  # fmt: skip
 KAFKA_TOPIC = Setting(
@@ -510,7 +510,7 @@ FEED_BLOCK_MS = Setting(
 LOG_FEED = Setting(
     "LV_LOG_FEED", Switch(), None, section=GATEWAY, shown="on in `dev`",
     doc="`GET /v1/log/live`, the raw events as they are appended (shows every event to every "
-    "reader); refused at start with `LV_ENV=production` or `LV_KAFKA`",
+    "reader); refused at start with `LV_ENV=production`",
 )  # fmt: skip
 STATIC_DIR = Setting(
     "LV_STATIC_DIR", Folder(), None, section=GATEWAY,

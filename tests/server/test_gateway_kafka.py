@@ -13,7 +13,6 @@ import aiohttp
 import pytest
 import redis
 
-from liveviews.errors import ConfigurationError
 from liveviews.gateway.app import create_app
 from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.pipeline.kafkalog import connector_jars
@@ -124,7 +123,26 @@ def test_a_gateway_whose_kafka_does_not_answer_refuses_to_start_with_a_sentence(
     assert "Kafka brokers did not answer" in caught.value.message
 
 
-def test_the_store_s_log_feed_is_refused_beside_a_kafka_log(store_url: str) -> None:
-    assert not settings_for(store_url, LV_KAFKA="127.0.0.1:9092").log_feed
-    with pytest.raises(ConfigurationError, match="unset LV_LOG_FEED"):
-        settings_for(store_url, LV_KAFKA="127.0.0.1:9092", LV_LOG_FEED="on")
+async def test_the_log_feed_streams_a_kafka_log_and_gives_new_readers_the_recent_events(
+    kafka_gateway: ServedGateway,
+) -> None:
+    gateway = kafka_gateway
+    tweets = [{"type": "tweet_posted", "payload": {"user": "alice", "tweet": f"alice:{i}",
+                                                   "text": f"t{i}"}} for i in range(3)]  # fmt: skip
+    async with aiohttp.ClientSession(headers=gateway.headers("alice")) as s:
+        sse = await open_sse(s, gateway.url + "/v1/log/live", params={"recent": "0"})
+        offsets = []
+        for t in tweets:  # one at a time: each is its own record, in the order it was posted
+            resp = await s.post(gateway.url + "/v1/events", json=t)
+            assert resp.status == 202, await resp.text()
+            offsets += (await resp.json())["offsets"]
+        seen = [await sse.next(timeout=30, skip=("heartbeat",)) for _ in range(3)]
+        assert [f.event for f in seen] == ["log"] * 3
+        assert [(f.data["partition"], f.data["id"]) for f in seen] == [
+            (o["partition"], o["id"]) for o in offsets]  # fmt: skip
+        assert seen[0].data["payload"] == tweets[0]["payload"]
+        await sse.close()
+        again = await open_sse(s, gateway.url + "/v1/log/live", params={"recent": "2"})
+        recent = [await again.next(timeout=30) for _ in range(2)]
+        assert [f.data["payload"]["tweet"] for f in recent] == ["alice:1", "alice:2"]
+        await again.close()
