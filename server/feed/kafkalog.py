@@ -14,6 +14,7 @@ from typing import Any
 
 from liveviews.gateway.feed.log import READ_COUNT, RECENT, LogFeed
 from liveviews.gateway.wire import frames
+from liveviews.log.kafka.clients import kafka_config
 from liveviews.log.kafka.records import decode_record
 
 log = logging.getLogger("liveviews.gateway.log")
@@ -42,9 +43,9 @@ class KafkaLogFeed(LogFeed):
     def _open(self) -> list[Any]:
         from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "liveviews-log-feed",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "enable.partition.eof": True})  # fmt: skip
+        consumer = Consumer(kafka_config(self.bootstrap, **{
+            "group.id": "liveviews-log-feed", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "enable.partition.eof": True}))  # fmt: skip
         try:
             starts = []
             for p in range(self.partition_count):

@@ -22,6 +22,7 @@ from liveviews.cdc.pgoutput import lsn_text, parse_lsn
 from liveviews.cdc.position import Position
 from liveviews.log.events import Event, partition_for
 from liveviews.log.kafka.append import ACK_TIMEOUT_S, TRANSACTION_TIMEOUT_MS, producer_config
+from liveviews.log.kafka.clients import kafka_config
 from liveviews.log.kafka.records import record
 from liveviews.log.kafka.topic import ADMIN_TIMEOUT_S, LogUnavailable, ensure_log_topic
 
@@ -38,7 +39,7 @@ class KafkaPositions:
 
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.positions_topic = topic + POSITIONS_SUFFIX
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient(kafka_config(bootstrap))
         ensure_log_topic(admin, partitions, topic)
         ensure_log_topic(admin, 1, self.positions_topic, compacted=True)
         self.producer = Producer(producer_config(
@@ -55,9 +56,9 @@ class KafkaPositions:
         """The last position committed for ``slot``, if any."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "liveviews-cdc",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "enable.partition.eof": True})  # fmt: skip
+        consumer = Consumer(kafka_config(self.bootstrap, **{
+            "group.id": "liveviews-cdc", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "enable.partition.eof": True}))  # fmt: skip
         found: bytes | None = None
         try:
             consumer.assign([TopicPartition(self.positions_topic, 0, 0)])

@@ -11,6 +11,7 @@ import orjson
 
 from liveviews.cli.base import Env, emit, json_option, pass_env
 from liveviews.log.events import decode_entry, entry_id_tuple, iso, log_stream
+from liveviews.log.kafka.clients import kafka_config
 from liveviews.log.kafka.records import decode_record, position
 from liveviews.log.kafka.topic import ADMIN_TIMEOUT_S, LogUnavailable
 from liveviews.pipeline.settings import Settings
@@ -139,9 +140,10 @@ def kafka_reads(settings: Settings, from_start: bool) -> Reads:
     Each partition's end is resolved once, at the start, as ``heads`` does."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka, "group.id": "liveviews-tail",
-                         "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})  # fmt: skip
+    assert settings.kafka is not None
+    consumer = Consumer(kafka_config(settings.kafka, **{
+        "group.id": "liveviews-tail", "enable.auto.commit": False,
+        "isolation.level": "read_committed"}))  # fmt: skip
     try:
         starts = []
         for p in range(settings.log_partitions):

@@ -33,6 +33,7 @@ from typing import Any
 from liveviews.app import App
 from liveviews.log.append import Idempotency, key_reused
 from liveviews.log.events import Event, Offset, partition_for
+from liveviews.log.kafka.clients import kafka_config
 from liveviews.log.kafka.records import HEADER_IDEMPOTENCY, header, offset_of, record
 from liveviews.log.kafka.topic import LOG_TOPIC, LogUnavailable, ensure_log_topic
 from liveviews.log.writer import LogWriter
@@ -47,14 +48,16 @@ CLAIM_SCRIPT = Path(__file__).with_name("claim.lua").read_text()
 
 
 def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 0,
-        "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
-        **extra,
-    }
+    return kafka_config(
+        bootstrap,
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 0,
+            "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            **extra,
+        },
+    )
 
 
 class KafkaEventLog(LogWriter):
@@ -75,7 +78,7 @@ class KafkaEventLog(LogWriter):
 
         self.bootstrap, self.app, self.partitions, self.store = bootstrap, app, partitions, store
         self.topic = topic
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient(kafka_config(bootstrap))
         ensure_log_topic(admin, partitions, topic)
         self.single = Producer(producer_config(bootstrap))
         self.claim = store.register_script(CLAIM_SCRIPT)
@@ -114,7 +117,7 @@ class KafkaEventLog(LogWriter):
     def empty(self) -> bool:
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "liveviews-ends"})
+        consumer = Consumer(kafka_config(self.bootstrap, **{"group.id": "liveviews-ends"}))
         try:
             return all(
                 consumer.get_watermark_offsets(TopicPartition(self.topic, p), ACK_TIMEOUT_S)[1] == 0
@@ -311,9 +314,9 @@ class KafkaEventLog(LogWriter):
         by_partition: dict[int, list[int]] = {}
         for i, event in enumerate(events):
             by_partition.setdefault(partition_for(event.key, self.partitions), []).append(i)
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "liveviews-find",
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "enable.partition.eof": True})  # fmt: skip
+        consumer = Consumer(kafka_config(self.bootstrap, **{
+            "group.id": "liveviews-find", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "enable.partition.eof": True}))  # fmt: skip
         try:
             found: dict[int, list[int]] = {}
             starts = consumer.offsets_for_times(

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from liveviews.changes.lag import Lag
+from liveviews.log.kafka.clients import kafka_config
 from liveviews.log.kafka.topic import ADMIN_TIMEOUT_S, LogUnavailable
 
 READ_TIMEOUT_S = 5.0
@@ -26,9 +27,9 @@ READ_TIMEOUT_S = 5.0
 def _consumer(bootstrap: str) -> Any:
     from confluent_kafka import Consumer
 
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": "liveviews-lag",
+    return Consumer(kafka_config(bootstrap, **{"group.id": "liveviews-lag",
                      "enable.auto.commit": False, "isolation.level": "read_committed",
-                     "enable.partition.eof": True})  # fmt: skip
+                     "enable.partition.eof": True}))  # fmt: skip
 
 
 def log_bounds(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from liveviews.errors import LiveviewsError, StoreMismatch
+from liveviews.log.kafka.clients import kafka_config
 
 LOG_TOPIC = "liveviews.log"
 ADMIN_TIMEOUT_S = 30.0
@@ -38,7 +39,7 @@ def wait_for_kafka(bootstrap: str, seconds: float) -> None:
     from confluent_kafka.admin import AdminClient
 
     wanted = min(3, len(bootstrap.split(",")))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_config(bootstrap))
     deadline = time.monotonic() + seconds
     while True:
         try:

@@ -227,3 +227,17 @@ def test_a_log_is_empty_until_its_first_event_on_either_writer(
     chosen = log_writer(on_kafka, chirp, store)
     assert isinstance(chosen, KafkaEventLog)
     chosen.close()
+
+
+def test_librdkafka_s_lines_go_to_logging_at_debug_level_but_its_critical_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from liveviews.log.kafka.clients import LIBRDKAFKA
+
+    with caplog.at_level(logging.DEBUG, logger="liveviews.kafka"):
+        LIBRDKAFKA.log(logging.WARNING, "%s: %s", "GETPID", "Coordinator load in progress")
+        LIBRDKAFKA.log(logging.CRITICAL, "%s", "fatal")
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.DEBUG, "GETPID: Coordinator load in progress"), (logging.ERROR, "fatal")]  # fmt: skip
