@@ -7,6 +7,7 @@ Redis-compatible store in ``./data``, Spark in local mode, and the Chirp demo ap
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -128,6 +129,11 @@ class Settings:
         }
         niceness = C.REBUILD_NICENESS.get(env)
         kafka = C.KAFKA.read(env)
+        if kafka and importlib.util.find_spec("confluent_kafka") is None:
+            raise ConfigurationError(
+                "LV_KAFKA needs the Kafka client confluent-kafka, which is not installed: pip "
+                "install 'liveviews[kafka]'."
+            )
         if kafka and C.LOG_RETENTION.read(env) is not None:
             raise ConfigurationError(
                 "LV_LOG_RETENTION trims the store's log, and with LV_KAFKA the log is Kafka's "

@@ -116,3 +116,15 @@ def test_lv_kafka_names_the_log_s_brokers_and_refuses_a_store_log_retention() ->
         settings(LV_KAFKA="kafka-1")
     with pytest.raises(ConfigurationError, match="unset LV_LOG_RETENTION"):
         settings(LV_KAFKA="kafka-1:9092", LV_LOG_RETENTION="30d")
+
+
+def test_lv_kafka_without_its_client_installed_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "confluent_kafka" else real(name, *a))  # fmt: skip
+    with pytest.raises(ConfigurationError, match=r"pip install 'liveviews\[kafka\]'"):
+        settings(LV_KAFKA="kafka-1:9092")
