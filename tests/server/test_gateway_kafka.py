@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,6 +15,7 @@ import pytest
 import redis
 
 from liveviews.gateway.app import create_app
+from liveviews.log.kafka.broker import KafkaCluster
 from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.pipeline.kafkalog import connector_jars
 from liveviews.pipeline.settings import Settings
@@ -146,3 +148,48 @@ async def test_the_log_feed_streams_a_kafka_log_and_gives_new_readers_the_recent
         recent = [await again.next(timeout=30) for _ in range(2)]
         assert [f.data["payload"]["tweet"] for f in recent] == ["alice:1", "alice:2"]
         await again.close()
+
+
+async def test_a_kafka_that_stops_answering_is_a_503_and_publishing_resumes_when_it_is_back(
+    store_url: str, settings: Settings, tmp_path: Path
+) -> None:
+    """A broker of the test's own, stopped under a running gateway: a lone event, a keyed
+    batch and a batch are each answered 503 ``log_unavailable`` with a sentence (no trace);
+    started again, the same publishes go through, and the keyed batch is appended once."""
+    cluster = KafkaCluster(tmp_path / "kafka")
+    bootstrap = cluster.start()
+    try:
+        own = dataclasses.replace(settings, kafka=bootstrap, kafka_topic="log")
+        base = settings_for(store_url, LV_KAFKA=bootstrap)
+        gateway = ServedGateway(dataclasses.replace(base, store=own)).start()
+        try:
+            keyed = {**gateway.headers("bob"), "Idempotency-Key": "while-down"}
+            batch = [renamed("bob", "B1"), renamed("bob", "B2")]
+            # A connection per request: the broker's restart outlasts the gateway's keep-alive.
+            connector = aiohttp.TCPConnector(force_close=True)
+            async with aiohttp.ClientSession(connector=connector) as s:
+
+                async def post(body: Any, headers: dict[str, str]) -> tuple[int, Any]:
+                    async with s.post(gateway.url + "/v1/events", json=body,
+                                      headers=headers) as resp:  # fmt: skip
+                        return resp.status, await resp.json()
+
+                assert (await post(renamed("bob", "up"), gateway.headers("bob")))[0] == 202
+                cluster.stop_node(1)
+                for body, headers in ((renamed("bob", "down"), gateway.headers("bob")),
+                                      (batch, keyed), (batch, gateway.headers("bob"))):  # fmt: skip
+                    status, answer = await post(body, headers)
+                    assert (status, answer["code"]) == (503, "log_unavailable"), answer
+                    assert "Kafka log" in answer["message"] and "Traceback" not in str(answer)
+                cluster.start_node(1)
+                status, first = await post(batch, keyed)
+                assert status == 202, first
+                assert (await post(batch, keyed)) == (202, first)
+                assert (await post(renamed("bob", "again"), gateway.headers("bob")))[0] == 202
+        finally:
+            gateway.stop()
+        names = [e.payload["name"] for part in read_kafka_log(bootstrap, "log", 4, 4)
+                 for e in part]  # fmt: skip
+        assert names.count("B1") == 1 and "up" in names and "again" in names
+    finally:
+        cluster.stop()
