@@ -123,7 +123,9 @@ def collect(env: Env, minutes: float) -> dict[str, Any]:
         "minutes": minutes,
         "store": store_shape(client),
         "log": {"partitions": partitions, "events": sum(sizes),
-                "heads": {str(p): h for p, h in heads.items()}},
+                "heads": {str(p): h for p, h in heads.items()},
+                "kafka": ({"bootstrap": env.settings.kafka, "topic": env.settings.kafka_topic}
+                          if env.settings.kafka else None)},
         "pipelines": pipelines,
         "gateways": [{"name": g.name, "at": g.at, "connections": g.connections,
                       "subscribers": g.subscribers} for g in gateways],
@@ -170,6 +172,9 @@ def _show(doc: dict[str, Any]) -> None:
     shape = doc["store"]
     out.print(f"store: cluster of {shape['primaries']} primaries" if shape["cluster"]
               else "store: single server", markup=False)  # fmt: skip
+    kafka = doc["log"].get("kafka")
+    out.print(f"log: Kafka topic {kafka['topic']} at {kafka['bootstrap']}" if kafka
+              else "log: in the store", markup=False)  # fmt: skip
     out.print()
     heads: dict[str, str] = doc["log"]["heads"]
     table = render.table("pipeline", "version", "role", "lag (events)", "lag (s)",

@@ -194,3 +194,5 @@ def test_versions_behind_a_kafka_log(
     text = run("status")
     assert text.exit_code == 0, text.stderr
     assert "behind 1 offsets" in text.stdout and "at head" in text.stdout
+    assert doc["log"]["kafka"] == {"bootstrap": kafka_bootstrap, "topic": topic}
+    assert f"log: Kafka topic {topic} at {kafka_bootstrap}" in text.stdout
