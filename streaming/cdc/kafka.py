@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import orjson
 
@@ -22,7 +21,7 @@ from liveviews.cdc.pgoutput import lsn_text, parse_lsn
 from liveviews.cdc.position import Position
 from liveviews.log.events import Event, partition_for
 from liveviews.log.kafka.append import ACK_TIMEOUT_S, TRANSACTION_TIMEOUT_MS, producer_config
-from liveviews.log.kafka.clients import kafka_config
+from liveviews.log.kafka.clients import kafka_config, produce
 from liveviews.log.kafka.records import record
 from liveviews.log.kafka.topic import ADMIN_TIMEOUT_S, LogUnavailable, ensure_log_topic
 
@@ -103,23 +102,16 @@ class KafkaPositions:
             p.begin_transaction()
             for event in events:
                 k, v, headers = record(event)
-                self._produce(self.topic, v, k, partition_for(event.key, self.partitions),
-                              headers)  # fmt: skip
-            self._produce(self.positions_topic, position, slot.encode(), 0, None)
+                # A snapshot can be larger than the producer's queue: wait for it to drain.
+                produce(p, self.topic, v, k, partition_for(event.key, self.partitions), headers,
+                        wait_when_full=True)  # fmt: skip
+            produce(p, self.positions_topic, position, slot.encode(), 0, None, wait_when_full=True)
             p.commit_transaction(ACK_TIMEOUT_S)
         except KafkaException as exc:
             # Whatever its state, the transaction is settled by the producer of the process
             # that starts next (fencing), before it reads the position: so stop here.
             raise LogUnavailable(f"the Kafka log did not take the capture's transaction "
                                  f"({exc.args[0].str()})") from None  # fmt: skip
-
-    def _produce(self, topic: str, value: bytes, key: bytes, partition: int, headers: Any) -> None:
-        while True:
-            try:
-                self.producer.produce(topic, value, key, partition=partition, headers=headers)
-                return
-            except BufferError:  # a snapshot larger than the producer's queue: let it drain
-                self.producer.poll(0.1)
 
     def close(self) -> None:
         self.producer.flush(ACK_TIMEOUT_S)

@@ -33,7 +33,7 @@ from typing import Any
 from liveviews.app import App
 from liveviews.log.append import Idempotency, key_reused
 from liveviews.log.events import Event, Offset, partition_for
-from liveviews.log.kafka.clients import kafka_config
+from liveviews.log.kafka.clients import kafka_config, produce
 from liveviews.log.kafka.records import HEADER_IDEMPOTENCY, header, offset_of, record
 from liveviews.log.kafka.topic import LOG_TOPIC, LogUnavailable, ensure_log_topic
 from liveviews.log.writer import LogWriter
@@ -263,8 +263,8 @@ class KafkaEventLog(LogWriter):
     ) -> None:
         for i, event in enumerate(events):
             k, v, headers = record(event, key)
-            producer.produce(self.topic, v, k, partition=partition_for(event.key, self.partitions),
-                             headers=headers, on_delivery=delivered(i))  # fmt: skip
+            produce(producer, self.topic, v, k, partition_for(event.key, self.partitions), headers,
+                    delivered(i), wait_when_full=False)  # fmt: skip
 
     # The batch's record in the store
 

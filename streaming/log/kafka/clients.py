@@ -31,3 +31,19 @@ def kafka_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
     """A client's configuration: ``bootstrap``, the log lines above, and ``extra`` (librdkafka's
     own property names)."""
     return {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA, **extra}
+
+
+def produce(producer: Any, topic: str, value: bytes, key: bytes, partition: int, headers: Any,
+            on_delivery: Any = None, *, wait_when_full: bool) -> None:  # fmt: skip
+    """Queues one record on ``producer``. A full queue (``BufferError``) is the caller's choice:
+    waited out by a writer that must not stop halfway (CDC's snapshot), raised by one that can
+    give up a batch and answer so (the gateway)."""
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition, headers=headers,
+                             on_delivery=on_delivery)  # fmt: skip
+            return
+        except BufferError:
+            if not wait_when_full:
+                raise
+            producer.poll(0.1)
