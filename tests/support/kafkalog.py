@@ -9,6 +9,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from liveviews.log.events import LoggedEvent
 from liveviews.log.kafka.records import decode_record
 
+PARTITIONS = 4  # of the topics the tests of a Kafka log write
+
 
 def read_kafka_log(
     bootstrap: str, topic: str, partitions: int, count: int, timeout: float = 20.0

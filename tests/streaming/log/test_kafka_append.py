@@ -5,8 +5,6 @@ found in the log."""
 from __future__ import annotations
 
 import dataclasses
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,21 +23,11 @@ from liveviews.log.kafka.records import decode_record, kafka_offset, record
 from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.log.opened import log_writer
 from liveviews.pipeline.settings import Settings
-from tests.support.kafkalog import read_kafka_log
-
-PARTITIONS = 4
+from tests.support.kafkalog import PARTITIONS, read_kafka_log
 
 
 def rename(user: str, name: str) -> dict[str, Any]:
     return {"type": "profile_set", "payload": {"user": user, "name": name}}
-
-
-@pytest.fixture()
-def log(kafka_bootstrap: str, store: redis.Redis) -> Iterator[KafkaEventLog]:
-    writer = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store,
-                           topic=f"log-{uuid.uuid4().hex[:8]}")  # fmt: skip
-    yield writer
-    writer.close()
 
 
 def read_log(log: KafkaEventLog, count: int) -> list[LoggedEvent]:

@@ -3,27 +3,10 @@ events behind exact, time as the age of the oldest event not reflected."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
-import pytest
-import redis
-
-from demo.chirp import app as chirp
 from liveviews.changes.lag import Lag
 from liveviews.log.kafka.append import KafkaEventLog
 from liveviews.log.kafka.lag import log_bounds, measure_all
-from tests.support.kafkalog import read_kafka_log
-
-PARTITIONS = 4
-
-
-@pytest.fixture()
-def log(kafka_bootstrap: str, store: redis.Redis) -> Iterator[KafkaEventLog]:
-    writer = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store,
-                           topic=f"lag-{uuid.uuid4().hex[:8]}")  # fmt: skip
-    yield writer
-    writer.close()
+from tests.support.kafkalog import PARTITIONS, read_kafka_log
 
 
 def test_frontiers_behind_a_kafka_log_count_its_events_and_the_oldest_unread_one_s_age(
