@@ -26,6 +26,8 @@ from pyspark.sql import functions as F
 from liveviews.log.kafka.broker import SPARK_POM, libs_path
 from liveviews.log.kafka.records import HEADER_TIME, HEADER_TYPE
 from liveviews.log.kafka.topic import LOG_TOPIC
+from liveviews.pipeline.kafkascreen import RAW_COLUMNS, screening
+from liveviews.pipeline.source import ScreenSpec
 from liveviews.pipeline.views import EVENT_SCHEMA
 
 
@@ -42,14 +44,22 @@ def spark_conf(jars: list[Path]) -> dict[str, str]:
 
 
 def _header(name: str) -> F.Column:
-    return F.filter("headers", lambda h: h["key"] == F.lit(name))[0]["value"].cast("string")
+    # get, not [0]: a record without the header (another producer's) is null there, which the
+    # screen turns into a dead letter, where [0] would fail the query under ANSI SQL.
+    return F.get(F.filter("headers", lambda h: h["key"] == F.lit(name)), 0)["value"]
 
 
 def read_kafka_log(
-    spark: SparkSession, bootstrap: str, max_events: int, topic: str = LOG_TOPIC
+    spark: SparkSession,
+    bootstrap: str,
+    max_events: int,
+    topic: str = LOG_TOPIC,
+    screen: tuple[str, int, ScreenSpec] | None = None,
 ) -> DataFrame:
     """The Kafka log ``topic`` as a stream of ``EVENT_SCHEMA`` rows, at most ``max_events`` per
-    micro-batch, from its first record."""
+    micro-batch, from its first record. With ``screen`` (the store's URL, the log's partition
+    count, the pipeline's ``ScreenSpec``), without the records the pipeline sets aside
+    (``liveviews.pipeline.kafkascreen``)."""
     records = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -64,9 +74,16 @@ def read_kafka_log(
         "partition": F.col("partition"),
         "offset": (F.col("offset") + 1).cast("string"),
         "type": _header(HEADER_TYPE),
-        "key": F.col("key").cast("string"),
-        "payload": F.col("value").cast("string"),
-        "event_time_ms": _header(HEADER_TIME).cast("long"),
+        "key": F.col("key"),
+        "payload": F.col("value"),
+        "time": _header(HEADER_TIME),
         "ingest_time_ms": F.unix_millis(F.col("timestamp")),
     }
+    if screen is not None:
+        url, partitions, spec = screen
+        raw = records.select(*[columns[c].alias(c) for c in RAW_COLUMNS])
+        return raw.mapInArrow(screening(url, partitions, spec), EVENT_SCHEMA)
+    columns |= {"type": columns["type"].cast("string"), "key": columns["key"].cast("string"),
+                "payload": columns["payload"].cast("string"),
+                "event_time_ms": columns["time"].cast("string").cast("long")}  # fmt: skip
     return records.select(*[columns[f.name].alias(f.name) for f in EVENT_SCHEMA.fields])

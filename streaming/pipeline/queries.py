@@ -39,10 +39,15 @@ def read_log(
     """The log as a stream, at most ``max_events`` per micro-batch (``LV_MAX_EVENTS_PER_BATCH``
     by default); for a ``pipeline`` of ``app``, without the entries it sets aside
     (``liveviews.log.screen``). A Kafka log is read by Spark's own Kafka source
-    (``liveviews.pipeline.kafkalog``), which sets no entry aside."""
+    (``liveviews.pipeline.kafkalog``), and screened in a step after it
+    (``liveviews.pipeline.kafkascreen``)."""
     if settings.kafka:
-        return read_kafka_log(spark, settings.kafka, max_events or settings.max_events_per_batch,
-                              settings.kafka_topic)  # fmt: skip
+        spec = (screen_option(app), pipeline) if app is not None and pipeline else None
+        return read_kafka_log(
+            spark, settings.kafka, max_events or settings.max_events_per_batch,
+            settings.kafka_topic,
+            (settings.store_url, settings.log_partitions, spec) if spec else None,
+        )  # fmt: skip
     return (
         spark.readStream.format(SOURCE_NAME)
         .option("url", settings.store_url)

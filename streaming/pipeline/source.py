@@ -169,7 +169,7 @@ class LogStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LogRanges)
         client = _client(self.url, log=True)
-        screen = _screen(self.url, self.log_partitions, self.screen)
+        screen = worker_screen(self.url, self.log_partitions, self.screen)
         for p, start, end in partition.ranges:
             yield from _read_range(client, p, start, end, screen)
 
@@ -197,7 +197,7 @@ class LogPrefetchReader(SimpleDataSourceStreamReader):
         for p, entries in enumerate(answers):
             if entries:
                 end[str(p)] = entries[-1][0].decode()  # set-aside entries are read all the same
-        screen = _screen(self.url, self.log_partitions, self.screen)
+        screen = worker_screen(self.url, self.log_partitions, self.screen)
         for p, kept in _passing(screen, list(enumerate(answers))):
             if kept:
                 batches.append(_record_batch(p, kept))
@@ -208,7 +208,7 @@ class LogPrefetchReader(SimpleDataSourceStreamReader):
     ) -> Iterator[pa.RecordBatch]:
         """A batch again, exactly as first read: on a restart, its recorded offsets."""
         client = _client(self.url, log=True)
-        screen = _screen(self.url, self.log_partitions, self.screen)
+        screen = worker_screen(self.url, self.log_partitions, self.screen)
         for p, first, last in _changed_ranges(start, end):
             yield from _read_range(client, p, first, last, screen)
 
@@ -391,7 +391,7 @@ def _record_batch(p: int, entries: list[Any]) -> pa.RecordBatch:
     )
 
 
-def _screen(url: str, partitions: int, spec: ScreenSpec) -> Screen | None:
+def worker_screen(url: str, partitions: int, spec: ScreenSpec) -> Screen | None:
     """The pipeline's screen (``liveviews.log.screen``), one per Python worker; None when the
     source reads for no pipeline (a benchmark's bound, a test of the source alone)."""
     event_types, pipeline = spec

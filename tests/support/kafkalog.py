@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from liveviews.log.events import LoggedEvent
-from liveviews.log.kafka.records import decode_record
+from liveviews.log.kafka.records import decode_record, position
 
 PARTITIONS = 4  # of the topics the tests of a Kafka log write
 
 
 def read_kafka_log(
-    bootstrap: str, topic: str, partitions: int, count: int, timeout: float = 20.0
-) -> list[list[LoggedEvent]]:
+    bootstrap: str, topic: str, partitions: int, count: int, timeout: float = 20.0,
+    skip: Collection[str] = (),
+) -> list[list[LoggedEvent]]:  # fmt: skip
     """Each partition's committed events in order, once the log holds at least ``count`` (a
-    transaction's records become readable a moment after its commit returns), read to its end."""
+    transaction's records become readable a moment after its commit returns), read to its end;
+    less the records at ``skip`` (``<partition>:<position>``: records that are not events)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests",
                          "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -39,6 +42,8 @@ def read_kafka_log(
             at_end.discard(partition)
             offset, (_, stamp) = msg.offset(), msg.timestamp()
             assert offset is not None
+            if f"{partition}:{position(offset)}" in skip:
+                continue
             got[partition].append(decode_record(partition, offset, msg.key() or b"",
                                                 msg.value() or b"", msg.headers(), stamp))  # fmt: skip
     finally:

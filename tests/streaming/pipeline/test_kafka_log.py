@@ -9,15 +9,18 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import orjson
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from demo.chirp import app
 from demo.chirp.generate import Activity, seed_events
 from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier, read_snapshot
-from liveviews.log.events import Offset
+from liveviews.log import deadletters
+from liveviews.log.events import Offset, partition_for
 from liveviews.log.kafka.append import KafkaEventLog
+from liveviews.log.kafka.records import position
 from liveviews.pipeline.kafkalog import connector_jars
 from liveviews.pipeline.offsetlog import parse
 from liveviews.pipeline.settings import Settings
@@ -107,3 +110,55 @@ def test_views_from_a_kafka_log_equal_the_recomputation(
 def test_a_kafka_offset_in_the_offset_log_is_the_frontier_as_it_is() -> None:
     assert parse('{"liveviews.log": {"0": 42, "1": 0, "3": 7}}') == {0: "42", 3: "7"}
     assert parse('{"0": "17-2", "1": "0-0"}') == {0: "17-2"}
+
+
+def test_records_that_are_not_events_are_set_aside_by_every_pipeline_on_a_kafka_log(
+    spark: Any, kafka_settings: Settings, kafka_log: KafkaEventLog, store: redis.Redis
+) -> None:
+    """Another producer's records that are not events of the application become dead letters
+    of each pipeline, as on Redis Streams (liveviews.pipeline.kafkascreen); the others take
+    effect, and the views equal the recomputation without them."""
+    parts = kafka_settings.log_partitions
+    offsets = kafka_log.append_validated(app.validate_batch(seed_events(NOW)))
+    bob = partition_for("bob", parts)
+    producer = Producer({"bootstrap.servers": kafka_log.bootstrap, "enable.idempotence": True})
+    bad: dict[str, str] = {}
+
+    def raw(why: str, key: str, value: bytes | None, headers: dict[str, bytes],
+            partition: int = bob) -> None:  # fmt: skip
+        def delivered(err: Any, msg: Any) -> None:
+            assert err is None, err
+            bad[f"{msg.partition()}:{position(msg.offset())}"] = why
+
+        producer.produce(kafka_log.topic, value, key.encode(), partition=partition,
+                         headers=list(headers.items()), on_delivery=delivered)  # fmt: skip
+
+    tweet = orjson.dumps({"user": "bob", "tweet": "bob:x", "text": "hi"})
+    good = {"type": b"tweet_posted", "time": str(NOW).encode()}
+    raw("time, payload", "bob", None, {"type": b"tweet_posted"})
+    raw("JSON", "bob", b"{not json", good)
+    raw("not declared", "bob", tweet, {**good, "type": b"poke"})
+    raw("millisec", "bob", tweet, {**good, "time": b"soon"})
+    raw("partition key", "carol", tweet, good)
+    raw("required", "bob", b'{"user": "bob"}', good)
+    raw("UTF-8", "bob", tweet, {**good, "type": b"\xff\xfe"})
+    raw("another log partition", "bob", tweet, good, partition=(bob + 1) % parts)
+    assert producer.flush(30) == 0 and len(bad) == 8
+    offsets += kafka_log.append_batch([{"type": "tweet_posted", "payload": {
+        "user": "bob", "tweet": "bob:after", "text": "still here"}}])  # fmt: skip
+
+    running = RunningPipeline(spark, kafka_settings)
+    try:
+        wait_for_frontier(store, running, offsets)
+        assert read_snapshot(store, "tweets", "bob:after", kafka_settings.change_shards).rows
+        for pipeline in app.pipelines:
+            for offset, why in bad.items():
+                found = deadletters.show(store, pipeline, offset)
+                assert found is not None, (pipeline, offset, why)
+                assert found.stage == deadletters.STAGE_DECODE, found
+                assert why in found.error, (why, found.error)
+        log = read_kafka_log(kafka_log.bootstrap, kafka_log.topic, parts, len(offsets),
+                             skip=bad)  # fmt: skip
+        assert_views_consistent(store, parts, kafka_settings.change_shards, log=log)
+    finally:
+        running.stop()
