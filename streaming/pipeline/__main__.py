@@ -54,7 +54,7 @@ def run(settings: Settings) -> None:
              app.name, settings.spark_master, spark_log)  # fmt: skip
     with ensure_store(settings):
         from liveviews.pipeline.queries import sink_client
-        from liveviews.pipeline.recovery import Recovery
+        from liveviews.pipeline.recovery import Recovery, log_entries
         from liveviews.pipeline.session import build_session
         from liveviews.pipeline.versioning import start_versions
 
@@ -72,7 +72,8 @@ def run(settings: Settings) -> None:
         queries = versioning.queries
         log.info("ready: %d queries running; checkpoints in %s",
                  len(queries), console.shown(settings.checkpoint_dir))  # fmt: skip
-        recovery = Recovery(sink_client(settings))
+        client = sink_client(settings)
+        recovery = Recovery(client, log_entries(settings, client))
         while not stop.is_set():
             try:
                 versioning.tick()

@@ -189,7 +189,7 @@ def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
     from liveviews.pipeline.progress import record_progress
     from liveviews.pipeline.queries import sink_client, start_pipeline
     from liveviews.pipeline.realtime import slots as realtime_slots
-    from liveviews.pipeline.recovery import Recovery
+    from liveviews.pipeline.recovery import Recovery, log_entries
     from liveviews.pipeline.session import build_session
 
     client = sink_client(settings)
@@ -218,7 +218,7 @@ def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
 
     queries = {qualified: start()}
     log.info("pipeline %r: building version %s from its checkpoint", pipeline, version)
-    recovery = Recovery(client)
+    recovery = Recovery(client, log_entries(settings, client))
     try:
         while not stop.is_set() and not parent_gone():
             fatal = recovery.check(queries, start)

@@ -18,13 +18,14 @@ events are set aside fails for another reason, and ends the process too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
 
 from liveviews.log import deadletters
 from liveviews.pipeline.offsetlog import UNREAD, parse
+from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.source import READ_CHUNK
 from liveviews.store.client import Client
 
@@ -81,6 +82,45 @@ def failed_batch(query: Any) -> tuple[int, dict[int, str], dict[int, str]] | Non
     return batch_id, start, end
 
 
+Entries = Callable[[int, str, str], Iterator[list[tuple[str, dict[bytes, bytes]]]]]
+"""A partition's log entries after a position up to another (inclusive), in chunks of
+(entry id or position, fields)."""
+
+
+def store_entries(client: Client) -> Entries:
+    """The entries of the store's log (Redis Streams)."""
+    from liveviews.log.events import log_stream
+
+    def read(p: int, start: str, last: str) -> Iterator[list[tuple[str, dict[bytes, bytes]]]]:
+        cursor = start
+        while True:
+            low = "-" if cursor == UNREAD else f"({cursor}"
+            entries: Any = client.xrange(log_stream(p), min=low, max=last, count=READ_CHUNK)
+            yield [(entry_id.decode(), fields) for entry_id, fields in entries]
+            if len(entries) < READ_CHUNK:
+                return
+            cursor = entries[-1][0].decode()
+
+    return read
+
+
+def kafka_entries(bootstrap: str, topic: str) -> Entries:
+    """The records of a Kafka log (``liveviews.log.kafka.entries``)."""
+    from liveviews.log.kafka.entries import read_range
+
+    def read(p: int, start: str, last: str) -> Iterator[list[tuple[str, dict[bytes, bytes]]]]:
+        return read_range(bootstrap, topic, p, 0 if start == UNREAD else int(start), int(last))
+
+    return read
+
+
+def log_entries(settings: Settings, client: Client) -> Entries:
+    """The entries of the log ``settings`` name."""
+    if settings.kafka:
+        return kafka_entries(settings.kafka, settings.kafka_topic)
+    return store_entries(client)
+
+
 def set_aside(
     client: Client,
     pipeline: str,
@@ -88,31 +128,23 @@ def set_aside(
     start: dict[int, str],
     end: dict[int, str],
     failure: str,
+    entries: Entries | None = None,
 ) -> int:
     """Record every entry of the batch not set aside yet; how many were."""
-    from liveviews.log.events import log_stream
-
+    read = entries or store_entries(client)
     already = deadletters.quarantined(client, pipeline)
     reason = f"set aside with its micro-batch {batch_id}, which failed: {_first_line(failure)}"
     count = 0
     for p, last in sorted(end.items()):
-        cursor = start.get(p, UNREAD)
-        while True:
-            low = "-" if cursor == UNREAD else f"({cursor}"
-            entries: Any = client.xrange(log_stream(p), min=low, max=last, count=READ_CHUNK)
-            letters = []
-            for entry_id, fields in entries:
-                offset = f"{p}:{entry_id.decode()}"
-                if offset not in already:
-                    letters.append(deadletters.letter(
-                        pipeline, offset, deadletters.STAGE_BATCH, reason, fields=fields,
-                        batch=batch_id, trace=failure,
-                    ))  # fmt: skip
+        for chunk in read(p, start.get(p, UNREAD), last):
+            letters = [
+                deadletters.letter(pipeline, offset, deadletters.STAGE_BATCH, reason,
+                                   fields=fields, batch=batch_id, trace=failure)
+                for entry_id, fields in chunk
+                if (offset := f"{p}:{entry_id}") not in already
+            ]  # fmt: skip
             deadletters.record(client, letters)
             count += len(letters)
-            if len(entries) < READ_CHUNK:
-                break
-            cursor = entries[-1][0].decode()
     return count
 
 
@@ -125,8 +157,9 @@ def _first_line(failure: str) -> str:
 class Recovery:
     """Decides, for each failed query, whether to set its batch aside and start it again."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, entries: Entries | None = None) -> None:
         self.client = client
+        self.entries = entries or store_entries(client)
         self.recovered: dict[str, int] = {}
         """The batch last set aside, per pipeline."""
 
@@ -159,7 +192,7 @@ class Recovery:
             log.error("pipeline %r failed again on batch %d with its events set aside",
                       pipeline, batch_id)  # fmt: skip
             return False
-        count = set_aside(self.client, pipeline, batch_id, start, end, failure)
+        count = set_aside(self.client, pipeline, batch_id, start, end, failure, self.entries)
         self.recovered[pipeline] = batch_id
         log.error("pipeline %r: batch %d failed in the view's code; its %d events are dead"
                   " letters now (liveviews deadletters list); starting again",

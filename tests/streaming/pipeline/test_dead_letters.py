@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import time
+import uuid
 
 import orjson
 import pytest
 
 from demo.chirp import app
 from demo.chirp.generate import Activity, seed_events
-from liveviews.changes.topic import read_snapshot
+from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier, read_snapshot
 from liveviews.log import deadletters
 from liveviews.log.eventlog import EventLog, views_caught_up
-from liveviews.log.events import MAX_EVENT_TIME_MS, log_stream, partition_for
+from liveviews.log.events import MAX_EVENT_TIME_MS, Offset, log_stream, partition_for
+from liveviews.log.kafka.append import KafkaEventLog
 from tests.support.checks import assert_views_consistent
 
 NOW = 1_767_225_600_000
@@ -213,23 +216,45 @@ def _command(settings, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.parametrize("on", ["store", "kafka"])
 def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipeline_goes_on(
-    spark, store, settings
+    spark, store, settings, on, request
 ):
     from liveviews.pipeline.queries import sink_client
-    from liveviews.pipeline.recovery import Recovery
+    from liveviews.pipeline.recovery import Recovery, log_entries
     from liveviews.pipeline.versioning import start_versions
 
     brittle = _notes_app(isolate=False)
-    log = EventLog(store, brittle, settings.log_partitions)
-    first = log.append_batch([_note("u", "a"), _note("v", "b")])
+    if on == "kafka":
+        bootstrap = request.getfixturevalue("kafka_bootstrap")
+        settings = dataclasses.replace(settings, kafka=bootstrap,
+                                       kafka_topic=f"log-{uuid.uuid4().hex[:8]}")  # fmt: skip
+        log = KafkaEventLog(bootstrap, brittle, settings.log_partitions, store,
+                            topic=settings.kafka_topic)  # fmt: skip
+    else:
+        log = EventLog(store, brittle, settings.log_partitions)
+    appended: list[Offset] = []
+
+    def append(batch: list[dict[str, object]]) -> list[Offset]:
+        offsets = log.append_batch(batch)
+        appended.extend(offsets)
+        return offsets
+
+    def caught_up() -> bool:
+        if on == "store":
+            return views_caught_up(store, settings.log_partitions)
+        frontier = read_frontier(store, VIEWS_FRONTIER)  # Kafka positions compare as numbers
+        return all(int(frontier.get(o.partition, "0")) >= int(o.id) for o in appended)
+
+    first = append([_note("u", "a"), _note("v", "b")])
     versioning = start_versions(spark, brittle, settings)
     queries = versioning.queries
-    recovery = Recovery(sink_client(settings))
+    client = sink_client(settings)
+    recovery = Recovery(client, log_entries(settings, client))
 
     def run_until_caught_up() -> None:
         deadline = time.monotonic() + 90
-        while not views_caught_up(store, settings.log_partitions):
+        while not caught_up():
             assert recovery.check(queries, versioning.restart) is None
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -237,16 +262,19 @@ def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipelin
     try:
         run_until_caught_up()
         # u's boom would be its third note: the unisolated processor fails the whole batch.
-        bad = log.append_batch([_note("u", "c"), _note("u", "boom"), _note("v", "d")])
+        bad = append([_note("u", "c"), _note("u", "boom"), _note("v", "d")])
         run_until_caught_up()
-        after = log.append_batch([_note("u", "e")])
+        after = append([_note("u", "e")])
         run_until_caught_up()
     finally:
         for q in versioning.queries.values():
             q.stop()
+        if on == "kafka":
+            log.close()
     letters = deadletters.listed(store, "notes")
     assert {d.offset for d in letters} == {str(o) for o in bad}
     assert all(d.stage == deadletters.STAGE_BATCH for d in letters)
+    assert all(d.event is not None and d.event["type"] == "note" for d in letters)
     assert "note 3 of u went boom" in letters[0].error
     u = read_snapshot(store, "notes", "u", settings.change_shards).rows["count"]
     assert u == {"n": 2, "last": "e"}
