@@ -12,6 +12,7 @@ from liveviews.cli import render
 from liveviews.cli.base import Env, Failure, emit, json_option, pass_env
 from liveviews.log import deadletters
 from liveviews.log.deadletters import DeadLetter
+from liveviews.log.kafka import entries
 
 
 @click.group(name="deadletters")
@@ -84,8 +85,21 @@ def show(env: Env, pipeline: str, offset: str, as_json: bool) -> None:
 def replay(env: Env, pipeline: str, offset: str, as_json: bool) -> None:
     """Append the dead letter's event to the log again, once the view is fixed."""
     _found(env, pipeline, offset)
+    settings = env.settings
+    read: deadletters.Reader | None = None
+    append: deadletters.Appender | None = None
+    if settings.kafka:
+        bootstrap, topic = settings.kafka, settings.kafka_topic
+
+        def read(at: str) -> dict[bytes, bytes] | None:
+            partition, _, position = at.partition(":")
+            return entries.read_entry(bootstrap, topic, int(partition), position)
+
+        def append(partition: int, fields: dict[bytes, bytes]) -> str:
+            return entries.append_entry(bootstrap, topic, partition, fields)
+
     try:
-        new = deadletters.replay(env.client, pipeline, offset)
+        new = deadletters.replay(env.client, pipeline, offset, read, append)
     except KeyError as exc:  # the log no longer holds the entry
         raise Failure(str(exc.args[0]), code="not_found") from None
     if as_json:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import traceback as tb
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -188,20 +188,34 @@ def read_entries(client: Any, offsets: Sequence[str]) -> list[dict[bytes, bytes]
     return [f[0][1] if f else None for f in found]
 
 
-def replay(client: Client, pipeline: str, offset: str) -> str:
+Reader = Callable[[str], "dict[bytes, bytes] | None"]
+"""The fields of the log's entry at an offset (``<partition>:<entry id>``), None if gone."""
+Appender = Callable[[int, "dict[bytes, bytes]"], str]
+"""Appends an entry of these fields to a partition of the log; its offset."""
+
+
+def replay(
+    client: Client, pipeline: str, offset: str, read: Reader | None = None,
+    append: Appender | None = None,
+) -> str:  # fmt: skip
     """Append the dead letter's event to the log again; its new offset.
 
     The event goes to the partition it came from, with the same fields, so a fixed view sees
-    it as if just published. Replaying twice appends twice: the record says where it went."""
+    it as if just published. Replaying twice appends twice: the record says where it went.
+    ``read`` and ``append`` reach the log: the store's streams when None, or a Kafka topic
+    (``liveviews.log.kafka.entries``)."""
     found = show(client, pipeline, offset)
     if found is None:
         raise KeyError(f"pipeline {pipeline!r} has no dead letter at {offset}.")
-    fields = read_entries(client, [offset])[0]
+    fields = read(offset) if read is not None else read_entries(client, [offset])[0]
     if fields is None:
         raise KeyError(f"the log no longer holds {offset}; nothing to replay.")
     partition = int(offset.partition(":")[0])
-    new_id: Any = client.xadd(log_stream(partition), fields)  # type: ignore[arg-type]
-    new_offset = f"{partition}:{new_id.decode()}"
+    if append is not None:
+        new_offset = append(partition, fields)
+    else:
+        new_id: Any = client.xadd(log_stream(partition), fields)  # type: ignore[arg-type]
+        new_offset = f"{partition}:{new_id.decode()}"
     updated = DeadLetter(**{**asdict(found), "replayed_as": new_offset})
     client.hset(key_of(pipeline), offset, updated.to_json())
     return new_offset

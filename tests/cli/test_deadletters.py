@@ -3,13 +3,17 @@ the dead letters."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import redis
 
+from demo.chirp import app as chirp
 from liveviews.log import deadletters
 from liveviews.log.events import log_stream
-from tests.cli.conftest import Pipelines, Run, profile
+from liveviews.log.kafka import entries
+from liveviews.log.kafka.append import KafkaEventLog
+from tests.cli.conftest import PARTITIONS, Pipelines, Run, profile
 
 
 def _letters(store: redis.Redis, pipelines: Pipelines) -> list[str]:
@@ -55,3 +59,30 @@ def test_what_does_not_exist_exits_1(run: Run, store: redis.Redis, pipelines: Pi
     store.xdel(log_stream(int(partition)), entry)
     gone = run("deadletters", "replay", "activity", offsets[1])
     assert gone.exit_code == 1 and "no longer holds" in gone.stderr
+
+
+def test_replay_on_a_kafka_log_appends_the_record_again(
+    env: dict[str, str], store: redis.Redis, kafka_bootstrap: str
+) -> None:
+    topic = f"log-{uuid.uuid4().hex[:8]}"
+    log = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store, topic=topic)
+    try:
+        (offset,) = log.append_batch([profile("alice", "A")])
+    finally:
+        log.close()
+    fields = entries.read_entry(kafka_bootstrap, topic, offset.partition, offset.id)
+    assert fields is not None and fields[b"type"] == b"profile_set"
+    gone = f"{offset.partition}:{int(offset.id) + 1000}"
+    deadletters.record(store, [
+        deadletters.letter("entities", str(offset), deadletters.STAGE_VIEW, "boom", fields=fields),
+        deadletters.letter("entities", gone, deadletters.STAGE_DECODE, "bad"),
+    ])  # fmt: skip
+    run = Run({**env, "LV_KAFKA": kafka_bootstrap, "LV_KAFKA_TOPIC": topic})
+    replayed = run.json("deadletters", "replay", "entities", str(offset))
+    partition, _, position = replayed["as"].partition(":")
+    assert int(partition) == offset.partition and int(position) > int(offset.id)
+    assert entries.read_entry(kafka_bootstrap, topic, offset.partition, position) == fields
+    after = deadletters.show(store, "entities", str(offset))
+    assert after is not None and after.replayed_as == replayed["as"]
+    missing = run("deadletters", "replay", "entities", gone)
+    assert missing.exit_code == 1 and "no longer holds" in missing.stderr
