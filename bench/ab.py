@@ -43,6 +43,7 @@ HEADLINES = {
     "latency": r"^(tuned|realtime)\[[^]]*\]\.(push|polling)\.p(50|99)_ms$",
     "floor": r"_us(\.|$)",
     "filters": r"(latency_ms\.p(50|99)|server_cpu_us_per_delivery)$",
+    "kafkalog": r"^drain\.[a-z]+_by_[a-z_]+\.events_per_s_wall$",
 }
 """Which figures of a benchmark's JSON are compared (regular expressions over flattened keys)."""
 

@@ -4,12 +4,15 @@ backlog takes in each.
 
     .venv/bin/python -m bench.kafkalog [--quick] [--backlog 1000000] [--first redis|kafka]
                                        [--parts append,publish,drain] [--batches 10000]
+                                       [--nodes 1|3]
 
-One embedded store and one Kafka node (``liveviews.log.kafka.broker``, Apache Kafka's own jars)
-on this machine, one SparkSession. The same Chirp events (``bench.pipeline``'s backlog: 20,000
-users) go to each log in batches of 5,000 through its writer, ``EventLog`` (one MULTI per
-batch) and ``KafkaEventLog`` (one Kafka transaction per batch, ``acks=all``). Then
-``bench.declared``'s view (each user's count of events and newest type, no Python per event),
+One embedded store and one Kafka node (``liveviews.log.kafka.broker``, Apache Kafka's own jars;
+``--nodes 3``: three, the topic replicated on each and an append acknowledged by two, as
+``make run-cluster`` runs them) on this machine, one SparkSession. The same Chirp events
+(``bench.pipeline``'s backlog: 20,000 users) go to each log in batches of 5,000 through its
+writer, ``EventLog`` (one MULTI per batch) and ``KafkaEventLog`` (one Kafka transaction per
+batch, ``acks=all``). Then ``bench.declared``'s view (each user's count of events and newest
+type; on Kafka, behind the pipeline's dead-letter screen, ``liveviews.pipeline.kafkascreen``),
 grouped by the log's key and by a payload field, drains each log from an empty change topic:
 for each grouping, Redis Streams first, then Kafka (Spark's own Kafka source), or Kafka first
 with ``--first kafka``: the JVM's first drain also warms it.
@@ -20,9 +23,9 @@ Publishing through the gateway: two gateway processes over the same store, one w
 the medians are kept).
 
 What the backlog takes: in the store, the log's streams (``MEMORY USAGE``, RAM); in Kafka, the
-topic's segment files on disk (one replica; a cluster keeps three).
+topic's segment files on disk, on every node (one replica each).
 
-Writes bench/results/kafkalog.json.
+Writes bench/results/kafkalog.json (``kafkalog_<parts>[_3nodes].json`` for some parts).
 """
 
 from __future__ import annotations
@@ -121,17 +124,17 @@ def publish_through_gateways(url: str, client: redis.Redis, bootstrap: str, data
 
 def run(quick: bool = False, backlog: int = 1_000_000, first: str = "redis",
         name: str = "kafkalog", parts: tuple[str, ...] = PARTS,
-        batches: int = 10_000) -> Report:  # fmt: skip
+        batches: int = 10_000, nodes: int = 1) -> Report:  # fmt: skip
     if quick:
         backlog, batches = 5_000, 300
     moment = Moment()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     figures: dict[str, Any] = {"backlog": backlog, "batch": BATCH, "partitions": PARTITIONS,
-                               "first": first}  # fmt: skip
+                               "first": first, "kafka_nodes": nodes}  # fmt: skip
     logs = ("redis", "kafka") if first == "redis" else ("kafka", "redis")
     with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp:
         data = Path(tmp)
-        cluster = KafkaCluster(data / "kafka")
+        cluster = KafkaCluster(data / "kafka", nodes=nodes)
         with EmbeddedStore(data / "store", free_port()) as url, cluster as bootstrap:
             client = redis.Redis.from_url(url, socket_timeout=60)
             kafka = KafkaEventLog(bootstrap, app, PARTITIONS, client)
@@ -185,7 +188,8 @@ def _report(name: str, figures: dict[str, Any], moment: Moment, backlog: int) ->
                 f"Kafka: {per_s['kafka']:,} events/s",
                 baseline=f"Redis Streams: {per_s['redis']:,}"),
             Row(f"what the backlog of {backlog:,} events takes",
-                f"Kafka: {size['kafka'] / 2**20:,.1f} MiB on disk",
+                f"Kafka: {size['kafka'] / 2**20:,.1f} MiB on disk "
+                f"({figures['kafka_nodes']} replica(s))",
                 baseline=f"Redis Streams: {size['redis'] / 2**20:,.1f} MiB of RAM"),
         ]  # fmt: skip
     for kind in publish.KINDS if "publish" in figures else ():
@@ -221,14 +225,18 @@ def main() -> None:
                         "some writes kafkalog_<parts>.json")  # fmt: skip
     parser.add_argument("--batches", type=int, default=10_000,
                         help="single-event batches each publishing round posts")  # fmt: skip
+    parser.add_argument("--nodes", type=int, choices=(1, 3), default=1,
+                        help="Kafka nodes: 3 replicate the topic three times, an append "
+                        "acknowledged by two (default 1)")  # fmt: skip
     args = parser.parse_args()
     parts = tuple(p for p in PARTS if p in args.parts.split(","))
     if not parts:
         parser.error(f"--parts takes some of {','.join(PARTS)}")
     name = "kafkalog" if parts == PARTS else "kafkalog_" + "_".join(parts)
+    name += "_3nodes" if args.nodes == 3 else ""
     if args.quick:  # never over the real figures
         os.environ.setdefault("LV_BENCH_RESULTS", str(RESULTS / "quick"))
-    report = run(args.quick, args.backlog, args.first, name, parts, args.batches)
+    report = run(args.quick, args.backlog, args.first, name, parts, args.batches, args.nodes)
     for row in report.rows:
         print(f"{row.figure}: {row.measured} ({row.baseline})")
 
