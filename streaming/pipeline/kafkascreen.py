@@ -16,19 +16,19 @@ store's source costs every pipeline; docs/performance/kafka.md measures it.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from liveviews.log.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE
 from liveviews.pipeline.source import ARROW_SCHEMA, ScreenSpec, worker_screen
 
 RAW_COLUMNS = ("partition", "offset", "type", "key", "payload", "time", "ingest_time_ms")
 """What the screen reads: the record's ``type`` and ``time`` headers, key and value as bytes."""
-_FIELDS = (
-    (FIELD_TYPE, "type"), (FIELD_KEY, "key"), (FIELD_TIME, "time"), (FIELD_PAYLOAD, "payload"),
-)  # fmt: skip
 
 Batches = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -39,32 +39,51 @@ def screening(url: str, partitions: int, spec: ScreenSpec) -> Batches:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         screen = worker_screen(url, partitions, spec)
         for batch in batches:
-            yield screened(screen, batch)
+            with _collector_paused():
+                out = screened(screen, batch)
+            yield out
 
     return run
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a batch is screened: a batch makes a few
+    small objects per record, none in a cycle (reference counting frees them), and collections
+    triggered by their number cost 2.5x the checks themselves (``bench`` in kafka.md)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def screened(screen: Any, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch``'s records that ``screen`` lets through, as ``EVENT_SCHEMA`` rows."""
-    cols = batch.to_pydict()
-    rows = range(batch.num_rows)
+    """``batch``'s records that ``screen`` lets through, as ``EVENT_SCHEMA`` rows.
+
+    Python touches each record once, to check it; the rows kept are taken and converted by
+    Arrow's own kernels."""
+    partitions = batch.column("partition").to_pylist()
+    offsets = batch.column("offset").to_pylist()
+    columns = [batch.column(c).to_pylist() for c in ("type", "key", "time", "payload")]
     answers: dict[int, list[tuple[bytes, dict[bytes, bytes]]]] = {}
-    for i in rows:
-        fields = {name: cols[col][i] for name, col in _FIELDS if cols[col][i] is not None}
-        answers.setdefault(cols["partition"][i], []).append((cols["offset"][i].encode(), fields))
-    kept = {(p, entry_id.decode()) for p, entries in screen.passing(list(answers.items()))
+    for p, offset, t, k, tm, v in zip(partitions, offsets, *columns, strict=True):
+        fields = {FIELD_TYPE: t, FIELD_KEY: k, FIELD_TIME: tm, FIELD_PAYLOAD: v}
+        if t is None or k is None or tm is None or v is None:
+            fields = {name: x for name, x in fields.items() if x is not None}
+        answers.setdefault(p, []).append((offset.encode(), fields))
+    kept = {(p, entry_id) for p, entries in screen.passing(list(answers.items()))
             for entry_id, _ in entries}  # fmt: skip
-    out: dict[str, list[Any]] = {f.name: [] for f in ARROW_SCHEMA}
-    for i in rows:
-        p, offset = cols["partition"][i], cols["offset"][i]
-        if (p, offset) not in kept:
-            continue
-        # check_entry decoded each of these as UTF-8 and the time as digits.
-        out["partition"].append(p)
-        out["offset"].append(offset)
-        out["type"].append(cols["type"][i].decode())
-        out["key"].append(cols["key"][i].decode())
-        out["payload"].append(cols["payload"][i].decode())
-        out["event_time_ms"].append(int(cols["time"][i]))
-        out["ingest_time_ms"].append(cols["ingest_time_ms"][i])
-    return pa.RecordBatch.from_pydict(out, schema=ARROW_SCHEMA)
+    if len(kept) < batch.num_rows:
+        mask = [(p, o.encode()) in kept for p, o in zip(partitions, offsets, strict=True)]
+        batch = batch.filter(pa.array(mask, pa.bool_()))
+    # check_entry decoded each kept type, key and payload as UTF-8, and read its time as digits.
+    text = [pc.cast(batch.column(c), pa.string()) for c in ("type", "key", "payload")]
+    time_ms = pc.cast(pc.cast(batch.column("time"), pa.string()), pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [batch.column("partition"), batch.column("offset"), *text, time_ms,
+         batch.column("ingest_time_ms")],
+        schema=ARROW_SCHEMA,
+    )  # fmt: skip
