@@ -11,7 +11,9 @@ letters and passes the rest on as ``EVENT_SCHEMA`` rows. A batch replayed after 
 the same decision: what was set aside is in the quarantine.
 
 The step makes a pipeline of declared views run Python once per task, which is what the
-store's source costs every pipeline; docs/performance/kafka.md measures it.
+store's source costs every pipeline. It costs a quarter of a Kafka drain's rate (most of it
+Arrow's transfer of each record to the Python worker and back: docs/performance/kafka.md);
+a screen in the JVM would win that back, and is what Real-Time Mode on Kafka needs.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def screening(url: str, partitions: int, spec: ScreenSpec) -> Batches:
 def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while a batch is screened: a batch makes a few
     small objects per record, none in a cycle (reference counting frees them), and collections
-    triggered by their number cost 2.5x the checks themselves (``bench`` in kafka.md)."""
+    triggered by their number cost more than the checks (docs/performance/kafka.md)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
