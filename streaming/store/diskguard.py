@@ -29,6 +29,9 @@ REFUSAL_KEY = "lv:{m}:writes_refused"
 """Why the store refuses writes, as ``{"code", "message"}``: read by a gateway that was
 refused, so that its answer says what to do."""
 INTERVAL_S = 0.5
+REASON_KEPT_S = 30
+"""How long the reason outlives the refusal: a write refused just before the switch back
+reads it after, and must still say why."""
 
 
 def megabytes(n: int) -> str:
@@ -85,7 +88,9 @@ class DiskGuard:
             log.warning("%s", message)
         elif self.refusing and free >= self.reserve + self.reserve // 2:
             client.config_set("min-replicas-to-write", 0)
-            client.delete(REFUSAL_KEY)
+            # Not deleted: a gateway refused a moment ago reads it next, and without it would
+            # answer a generic store_read_only for what was a full disk.
+            client.expire(REFUSAL_KEY, REASON_KEPT_S)
             self.refusing = False
             log.warning("the store's disk has %s free again: writes are taken", megabytes(free))
 

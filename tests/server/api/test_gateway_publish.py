@@ -16,7 +16,7 @@ from demo.chirp import app as chirp
 from liveviews.errors import ConfigurationError
 from liveviews.gateway.settings import GatewaySettings
 from liveviews.log.events import decode_entry, log_stream
-from liveviews.store.diskguard import REFUSAL_KEY, DiskGuard
+from liveviews.store.diskguard import REASON_KEPT_S, REFUSAL_KEY, DiskGuard
 from liveviews.store.embedded import EmbeddedStore, free_port
 from tests.support.disk import fill as fill_disk
 from tests.support.disk import small_filesystem
@@ -389,10 +389,14 @@ def test_the_guard_switches_with_a_margin(store_url: str, store: redis.Redis) ->
         guard.check(store, 149)
         assert guard.refusing
         guard.check(store, 150)
-        assert not guard.refusing and store.get(REFUSAL_KEY) is None
+        assert not guard.refusing
         store.set("probe", "x")
+        # A write refused just before the switch still reads why, for a while only.
+        assert store.get(REFUSAL_KEY) is not None
+        assert 0 < store.ttl(REFUSAL_KEY) <= REASON_KEPT_S
     finally:
         store.config_set("min-replicas-to-write", 0)
+        store.delete(REFUSAL_KEY)
 
 
 async def test_the_log_keeps_what_lv_log_retention_says(store_url: str, store: redis.Redis) -> None:
