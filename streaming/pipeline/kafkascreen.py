@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from liveviews.log.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE
+from liveviews.log.kafka.records import entry_fields
 from liveviews.pipeline.source import ARROW_SCHEMA, ScreenSpec, worker_screen
 
 RAW_COLUMNS = ("partition", "offset", "type", "key", "payload", "time", "ingest_time_ms")
@@ -72,10 +72,7 @@ def screened(screen: Any, batch: pa.RecordBatch) -> pa.RecordBatch:
     columns = [batch.column(c).to_pylist() for c in ("type", "key", "time", "payload")]
     answers: dict[int, list[tuple[bytes, dict[bytes, bytes]]]] = {}
     for p, offset, t, k, tm, v in zip(partitions, offsets, *columns, strict=True):
-        fields = {FIELD_TYPE: t, FIELD_KEY: k, FIELD_TIME: tm, FIELD_PAYLOAD: v}
-        if t is None or k is None or tm is None or v is None:
-            fields = {name: x for name, x in fields.items() if x is not None}
-        answers.setdefault(p, []).append((offset.encode(), fields))
+        answers.setdefault(p, []).append((offset.encode(), entry_fields(t, k, tm, v)))
     kept = {(p, entry_id) for p, entries in screen.passing(list(answers.items()))
             for entry_id, _ in entries}  # fmt: skip
     if len(kept) < batch.num_rows:

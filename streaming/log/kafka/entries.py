@@ -18,19 +18,19 @@ from typing import Any
 
 from liveviews.log.events import FIELD_KEY, FIELD_PAYLOAD, FIELD_TIME, FIELD_TYPE
 from liveviews.log.kafka.clients import kafka_config
-from liveviews.log.kafka.records import HEADER_TIME, HEADER_TYPE, header, offset_of, position
+from liveviews.log.kafka.records import (
+    HEADER_TIME,
+    HEADER_TYPE,
+    entry_fields,
+    header,
+    offset_of,
+    position,
+)
 from liveviews.log.kafka.topic import ADMIN_TIMEOUT_S, LogUnavailable
 
 Entry = tuple[str, dict[bytes, bytes]]
 """(position, fields): a record as the store's log would hold it."""
 CHUNK = 5000
-
-
-def record_fields(key: bytes | None, value: bytes | None, headers: Any) -> dict[bytes, bytes]:
-    """A record's fields, as an entry of the store's log holds them; those it lacks left out."""
-    found = {FIELD_TYPE: header(headers, HEADER_TYPE), FIELD_KEY: key,
-             FIELD_TIME: header(headers, HEADER_TIME), FIELD_PAYLOAD: value}  # fmt: skip
-    return {name: v for name, v in found.items() if v is not None}
 
 
 def read_range(bootstrap: str, topic: str, partition: int, after: int, last: int
@@ -65,7 +65,10 @@ def read_range(bootstrap: str, topic: str, partition: int, after: int, last: int
             assert offset is not None  # a record's, not an event's
             if offset >= last:
                 break
-            chunk.append((position(offset), record_fields(msg.key(), msg.value(), msg.headers())))
+            headers = msg.headers()
+            fields = entry_fields(header(headers, HEADER_TYPE), msg.key(),
+                                  header(headers, HEADER_TIME), msg.value())  # fmt: skip
+            chunk.append((position(offset), fields))
             if len(chunk) == CHUNK:
                 yield chunk
                 chunk = []
@@ -80,10 +83,10 @@ def read_range(bootstrap: str, topic: str, partition: int, after: int, last: int
 def read_entry(bootstrap: str, topic: str, partition: int, at: str) -> dict[bytes, bytes] | None:
     """The fields of the record at position ``at``; None if the log no longer holds it (its
     retention dropped it) or never did."""
+    # The range holds at most that one record: Kafka's offset ``at - 1``.
     for chunk in read_range(bootstrap, topic, partition, int(at) - 1, int(at)):
-        for found, fields in chunk:
-            if found == at:
-                return fields
+        for _, fields in chunk:
+            return fields
     return None
 
 

@@ -60,6 +60,17 @@ def header(headers: Any, name: str) -> bytes | None:
     return None
 
 
+def entry_fields(
+    type_: bytes | None, key: bytes | None, time: bytes | None, payload: bytes | None
+) -> dict[bytes, bytes]:
+    """A record's ``type`` and ``time`` headers, key and value as the fields of an entry of the
+    store's log (what ``check_entry`` and dead letters read); those it lacks left out."""
+    if type_ is not None and key is not None and time is not None and payload is not None:
+        return {FIELD_TYPE: type_, FIELD_KEY: key, FIELD_TIME: time, FIELD_PAYLOAD: payload}
+    found = {FIELD_TYPE: type_, FIELD_KEY: key, FIELD_TIME: time, FIELD_PAYLOAD: payload}
+    return {name: v for name, v in found.items() if v is not None}
+
+
 def decode_record(
     partition: int,
     offset: int,
