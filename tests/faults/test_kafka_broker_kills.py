@@ -27,9 +27,8 @@ import uuid
 from collections import Counter
 
 import pytest
-import redis
 
-from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier
+from liveviews.log.events import Offset
 from liveviews.log.kafka.broker import KafkaCluster
 from liveviews.pipeline.kafkalog import connector_jars
 from tests.faults.clients import (
@@ -52,7 +51,7 @@ from tests.faults.harness import (
 )
 from tests.support.checks import assert_views_consistent
 from tests.support.gateway import free_port, stored_rows
-from tests.support.kafkalog import read_kafka_log
+from tests.support.kafkalog import frontier_covers, read_kafka_log
 
 KNOBS = Knobs.from_env(kills=2)
 NODES = 3
@@ -60,15 +59,6 @@ DOWN_S = (4.0, 8.0)
 """How long a broker stays down: past the ~3 s in which the others fence it, so appends go on
 without it for a while."""
 FOLLOWED = [("activity", "global"), ("profiles", "u1"), ("profiles", "u2")]
-
-
-def frontier_covers(client: redis.Redis, acked: list[tuple[int, str]]) -> bool:
-    """Have the views reflected every acknowledged event (Kafka positions compare as numbers)?"""
-    frontier = read_frontier(client, VIEWS_FRONTIER)
-    newest: dict[int, int] = {}
-    for p, i in acked:
-        newest[p] = max(newest.get(p, 0), int(i))
-    return all(int(frontier.get(p, "0")) >= i for p, i in newest.items())
 
 
 @pytest.mark.timeout(300 + 150 * KNOBS.kills)
@@ -124,8 +114,9 @@ def test_kafka_broker_kills_under_load_lose_and_double_nothing(store, store_url,
         time.sleep(1)
         publisher.stop()
         t0 = time.monotonic()
+        acked = [Offset(p, i) for p, i in publisher.acked]
         wait_until("the views reflected every acknowledged event",
-                   lambda: frontier_covers(store, publisher.acked), timeout=180)  # fmt: skip
+                   lambda: frontier_covers(store, acked), timeout=180)  # fmt: skip
         catch_up = time.monotonic() - t0
         assert pipeline.alive(), pipeline.tail()
         for r in [watcher, reader, *followers]:

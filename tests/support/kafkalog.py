@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from liveviews.log.events import LoggedEvent
+from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier
+from liveviews.log.events import LoggedEvent, Offset
 from liveviews.log.kafka.records import decode_record, position
 
 PARTITIONS = 4  # of the topics the tests of a Kafka log write
+
+
+def frontier_covers(store: Any, offsets: Iterable[Offset]) -> bool:
+    """Whether the views' frontier covers ``offsets`` of a Kafka log, whose positions compare
+    as numbers (not as the store's ``<ms>-<seq>`` ids)."""
+    frontier = read_frontier(store, VIEWS_FRONTIER)
+    return all(int(frontier.get(o.partition, "0")) >= int(o.id) for o in offsets)
 
 
 def read_kafka_log(

@@ -14,12 +14,13 @@ import pytest
 
 from demo.chirp import app
 from demo.chirp.generate import Activity, seed_events
-from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier, read_snapshot
+from liveviews.changes.topic import read_snapshot
 from liveviews.log import deadletters
 from liveviews.log.eventlog import EventLog, views_caught_up
 from liveviews.log.events import MAX_EVENT_TIME_MS, Offset, log_stream, partition_for
 from liveviews.log.kafka.append import KafkaEventLog
 from tests.support.checks import assert_views_consistent
+from tests.support.kafkalog import frontier_covers
 
 NOW = 1_767_225_600_000
 
@@ -243,8 +244,7 @@ def test_a_batch_that_fails_outside_isolation_is_set_aside_whole_and_the_pipelin
     def caught_up() -> bool:
         if on == "store":
             return views_caught_up(store, settings.log_partitions)
-        frontier = read_frontier(store, VIEWS_FRONTIER)  # Kafka positions compare as numbers
-        return all(int(frontier.get(o.partition, "0")) >= int(o.id) for o in appended)
+        return frontier_covers(store, appended)
 
     first = append([_note("u", "a"), _note("v", "b")])
     versioning = start_versions(spark, brittle, settings)

@@ -25,7 +25,7 @@ from liveviews.pipeline.kafkalog import connector_jars
 from liveviews.pipeline.offsetlog import parse
 from liveviews.pipeline.settings import Settings
 from tests.support.checks import assert_views_consistent
-from tests.support.kafkalog import read_kafka_log
+from tests.support.kafkalog import frontier_covers, read_kafka_log
 from tests.support.pipeline import RunningPipeline
 
 NOW = 1_767_225_600_000
@@ -56,7 +56,7 @@ def wait_for_frontier(store: redis.Redis, running: RunningPipeline, offsets: Seq
     while True:
         running.assert_running()
         frontier = read_frontier(store, VIEWS_FRONTIER)
-        if all(int(frontier.get(o.partition, "0")) >= int(o.id) for o in offsets):
+        if frontier_covers(store, offsets):
             return {str(p): v for p, v in frontier.items()}
         assert time.monotonic() < deadline, f"frontier {frontier} does not cover {offsets}"
         time.sleep(0.05)
