@@ -15,11 +15,15 @@ from liveviews.log.kafka.records import decode_record, position
 PARTITIONS = 4  # of the topics the tests of a Kafka log write
 
 
-def frontier_covers(store: Any, offsets: Iterable[Offset]) -> bool:
-    """Whether the views' frontier covers ``offsets`` of a Kafka log, whose positions compare
-    as numbers (not as the store's ``<ms>-<seq>`` ids)."""
-    frontier = read_frontier(store, VIEWS_FRONTIER)
+def covers(frontier: dict[int, str], offsets: Iterable[Offset]) -> bool:
+    """Whether ``frontier`` covers ``offsets`` of a Kafka log, whose positions compare as
+    numbers (not as the store's ``<ms>-<seq>`` ids)."""
     return all(int(frontier.get(o.partition, "0")) >= int(o.id) for o in offsets)
+
+
+def frontier_covers(store: Any, offsets: Iterable[Offset]) -> bool:
+    """Whether the views' frontier covers ``offsets`` of a Kafka log."""
+    return covers(read_frontier(store, VIEWS_FRONTIER), offsets)
 
 
 def read_kafka_log(

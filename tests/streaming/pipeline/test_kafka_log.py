@@ -21,11 +21,12 @@ from liveviews.log import deadletters
 from liveviews.log.events import Offset, partition_for
 from liveviews.log.kafka.append import KafkaEventLog
 from liveviews.log.kafka.records import position
+from liveviews.pipeline import versions
 from liveviews.pipeline.kafkalog import connector_jars
 from liveviews.pipeline.offsetlog import parse
 from liveviews.pipeline.settings import Settings
-from tests.support.checks import assert_views_consistent
-from tests.support.kafkalog import frontier_covers, read_kafka_log
+from tests.support.checks import assert_served_views_consistent, assert_views_consistent
+from tests.support.kafkalog import covers, read_kafka_log
 from tests.support.pipeline import RunningPipeline
 
 NOW = 1_767_225_600_000
@@ -56,7 +57,7 @@ def wait_for_frontier(store: redis.Redis, running: RunningPipeline, offsets: Seq
     while True:
         running.assert_running()
         frontier = read_frontier(store, VIEWS_FRONTIER)
-        if frontier_covers(store, offsets):
+        if covers(frontier, offsets):
             return {str(p): v for p, v in frontier.items()}
         assert time.monotonic() < deadline, f"frontier {frontier} does not cover {offsets}"
         time.sleep(0.05)
@@ -103,6 +104,40 @@ def test_views_from_a_kafka_log_equal_the_recomputation(
         assert tweet.rows["tweet"]["name"] == "Robert"
         log = read_kafka_log(kafka_log.bootstrap, kafka_log.topic, parts, len(offsets) + 1)
         assert_views_consistent(store, parts, kafka_settings.change_shards, log=log)
+    finally:
+        running.stop()
+
+
+def test_a_rebuild_on_a_kafka_log_reads_the_topic_from_its_first_record(
+    spark: Any, kafka_settings: Settings, kafka_log: KafkaEventLog, store: redis.Redis
+) -> None:
+    """``liveviews rebuild`` on a Kafka log: the new version is built beside the serving one
+    from the topic's first record, readers are switched to it, and what it serves equals the
+    recomputation, then and after another event."""
+    parts, shards = kafka_settings.log_partitions, kafka_settings.change_shards
+    running = RunningPipeline(spark, kafka_settings)
+    try:
+        events = [seed_events(NOW), *(Activity(users=8, seed=11).take(150) for _ in range(2))]
+        offsets = [o for batch in events for o in kafka_log.append_batch(batch)]
+        wait_for_frontier(store, running, offsets)
+        for pipeline in ("entities", "profiles"):  # a state processor, and a declared query
+            before = versions.read(store, pipeline)
+            running.rebuild(store, pipeline)
+            now = versions.read(store, pipeline)
+            assert before is not None and now is not None and now.active != before.active
+        log = read_kafka_log(kafka_log.bootstrap, kafka_log.topic, parts, len(offsets))
+        assert_served_views_consistent(store, app, parts, shards, log=log)
+
+        (renamed,) = kafka_log.append_batch(
+            [{"type": "profile_set", "payload": {"user": "bob", "name": "Rebuilt"}}]
+        )
+        wait_for_frontier(store, running, [renamed])
+        entities = versions.read(store, "entities")
+        assert entities is not None and entities.active is not None
+        tweet = read_snapshot(store, "tweets", "bob:seed0", shards, entities.active.namespace)
+        assert tweet.rows["tweet"]["name"] == "Rebuilt"
+        log = read_kafka_log(kafka_log.bootstrap, kafka_log.topic, parts, len(offsets) + 1)
+        assert_served_views_consistent(store, app, parts, shards, log=log)
     finally:
         running.stop()
 
