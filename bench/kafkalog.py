@@ -35,7 +35,6 @@ import dataclasses
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,32 +43,21 @@ import redis
 from bench import ceilings, declared, publish
 from bench.common import RESULTS, Report, Row, free_port, save
 from bench.moment import Moment
-from bench.pipeline import drain, settings_for
+from bench.pipeline import BACKLOG_BATCH, append_backlog, drain, settings_for
 from bench.system import System
 from demo.chirp import app
-from demo.chirp.generate import Activity
 from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier
 from liveviews.log.eventlog import EventLog
 from liveviews.log.events import log_stream
 from liveviews.log.kafka.append import KafkaEventLog
 from liveviews.log.kafka.broker import KafkaCluster
 from liveviews.log.kafka.topic import LOG_TOPIC
-from liveviews.log.writer import LogWriter
 from liveviews.store.embedded import EmbeddedStore
 
-BATCH = 5000
+BATCH = BACKLOG_BATCH
 PARTITIONS = 4
 CONCURRENCY = 32
 PARTS = ("append", "publish", "drain")
-
-
-def append_backlog(log: LogWriter, n: int) -> float:
-    """Append ``n`` events in batches of ``BATCH``: events/s."""
-    activity = Activity(users=20_000, seed=1)
-    t0 = time.monotonic()
-    for _ in range(max(1, n // BATCH)):
-        log.append_batch(activity.take(min(BATCH, n)))
-    return n / (time.monotonic() - t0)
 
 
 def kafka_ends(bootstrap: str, partitions: int) -> dict[int, int]:

@@ -43,8 +43,6 @@ from bench import ceilings, progress
 from bench.common import Report, Row, percentile, save, save_plot, token
 from bench.moment import Moment
 from bench.system import UNTUNED, System, jvm_cpu, running_store
-from demo.chirp import app
-from liveviews.log.eventlog import EventLog
 
 USERS = 40
 RATES = [10, 100, 1000, 100]
@@ -135,7 +133,7 @@ def seed(system: System) -> None:
             events.append({"type": "tweet_posted", "payload": tweet})
             follow = {"user": f"u{(u + i + 1) % USERS}", "followee": f"u{u}"}
             events.append({"type": "follow", "payload": follow})
-    EventLog(system.client, app, 4).append_batch(events)
+    system.writer().append_batch(events)
 
 
 def _headers(user: str) -> dict[str, str]:

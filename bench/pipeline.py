@@ -35,6 +35,7 @@ from demo.chirp import app
 from demo.chirp.generate import Activity
 from liveviews.app import App
 from liveviews.log.eventlog import EventLog, views_caught_up
+from liveviews.log.writer import LogWriter
 from liveviews.pipeline.settings import Settings
 from liveviews.store.embedded import EmbeddedStore
 
@@ -112,13 +113,22 @@ def cold_start(data: Path, extra: dict[str, str] | None = None) -> float:
             run.wait()
 
 
-def write_backlog(client: redis.Redis, n: int) -> float:
-    log = EventLog(client, app, 4)
+BACKLOG_BATCH = 5000
+
+
+def append_backlog(log: LogWriter, n: int) -> float:
+    """Append ``n`` Chirp events (20,000 users) to ``log`` in batches of ``BACKLOG_BATCH``:
+    events/s."""
     activity = Activity(users=20_000, seed=1)
     t0 = time.monotonic()
-    for _ in range(n // 5000):
-        log.append_batch(activity.take(5000))
+    for _ in range(max(1, n // BACKLOG_BATCH)):
+        log.append_batch(activity.take(min(BACKLOG_BATCH, n)))
     return n / (time.monotonic() - t0)
+
+
+def write_backlog(client: redis.Redis, n: int) -> float:
+    """``append_backlog`` to the store's streams."""
+    return append_backlog(EventLog(client, app, 4), n)
 
 
 def drain(

@@ -3,10 +3,12 @@
     .venv/bin/python -m bench.rebuild [--quick] [--backlog 1000000] [--rate 100]
         [--before 30] [--lead-in 150] [--pipelines profiles,entities,activity]
         [--env LV_MAX_EVENTS_PER_BATCH=10000] [--live-env LV_MAX_EVENTS_PER_BATCH=2000]
-        [--name rebuild]
+        [--log redis|kafka] [--name rebuild]
 
 The whole system runs as ``make run`` runs it (store, pipeline process, gateway). A fresh store
-takes the backlog of Chirp events on the log's fast path, and the pipeline process drains it:
+takes the backlog of Chirp events on the log's fast path (with ``--log kafka``: a Kafka node of
+the run's own takes it, in a transaction per batch of 5,000, and the gateway and the pipeline
+run with ``LV_KAFKA``; writes ``rebuild_kafka.json``), and the pipeline process drains it:
 that is the serving version. Then Chirp users rename themselves through the gateway's ``POST
 /v1/events`` at a fixed rate, as in ``bench.latency``, while an SSE subscriber of each user's
 ``profiles`` and one of ``activity/global`` (the views those renames change) record what they
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections import defaultdict
@@ -52,12 +55,11 @@ from bench import progress
 from bench.common import RESULTS, Report, percentile, save, store_cpu_s, token
 from bench.latency import USERS, Phase, latency_stats, publish, seed
 from bench.moment import CpuTimes, Moment
-from bench.pipeline import write_backlog
+from bench.pipeline import append_backlog
 from bench.rebuildreport import plot_timeline, rows
-from bench.system import PARTITIONS, System, jvm_cpu, running_store
+from bench.system import System, jvm_cpu, running_store
 from demo.chirp import app
 from liveviews.changes.topic import ACTIVE_KEY, read_snapshot
-from liveviews.log.events import log_stream
 from liveviews.pipeline import versions
 from liveviews.pipeline.session import QUERY_NAME
 from liveviews.pipeline.settings import Settings
@@ -288,7 +290,7 @@ class Run:
 
         await self.until(f"the switch of {pipeline}", switched, REBUILD_TIMEOUT_S)
         switch_at, switch_wall = time.monotonic(), time.time()
-        in_log = sum([await self.store.xlen(log_stream(p)) for p in range(PARTITIONS)])
+        in_log = await asyncio.to_thread(self.system.log_positions)
         self.mark(f"after the switch of {pipeline}")
         self.building = ""
 
@@ -524,6 +526,8 @@ class Plan:
     backlog, so that a setting that would slow the drain (a small ``LV_MAX_EVENTS_PER_BATCH``
     holds Chirp's activity pipeline, which runs a micro-batch every 2 s) applies to the rebuild
     only."""
+    log: str = "redis"
+    """Where the log is: the store's streams (``redis``), or a Kafka node (``kafka``)."""
 
     @classmethod
     def quick(cls) -> Plan:
@@ -535,10 +539,13 @@ class Plan:
 
 
 def measure(plan: Plan, name: str = "rebuild") -> tuple[dict[str, Any], Path]:
-    with running_store() as system:
+    with running_store(kafka=plan.log == "kafka") as system:
+        writer = system.writer()
         figures: dict[str, Any] = {
-            "append_events_per_s": round(write_backlog(system.client, plan.backlog))
+            "log": plan.log,
+            "append_events_per_s": round(append_backlog(writer, plan.backlog)),
         }
+        writer.close()
         seed(system)
         figures["drain"] = drain(system, plan.env, plan.backlog)
         if plan.live_env:
@@ -554,7 +561,9 @@ def measure(plan: Plan, name: str = "rebuild") -> tuple[dict[str, Any], Path]:
 
 
 def run(quick: bool = False, plan: Plan | None = None, name: str = "rebuild") -> Report:
-    plan = Plan.quick() if quick else plan or Plan()
+    if quick:
+        plan = dataclasses.replace(Plan.quick(), log=plan.log if plan else "redis")
+    plan = plan or Plan()
     moment = Moment()
     figures, plot = measure(plan, name)
     figures.update({"backlog": plan.backlog, "rate_events_per_s": plan.rate,
@@ -587,7 +596,10 @@ def main() -> int:
     parser.add_argument("--live-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of the pipeline process restarted after the drain,"
                         " for the rebuilds (repeatable)")  # fmt: skip
-    parser.add_argument("--name", default="rebuild", help="the result file's name")
+    parser.add_argument("--log", choices=("redis", "kafka"), default="redis",
+                        help="the store's streams, or a Kafka node of the run's own")  # fmt: skip
+    parser.add_argument("--name", default="", help="the result file's name (default rebuild, "
+                        "rebuild_kafka on Kafka)")  # fmt: skip
     args = parser.parse_args()
     pipelines = [p for p in args.pipelines.split(",") if p]
     unknown = sorted(set(pipelines) - set(PIPELINES))
@@ -597,11 +609,11 @@ def main() -> int:
     if bad:
         parser.error(f"{bad[0]}: write NAME=VALUE")
     plan = Plan(args.backlog, args.rate, args.before, args.lead_in, pipelines=pipelines,
-                live_env=dict(e.split("=", 1) for e in args.live_env))  # fmt: skip
+                live_env=dict(e.split("=", 1) for e in args.live_env), log=args.log)  # fmt: skip
     plan.env.update(e.split("=", 1) for e in args.env)
     if args.quick:  # never over the real figures, as the harness does
         os.environ.setdefault("LV_BENCH_RESULTS", str(RESULTS / "quick"))
-    run(args.quick, plan, args.name)
+    run(args.quick, plan, args.name or ("rebuild_kafka" if args.log == "kafka" else "rebuild"))
     return 0
 
 

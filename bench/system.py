@@ -1,5 +1,6 @@
 """The whole system for a benchmark: an embedded store, the Spark pipeline and the gateway,
-each in its own process as ``make run`` starts them, in a temporary data directory."""
+each in its own process as ``make run`` starts them, in a temporary data directory; the log in
+the store's streams, or on a Kafka node of the run's own (``running_store(kafka=True)``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,12 @@ import psutil
 import redis
 
 from bench.common import free_port, wait_listening
-from liveviews.log.eventlog import views_caught_up
+from demo.chirp import app
+from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier
+from liveviews.log.eventlog import EventLog, views_caught_up
+from liveviews.log.events import log_stream
+from liveviews.log.kafka.topic import LOG_TOPIC
+from liveviews.log.writer import LogWriter
 from liveviews.store.embedded import EmbeddedStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,10 +78,41 @@ class System:
     base: str = ""
     gateway: subprocess.Popen[bytes] | None = None
     pipeline: subprocess.Popen[bytes] | None = None
+    kafka: str = ""
+    """The Kafka log's bootstrap servers, if the log is on Kafka (``LV_KAFKA``)."""
+    topic: str = LOG_TOPIC
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        log = {"LV_KAFKA": self.kafka, "LV_KAFKA_TOPIC": self.topic} if self.kafka else {}
         return {**os.environ, "REDIS_URL": self.store_url, "LV_DATA_DIR": str(self.data),
-                "PYTHONPATH": str(ROOT), **(extra or {})}  # fmt: skip
+                "PYTHONPATH": str(ROOT), **log, **(extra or {})}  # fmt: skip
+
+    def writer(self) -> LogWriter:
+        """A writer of Chirp's events to the system's log."""
+        if self.kafka:
+            from liveviews.log.kafka.append import KafkaEventLog
+
+            return KafkaEventLog(self.kafka, app, PARTITIONS, self.client, topic=self.topic)
+        return EventLog(self.client, app, PARTITIONS)
+
+    def log_positions(self) -> int:
+        """How far the log goes: its events on the store's streams; on Kafka, each partition's
+        next offset (a transaction's commit marker takes one too)."""
+        if self.kafka:
+            from liveviews.log.kafka.lag import log_bounds
+
+            return sum(high for _, high in log_bounds(self.kafka, self.topic, PARTITIONS).values())
+        return sum(int(self.client.xlen(log_stream(p))) for p in range(PARTITIONS))
+
+    def caught_up(self) -> bool:
+        """Whether the views reflect every event in the log."""
+        if not self.kafka:
+            return views_caught_up(self.client, PARTITIONS)
+        from liveviews.log.kafka.lag import log_bounds
+
+        frontier = read_frontier(self.client, VIEWS_FRONTIER)
+        bounds = log_bounds(self.kafka, self.topic, PARTITIONS)
+        return all(int(frontier.get(p, "0")) >= high for p, (_, high) in bounds.items())
 
     def start_pipeline(self, extra: dict[str, str] | None = None, name: str = "pipeline") -> None:
         log = open(self.data / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
@@ -123,7 +160,7 @@ class System:
         """Until the views reflect every event in the log."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if views_caught_up(self.client, PARTITIONS):
+            if self.caught_up():
                 return
             if self.pipeline is not None and self.pipeline.poll() is not None:
                 raise RuntimeError(f"the pipeline exited; see {self.data / 'pipeline.log'}")
@@ -132,9 +169,10 @@ class System:
 
 
 @contextmanager
-def running_store() -> Iterator[System]:
-    """An embedded store in a fresh temporary directory."""
-    with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp:
+def running_store(kafka: bool = False) -> Iterator[System]:
+    """An embedded store in a fresh temporary directory; with ``kafka``, and a Kafka node for
+    the log (``liveviews.log.kafka.broker``)."""
+    with tempfile.TemporaryDirectory(prefix="lv-bench-") as tmp, ExitStack() as stack:
         data = Path(tmp)
         port = free_port()
         store = EmbeddedStore(data / "store", port)
@@ -142,6 +180,10 @@ def running_store() -> Iterator[System]:
         client = redis.Redis.from_url(store.url, socket_timeout=60)
         system = System(store.url, client, data)
         try:
+            if kafka:
+                from liveviews.log.kafka.broker import KafkaCluster
+
+                system.kafka = stack.enter_context(KafkaCluster(data / "kafka"))
             yield system
         finally:
             system.stop_pipeline()

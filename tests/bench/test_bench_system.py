@@ -1,13 +1,19 @@
-"""The latency benchmark's view of the pipeline's driver JVM, and how it names its phases."""
+"""The latency benchmark's view of the pipeline's driver JVM, and how it names its phases; the
+benchmarks' system with its log on Kafka."""
 
 from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
+import orjson
+import redis
+
 from bench.latency import phase_title
-from bench.system import jvm_cpu
+from bench.system import System, jvm_cpu
+from liveviews.changes.topic import FRONTIER_KEY, VIEWS_FRONTIER
 
 SPIN = """
 public class Spin {
@@ -45,3 +51,41 @@ def test_a_rate_that_ran_before_is_titled_again() -> None:
     rates = [10, 100, 1000, 100]
     titles = [phase_title(rates, i) for i in range(len(rates))]
     assert titles == ["10 events/s", "100 events/s", "1000 events/s", "100 events/s, again"]
+
+
+def test_a_system_on_kafka_writes_counts_and_follows_its_topic(
+    store_url: str, store: redis.Redis, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """What ``bench.rebuild --log kafka`` rests on: the writer appends to the system's topic,
+    its positions count the events and each transaction's commit marker, and the views are
+    caught up once the frontier is at every partition's end."""
+    system = System(store_url, store, tmp_path, kafka=kafka_bootstrap,
+                    topic=f"log-{uuid.uuid4().hex[:8]}")  # fmt: skip
+    assert system.env()["LV_KAFKA_TOPIC"] == system.topic
+    writer = system.writer()
+    try:
+        offsets = writer.append_batch([
+            {"type": "profile_set", "payload": {"user": f"u{i}", "name": "n"}} for i in range(6)
+        ])  # fmt: skip
+    finally:
+        writer.close()
+    partitions = {o.partition for o in offsets}
+    assert system.log_positions() == len(offsets) + len(partitions)
+    ends: dict[int, int] = {}
+    for o in offsets:  # past each partition's last record, and the marker after it
+        ends[o.partition] = max(ends.get(o.partition, 0), int(o.id) + 1)
+    try:
+        store.hset(
+            FRONTIER_KEY,
+            VIEWS_FRONTIER,
+            orjson.dumps({p: str(e - 1) for p, e in ends.items()}, option=orjson.OPT_NON_STR_KEYS),
+        )
+        assert not system.caught_up()
+        store.hset(
+            FRONTIER_KEY,
+            VIEWS_FRONTIER,
+            orjson.dumps({p: str(e) for p, e in ends.items()}, option=orjson.OPT_NON_STR_KEYS),
+        )
+        assert system.caught_up()
+    finally:
+        store.hdel(FRONTIER_KEY, VIEWS_FRONTIER)
