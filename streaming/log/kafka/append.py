@@ -42,6 +42,9 @@ from liveviews.store.client import Client
 TRANSACTION_TIMEOUT_MS = 10_000
 GRACE_MS = 5_000
 ACK_TIMEOUT_S = 30.0
+ABORT_TIMEOUT_S = 2.0
+"""The least an abort past a batch's deadline waits: one that does not end in time leaves the
+producer to its successor, which aborts the transaction as it starts (fencing)."""
 RECORD_PREFIX = "lv:kafka:appended:"
 PENDING, DONE = "pending", "done"
 CLAIM_SCRIPT = Path(__file__).with_name("claim.lua").read_text()
@@ -92,7 +95,7 @@ class KafkaEventLog(LogWriter):
         self.poller = threading.Thread(target=self._poll, name="liveviews-kafka-acks", daemon=True)
         self.poller.start()
 
-    def _transactional(self) -> Any:
+    def _transactional(self, timeout: float = ACK_TIMEOUT_S) -> Any:
         """A producer of transactions under this writer's id. Starting one fences any earlier
         producer of the id and settles the transaction it left (committed if its commit had
         begun, else aborted), so batches after it start from a known state."""
@@ -102,7 +105,7 @@ class KafkaEventLog(LogWriter):
             self.bootstrap, **{"transactional.id": self.transactional_id,
                                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))  # fmt: skip
         try:
-            producer.init_transactions(ACK_TIMEOUT_S)
+            producer.init_transactions(timeout)
         except KafkaException as exc:
             raise LogUnavailable(
                 f"the Kafka brokers at {self.bootstrap} did not start a transactional producer "
@@ -186,8 +189,18 @@ class KafkaEventLog(LogWriter):
 
             return report
 
-        with self.lock:
-            self._transaction(events, key, delivered)
+        # One deadline for the batch, its wait for the batches before it included: while the
+        # brokers are away each would otherwise hold the next for up to three timeouts.
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        if not self.lock.acquire(timeout=ACK_TIMEOUT_S):
+            raise NotAppended(
+                f"the Kafka log did not take the batch within {ACK_TIMEOUT_S:g} s: the batches "
+                "before it are still waiting for the brokers. Nothing was appended; send it again."
+            )
+        try:
+            self._transaction(events, key, delivered, deadline)
+        finally:
+            self.lock.release()
         return [o for o in offsets if o is not None]
 
     def send_one(self, event: Event, key: str | None, report: Report) -> None:
@@ -214,29 +227,34 @@ class KafkaEventLog(LogWriter):
         except (BufferError, KafkaException) as exc:
             raise NotAppended.of(exc) from None
 
-    def _transaction(self, events: Sequence[Event], key: str | None, delivered: Any) -> None:
-        """Appends ``events`` in one transaction, following the producer's error rules: a
-        retriable error is retried, one that requires an abort aborts (nothing appended), and
-        any other leaves the producer unusable, so it is replaced before the next batch."""
+    def _transaction(
+        self, events: Sequence[Event], key: str | None, delivered: Any, deadline: float
+    ) -> None:
+        """Appends ``events`` in one transaction by ``deadline`` (monotonic), following the
+        producer's error rules: a retriable error is retried, one that requires an abort
+        aborts (nothing appended), and any other leaves the producer unusable, so it is
+        replaced before the next batch."""
         from confluent_kafka import KafkaException
+
+        def left() -> float:
+            return max(deadline - time.monotonic(), 0.1)
 
         try:
             if self.batches is None:
-                self.batches = self._transactional()
+                self.batches = self._transactional(left())
         except LogUnavailable as exc:
             raise NotAppended(exc.message + " Nothing was appended.") from None
         p = self.batches
-        deadline = time.monotonic() + ACK_TIMEOUT_S
         try:
             p.begin_transaction()
             try:
                 self._send(p, events, key, delivered)
             except BufferError as exc:  # the producer's queue is full: give up this batch
-                p.abort_transaction(ACK_TIMEOUT_S)
+                p.abort_transaction(max(left(), ABORT_TIMEOUT_S))
                 raise NotAppended.of(exc) from None
             while True:
                 try:
-                    p.commit_transaction(max(deadline - time.monotonic(), 0.1))
+                    p.commit_transaction(left())
                     return
                 except KafkaException as exc:
                     if not (exc.args[0].retriable() and time.monotonic() < deadline):
@@ -245,7 +263,7 @@ class KafkaEventLog(LogWriter):
             error = exc.args[0]
             if error.txn_requires_abort():
                 try:
-                    p.abort_transaction(ACK_TIMEOUT_S)
+                    p.abort_transaction(max(left(), ABORT_TIMEOUT_S))
                 except KafkaException:
                     self.batches = None  # its successor aborts the transaction (fencing)
                 raise NotAppended.of(error) from None

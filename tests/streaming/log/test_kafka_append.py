@@ -183,6 +183,20 @@ def test_a_commit_whose_outcome_is_unknown_replaces_the_producer(log: KafkaEvent
     assert names(log, 2) == ["c", "d"]
 
 
+def test_a_batch_waiting_behind_another_is_answered_by_its_deadline(
+    log: KafkaEventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the brokers are away every batch ahead holds the writer for its own timeouts; the
+    batch behind them is answered by its deadline, as not appended, rather than after theirs."""
+    monkeypatch.setattr(kafka_append, "ACK_TIMEOUT_S", 0.5)
+    with log.lock, pytest.raises(NotAppended) as caught:  # a batch ahead, waiting on brokers
+        log.append_batch([rename("u1", "a"), rename("u2", "b")])
+    assert "within 0.5 s" in caught.value.message and "Nothing was appended" in caught.value.message
+    monkeypatch.undo()
+    log.append_batch([rename("u3", "c"), rename("u4", "d")])
+    assert names(log, 2) == ["c", "d"]
+
+
 def test_a_topic_with_another_partition_count_is_refused_with_a_sentence(
     log: KafkaEventLog, store: redis.Redis
 ) -> None:
