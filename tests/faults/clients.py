@@ -229,6 +229,8 @@ class Publisher(threading.Thread):
         self.url = url + "/v1/events"
         self.resend = resend
         self.resent = 0
+        self.resent_after: collections.Counter[str] = collections.Counter()
+        """What each batch sent again was answered before (``503 <code>``, or ``lost``)."""
         self.activity = Activity(users=20, seed=seed)
         self.http = urllib3.PoolManager(timeout=urllib3.Timeout(connect=2, read=30), retries=False)
         self.halt = threading.Event()
@@ -263,6 +265,7 @@ class Publisher(threading.Thread):
                 break
             assert time.monotonic() < deadline, "a batch was not taken within 120 s"
             self.resent += 1
+            self.resent_after["lost" if r is None else f"503 {_code(r.data)}"] += 1
             time.sleep(0.1)
         if r is None:
             return
@@ -279,6 +282,13 @@ class Publisher(threading.Thread):
     def stop(self) -> None:
         self.halt.set()
         self.join(60)
+
+
+def _code(data: bytes) -> str:
+    try:
+        return str(orjson.loads(data).get("code"))
+    except (orjson.JSONDecodeError, AttributeError):
+        return "not JSON"
 
 
 def snapshot_served(url: str) -> bool:

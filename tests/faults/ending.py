@@ -42,10 +42,10 @@ def logged_once(client: redis.Redis, acked: list[tuple[int, str]]) -> int:
     return assert_views_consistent(client, PARTITIONS, SHARDS)
 
 
-def taken_again(publisher: Publisher, since: float) -> float:
+def taken_again(publisher: Publisher, since: float, timeout: float = 30) -> float:
     """Seconds from ``since`` (monotonic) until publishes are taken again (20 more)."""
     acked = len(publisher.acked)
-    wait_until("publishes taken again", lambda: len(publisher.acked) > acked + 20, timeout=30)
+    wait_until("publishes taken again", lambda: len(publisher.acked) > acked + 20, timeout)
     return time.monotonic() - since
 
 

@@ -46,6 +46,9 @@ HEAP = "512m"
 suite's cluster holds a few small topics on a machine shared with Spark."""
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
+RESTART_DELAY_MAX_S = 10.0
+RESTART_RESET_S = 60.0
+"""A node that ran this long before it exited is started again at once (``keep_running``)."""
 
 
 class KafkaUnavailable(LiveviewsError):
@@ -333,13 +336,30 @@ class KafkaCluster:
 
     def keep_running(self, stop: threading.Event, every: float = 1.0) -> None:
         """Until ``stop`` is set, start again each node that exits, as a machine's service
-        manager restarts a broker: it rejoins the cluster from its folder."""
+        manager restarts a broker: it rejoins the cluster from its folder. A node that exits
+        again soon after (its disk still full, a port taken) waits 1, 3, 7, then
+        ``RESTART_DELAY_MAX_S`` seconds before each start, rather than a JVM a second; one that
+        ran ``RESTART_RESET_S`` starts at once."""
+        failures: dict[int, int] = {}
+        started = {n.node_id: time.monotonic() for n in self.nodes}
+        due: dict[int, float] = {}
         while not stop.wait(every):
+            now = time.monotonic()
             for node in self.nodes:
-                if node.process is not None and node.process.poll() is not None:
-                    print(f"Kafka node {node.node_id} exited (code {node.process.returncode}); "
-                          "starting it again", flush=True)  # fmt: skip
-                    self.start_node(node.node_id, wait=False)
+                i, process = node.node_id, node.process
+                if process is None or process.poll() is None:
+                    continue
+                if i not in due:
+                    quick = now - started[i] < RESTART_RESET_S
+                    failures[i] = failures.get(i, 0) + 1 if quick else 0
+                    due[i] = now + min(RESTART_DELAY_MAX_S, 2 ** failures[i] - 1)
+                    print(f"Kafka node {i} exited (code {process.returncode}); starting it "
+                          f"again in {due[i] - now:.0f} s; see {node.log_file}",
+                          flush=True)  # fmt: skip
+                if now >= due[i]:
+                    del due[i]
+                    started[i] = now
+                    self.start_node(i, wait=False)
 
     def __enter__(self) -> str:
         try:
