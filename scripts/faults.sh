@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fault suite at any size: crash the stream processor, crash the gateway, restart the store,
 # freeze each process, fill a disk or the store's memory, delay, thin and cut the store's
-# network, move the gateway's clock, and kill Kafka brokers under load.
+# network, move the gateway's clock, kill Kafka brokers and fill a Kafka node's disk under load.
 #   scripts/faults.sh                     the CI size (3 kills; the same tests `make test` runs)
 #   KILLS=50 scripts/faults.sh            the long run (make faults KILLS=50)
 #   KILLS=10 WRITE_SECONDS=300 SEED=7 scripts/faults.sh -k pipeline
@@ -29,5 +29,6 @@ start=$(date +%s)
   tests/faults/test_store_restart.py tests/faults/test_store_durability.py \
   tests/faults/test_stalls.py tests/faults/test_disk_full.py tests/faults/test_memory_full.py \
   tests/faults/test_network.py tests/faults/test_clock_jumps.py \
-  tests/faults/test_kafka_broker_kills.py tests/cdc/test_crash.py "$@"
+  tests/faults/test_kafka_broker_kills.py tests/faults/test_kafka_disk_full.py \
+  tests/cdc/test_crash.py "$@"
 echo "fault suite took $(( $(date +%s) - start )) s; figures in $LV_FAULT_REPORT"
