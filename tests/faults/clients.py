@@ -28,6 +28,7 @@ import redis
 import urllib3
 
 from demo.chirp.generate import Activity
+from liveviews.client.connection import RESUMABLE
 from liveviews.gateway.settings import DEV_JWT_SECRET
 from liveviews.log.events import log_stream
 from tests.support.gateway import SSE, Event, State, position
@@ -124,6 +125,15 @@ async def sse_subscriber(base: str, token: str, sub: Resumer, halt: asyncio.Even
                 resp.close()
 
 
+async def _subscribe(ws: aiohttp.ClientWebSocketResponse, s: Resumer) -> None:
+    """Subscribe ``s`` on ``ws``, from the last event it applied if any."""
+    msg: dict[str, Any] = {"type": "subscribe", "sub": s.name, "view": s.view, "key": s.key}
+    if s.state.last_id is not None:
+        msg["last_event_id"] = s.state.last_id
+    await ws.send_str(orjson.dumps(msg).decode())
+    s.connects += 1
+
+
 async def ws_subscriber(base: str, token: str, subs: list[Resumer], halt: asyncio.Event) -> None:
     """One socket for several subscriptions; on close, a new socket resumes each of them."""
     url = base.replace("http://", "ws://") + "/v1/ws"
@@ -140,16 +150,7 @@ async def ws_subscriber(base: str, token: str, subs: list[Resumer], halt: asynci
             try:
                 await ws.send_str(orjson.dumps({"type": "auth", "token": token}).decode())
                 for s in subs:
-                    msg: dict[str, Any] = {
-                        "type": "subscribe",
-                        "sub": s.name,
-                        "view": s.view,
-                        "key": s.key,
-                    }
-                    if s.state.last_id is not None:
-                        msg["last_event_id"] = s.state.last_id
-                    await ws.send_str(orjson.dumps(msg).decode())
-                    s.connects += 1
+                    await _subscribe(ws, s)
                 while not halt.is_set():
                     try:
                         message = await ws.receive(timeout=0.5)
@@ -159,7 +160,16 @@ async def ws_subscriber(base: str, token: str, subs: list[Resumer], halt: asynci
                         break
                     body = orjson.loads(message.data)
                     s = by_id.get(body.get("sub", ""))
-                    if s is None or body["type"] == "error":
+                    if s is None:
+                        continue  # the socket's own frames: authenticated, heartbeats
+                    if body["type"] == "error":
+                        if body.get("code") not in RESUMABLE:
+                            # As the clients do, a subscription refused for good fails: the
+                            # test says why rather than waiting for rows that never come.
+                            s.failure = AssertionError(f"{s.name} refused: {body}")
+                            return
+                        await asyncio.sleep(RETRY_S)  # as the clients resume it, on the socket
+                        await _subscribe(ws, s)
                         continue
                     s.apply(Event(body["type"], body.get("id"), body.get("data") or {}))
             except (aiohttp.ClientError, OSError):
