@@ -13,14 +13,15 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import redis
 
 from bench.common import free_port, wait_listening
 from demo.chirp import app
-from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier
-from liveviews.log.eventlog import EventLog, views_caught_up
+from liveviews.changes.topic import FRONTIER_KEY, VIEWS_FRONTIER, read_frontier
+from liveviews.log.eventlog import EventLog, log_heads, views_caught_up
 from liveviews.log.events import log_stream
 from liveviews.log.kafka.topic import LOG_TOPIC
 from liveviews.log.writer import LogWriter
@@ -165,7 +166,20 @@ class System:
             if self.pipeline is not None and self.pipeline.poll() is not None:
                 raise RuntimeError(f"the pipeline exited; see {self.data / 'pipeline.log'}")
             time.sleep(0.1)
-        raise RuntimeError(f"the pipeline did not catch up within {timeout} s")
+        frontiers: Any = self.client.hgetall(FRONTIER_KEY)
+        raise RuntimeError(
+            f"the pipeline did not catch up within {timeout} s: log ends {self.log_ends()}, "
+            f"frontiers { ({k.decode(): v.decode() for k, v in frontiers.items()}) }"
+        )
+
+    def log_ends(self) -> dict[int, str]:
+        """Each partition's end: its newest entry id, or on Kafka its next offset."""
+        if self.kafka:
+            from liveviews.log.kafka.lag import log_bounds
+
+            bounds = log_bounds(self.kafka, self.topic, PARTITIONS)
+            return {p: str(high) for p, (_, high) in bounds.items()}
+        return log_heads(self.client, PARTITIONS)
 
 
 @contextmanager
