@@ -131,7 +131,9 @@ def test_a_rebuild_on_a_kafka_log_reads_the_topic_from_its_first_record(
         (renamed,) = kafka_log.append_batch(
             [{"type": "profile_set", "payload": {"user": "bob", "name": "Rebuilt"}}]
         )
-        wait_for_frontier(store, running, [renamed])
+        frontier = wait_for_frontier(store, running, [renamed])
+        # Past the transaction's commit marker too: at every partition's end, as before.
+        assert {p: int(v) for p, v in frontier.items()} == log_ends(kafka_log)
         entities = versions.read(store, "entities")
         assert entities is not None and entities.active is not None
         tweet = read_snapshot(store, "tweets", "bob:seed0", shards, entities.active.namespace)
