@@ -52,7 +52,7 @@ import orjson
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pyspark.sql.types import LongType, StructField, StructType
 
-from liveviews import App, Schema, String
+from liveviews import App, Schema, String, log_order
 from liveviews.pipeline.views import CHANGE_SCHEMA, Changes
 
 app = App("notes")
@@ -72,7 +72,7 @@ class Notes(StatefulProcessor):
         stored = self.count.get()
         n = stored[0] if stored else 0
         changes = Changes()
-        for row in sorted(rows, key=lambda r: r["offset"]):
+        for row in sorted(rows, key=lambda r: log_order(r["offset"])):
             n += 1
             text = shown(orjson.loads(row["payload"])["text"])
             changes.upsert("notes", key[0], "count", {{"n": n, "last": text}})
