@@ -5,15 +5,19 @@ consistent with it."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import redis
 
-from liveviews.log.events import log_stream
+from demo.chirp import app as chirp
+from liveviews.changes.topic import ACTIVE_KEY
+from liveviews.log.events import LoggedEvent, Offset, log_stream
 from tests.faults.clients import Publisher, Resumer, missing_acked
 from tests.faults.harness import PARTITIONS, SHARDS, Pipeline, wait_caught_up, wait_until
 from tests.support.checks import assert_views_consistent
 from tests.support.gateway import stored_rows
+from tests.support.kafkalog import frontier_covers
 
 
 def wind_down(
@@ -55,3 +59,37 @@ def receives_again(subscriber: Resumer, since: float, timeout: float = 180) -> f
     wait_until(f"{subscriber.name} receives again", lambda: len(subscriber.state.ids) > seen,
                timeout)  # fmt: skip
     return time.monotonic() - since
+
+
+def wind_down_on_kafka(
+    store: redis.Redis, publisher: Publisher, subscribers: Sequence[Resumer], timeout: float = 180
+) -> float:
+    """``wind_down`` on a Kafka log, whose frontier is compared with the acknowledged offsets:
+    each subscriber must then hold the stored rows of what it follows, in the version readers
+    are served. Returns how long the views took to catch up."""
+    publisher.stop()
+    acked = [Offset(p, i) for p, i in publisher.acked]
+    t0 = time.monotonic()
+    wait_until("the views reflected every acknowledged event",
+               lambda: frontier_covers(store, acked), timeout)  # fmt: skip
+    catch_up = time.monotonic() - t0
+    active = {p.decode(): ns.decode() for p, ns in store.hgetall(ACTIVE_KEY).items()}  # type: ignore[union-attr]
+    pipeline_of = {v: name for name, p in chirp.pipelines.items() for v in p.views}
+    for r in subscribers:
+        # The version readers are served: a rebuilt one's rows are under its namespace.
+        namespace = active.get(pipeline_of[r.view], "")
+        want = stored_rows(store, r.view, r.key, SHARDS, namespace)
+        wait_until(f"{r.name} reached the stored rows",
+                   lambda r=r, want=want: r.state.rows == want or r.failure is not None, 30)  # fmt: skip
+        assert r.failure is None, f"{r.name}: {r.failure}"
+    return catch_up
+
+
+def kafka_logged_once(log: list[list[LoggedEvent]], acked: list[tuple[int, str]]) -> None:
+    """The Kafka log read back holds exactly the acknowledged events: none acknowledged twice,
+    none missing, none that no answer acknowledged."""
+    in_log = Counter((e.partition, e.id) for part in log for e in part)
+    answered = Counter(acked)
+    assert max(answered.values()) == 1, "an offset acknowledged twice"
+    assert set(answered) - set(in_log) == set(), "acknowledged events missing from the log"
+    assert set(in_log) - set(answered) == set(), "events in the log that no answer acknowledged"

@@ -26,11 +26,9 @@ import os
 import threading
 import time
 import uuid
-from collections import Counter
 
 import pytest
 
-from liveviews.log.events import Offset
 from liveviews.log.kafka.broker import KafkaCluster
 from liveviews.pipeline.kafkalog import connector_jars
 from tests.faults.clients import (
@@ -41,7 +39,12 @@ from tests.faults.clients import (
     snapshot_served,
     sse_subscriber,
 )
-from tests.faults.ending import receives_again, taken_again
+from tests.faults.ending import (
+    kafka_logged_once,
+    receives_again,
+    taken_again,
+    wind_down_on_kafka,
+)
 from tests.faults.harness import (
     PARTITIONS,
     SHARDS,
@@ -54,8 +57,8 @@ from tests.faults.harness import (
 )
 from tests.support.checks import assert_views_consistent
 from tests.support.disk import fill, small_filesystem
-from tests.support.gateway import free_port, stored_rows
-from tests.support.kafkalog import frontier_covers, read_kafka_log
+from tests.support.gateway import free_port
+from tests.support.kafkalog import read_kafka_log
 
 KNOBS = Knobs.from_env(kills=1)
 FULL_S = float(os.environ.get("LV_FAULT_STALL_S") or 0) or 5.0
@@ -106,18 +109,9 @@ def test_a_full_kafka_disk_refuses_publishes_keeps_reads_and_recovers(store, sto
             taken_after_s = taken_again(publisher, freed_at, timeout=120)
             delivering_after_s = receives_again(watcher, freed_at)
             time.sleep(1)
-            publisher.stop()
-            acked = [Offset(p, i) for p, i in publisher.acked]
-            t0 = time.monotonic()
-            wait_until("the views reflected every acknowledged event",
-                       lambda: frontier_covers(store, acked), timeout=180)  # fmt: skip
-            catch_up = time.monotonic() - t0
-            want = stored_rows(store, watcher.view, watcher.key, SHARDS)
-            wait_until("the subscriber reached the stored rows",
-                       lambda: watcher.state.rows == want or watcher.failure is not None, 30)  # fmt: skip
-            assert watcher.failure is None, watcher.failure
+            catch_up = wind_down_on_kafka(store, publisher, [watcher])
             assert pipeline.alive(), pipeline.tail()
-            log = read_kafka_log(bootstrap, topic, PARTITIONS, len(acked), timeout=60)
+            log = read_kafka_log(bootstrap, topic, PARTITIONS, len(publisher.acked), timeout=60)
         finally:
             serving.set()
             publisher.halt.set()
@@ -126,11 +120,7 @@ def test_a_full_kafka_disk_refuses_publishes_keeps_reads_and_recovers(store, sto
             pipeline.stop()
             keeper.join(10)
             cluster.stop()
-    in_log = Counter((e.partition, e.id) for part in log for e in part)
-    answered = Counter(publisher.acked)
-    assert max(answered.values()) == 1, "an offset acknowledged twice"
-    assert set(answered) - set(in_log) == set(), "acknowledged events missing from the log"
-    assert set(in_log) - set(answered) == set(), "events in the log that no answer acknowledged"
+    kafka_logged_once(log, publisher.acked)
     deltas = assert_views_consistent(store, PARTITIONS, SHARDS, log=log)
     # A lost answer (the client's read timeout) is sent again under its key, as a 503 is.
     final = {k: v for k, v in publisher.answers.items() if k != "202" and not k.startswith("error")}

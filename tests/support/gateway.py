@@ -256,10 +256,13 @@ def position(event_id: str | None) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-def stored_rows(client: redis.Redis, view: str, key: str, shards: int) -> dict[str, Any]:
+def stored_rows(
+    client: redis.Redis, view: str, key: str, shards: int, namespace: str = ""
+) -> dict[str, Any]:
+    """The rows of ``view``/``key`` stored under ``namespace`` (a rebuilt version's)."""
     from liveviews.changes.topic import read_snapshot
 
-    return read_snapshot(client, view, key, shards).rows
+    return read_snapshot(client, view, key, shards, namespace).rows
 
 
 async def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
