@@ -292,9 +292,20 @@ class Versioning:
             return False
         if reg.active.qualified(p) in self.running:
             target = read_frontier(self.client, reg.active.qualified(p))
+        elif self.settings.kafka:
+            ends = self._kafka_ends()
+            if ends is None:
+                return False
+            target = ends
         else:
             target = log_heads(self.client, self.settings.log_partitions)
         distance = self.settings.rebuild_switch_distance
+        if self.settings.kafka:
+            # Positions on Kafka are offsets, so the distance is their difference (a
+            # transaction's commit marker counts as one); the store's streams hold no event.
+            behind = sum(max(0, int(end) - int(new.get(partition, "0")))
+                         for partition, end in target.items())  # fmt: skip
+            return behind <= distance
         behind = 0
         with self.client.pipeline(transaction=False) as pipe:
             for partition, end in target.items():
@@ -306,6 +317,21 @@ class Versioning:
             for entries in pipe.execute():
                 behind += len(entries)
         return behind <= distance
+
+    def _kafka_ends(self) -> dict[int, str] | None:
+        """The Kafka log's ends; None while it cannot be reached (a version is not caught up
+        with a log that cannot be measured)."""
+        from liveviews.log.kafka.lag import log_ends
+        from liveviews.log.kafka.topic import LogUnavailable
+
+        assert self.settings.kafka is not None
+        try:
+            ends = log_ends(self.settings.kafka, self.settings.kafka_topic,
+                            self.settings.log_partitions)  # fmt: skip
+        except LogUnavailable as exc:
+            log.warning("%s", exc)
+            return None
+        return {p: str(end) for p, end in ends.items()}
 
     def _switch(self, p: str) -> None:
         builder = self.builders.pop(p, None)

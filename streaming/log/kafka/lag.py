@@ -15,6 +15,7 @@ unread.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from liveviews.changes.lag import Lag
@@ -44,6 +45,16 @@ def log_bounds(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[i
         raise LogUnavailable(f"the Kafka log could not be measured: {exc.args[0].str()}") from None
     finally:
         consumer.close()
+
+
+def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's end: its next offset, where a frontier that reflects all of it is."""
+    return {p: high for p, (_, high) in log_bounds(bootstrap, topic, partitions).items()}
+
+
+def at_ends(frontier: Mapping[int, str], ends: Mapping[int, int]) -> bool:
+    """Whether ``frontier`` (partition -> position) is at or past each of ``ends``."""
+    return all(int(frontier.get(p, "0")) >= end for p, end in ends.items())
 
 
 def measure_all(

@@ -12,14 +12,15 @@ from typing import Any
 import orjson
 import pytest
 import redis
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from demo.chirp import app
 from demo.chirp.generate import Activity, seed_events
-from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier, read_snapshot
+from liveviews.changes.topic import PROGRESS_STREAM, VIEWS_FRONTIER, read_frontier, read_snapshot
 from liveviews.log import deadletters
 from liveviews.log.events import Offset, partition_for
 from liveviews.log.kafka.append import KafkaEventLog
+from liveviews.log.kafka.lag import log_ends
 from liveviews.log.kafka.records import position
 from liveviews.pipeline import versions
 from liveviews.pipeline.kafkalog import connector_jars
@@ -63,14 +64,8 @@ def wait_for_frontier(store: redis.Redis, running: RunningPipeline, offsets: Seq
         time.sleep(0.05)
 
 
-def log_ends(log: KafkaEventLog) -> dict[str, int]:
-    """Each partition's next offset: where a reader that read all of it is."""
-    consumer = Consumer({"bootstrap.servers": log.bootstrap, "group.id": "ends"})
-    try:
-        return {str(p): consumer.get_watermark_offsets(TopicPartition(log.topic, p), 10)[1]
-                for p in range(log.partitions)}  # fmt: skip
-    finally:
-        consumer.close()
+def ends_of(log: KafkaEventLog) -> dict[int, int]:
+    return log_ends(log.bootstrap, log.topic, log.partitions)
 
 
 def test_views_from_a_kafka_log_equal_the_recomputation(
@@ -89,7 +84,7 @@ def test_views_from_a_kafka_log_equal_the_recomputation(
         frontier = wait_for_frontier(store, running, offsets)
         # Caught up, the frontier is each partition's end in Kafka (past the last record, and
         # past the marker that commits its transaction, which takes an offset too).
-        assert {p: int(v) for p, v in frontier.items()} == log_ends(kafka_log)
+        assert {int(p): int(v) for p, v in frontier.items()} == ends_of(kafka_log)
         timeline = read_snapshot(store, "timeline", "alice", kafka_settings.change_shards)
         assert "bob:seed0" in timeline.rows
         log = read_kafka_log(kafka_log.bootstrap, kafka_log.topic, parts, len(offsets))
@@ -113,9 +108,11 @@ def test_a_rebuild_on_a_kafka_log_reads_the_topic_from_its_first_record(
 ) -> None:
     """``liveviews rebuild`` on a Kafka log: the new version is built beside the serving one
     from the topic's first record, readers are switched to it, and what it serves equals the
-    recomputation, then and after another event."""
+    recomputation, then and after another event. Readers are switched only once the new
+    version is within the switch distance of the serving one (several of its batches here)."""
     parts, shards = kafka_settings.log_partitions, kafka_settings.change_shards
-    running = RunningPipeline(spark, kafka_settings)
+    settings = dataclasses.replace(kafka_settings, rebuild_max_events_per_batch=40)
+    running = RunningPipeline(spark, settings)
     try:
         events = [seed_events(NOW), *(Activity(users=8, seed=11).take(150) for _ in range(2))]
         offsets = [o for batch in events for o in kafka_log.append_batch(batch)]
@@ -125,6 +122,10 @@ def test_a_rebuild_on_a_kafka_log_reads_the_topic_from_its_first_record(
             running.rebuild(store, pipeline)
             now = versions.read(store, pipeline)
             assert before is not None and now is not None and now.active != before.active
+            # No event came during the rebuild: the serving version was at the log's ends.
+            behind = sum(end - int(switched_at(store, pipeline).get(str(p), "0"))
+                         for p, end in ends_of(kafka_log).items())  # fmt: skip
+            assert 0 <= behind <= settings.rebuild_switch_distance, (pipeline, behind)
         log = read_kafka_log(kafka_log.bootstrap, kafka_log.topic, parts, len(offsets))
         assert_served_views_consistent(store, app, parts, shards, log=log)
 
@@ -133,7 +134,7 @@ def test_a_rebuild_on_a_kafka_log_reads_the_topic_from_its_first_record(
         )
         frontier = wait_for_frontier(store, running, [renamed])
         # Past the transaction's commit marker too: at every partition's end, as before.
-        assert {p: int(v) for p, v in frontier.items()} == log_ends(kafka_log)
+        assert {int(p): int(v) for p, v in frontier.items()} == ends_of(kafka_log)
         entities = versions.read(store, "entities")
         assert entities is not None and entities.active is not None
         tweet = read_snapshot(store, "tweets", "bob:seed0", shards, entities.active.namespace)
@@ -142,6 +143,14 @@ def test_a_rebuild_on_a_kafka_log_reads_the_topic_from_its_first_record(
         assert_served_views_consistent(store, app, parts, shards, log=log)
     finally:
         running.stop()
+
+
+def switched_at(store: redis.Redis, pipeline: str) -> dict[str, str]:
+    """The new version's frontier when readers were switched to it: the progress entry the
+    switch wrote."""
+    entries: Any = store.xrange(PROGRESS_STREAM)
+    (frontier,) = [f[b"frontier"] for _, f in entries if f.get(b"switch") == pipeline.encode()]
+    return dict(orjson.loads(frontier))
 
 
 def test_a_kafka_offset_in_the_offset_log_is_the_frontier_as_it_is() -> None:
