@@ -51,6 +51,7 @@ from liveviews.log.eventlog import EventLog
 from liveviews.log.events import log_stream
 from liveviews.log.kafka.append import KafkaEventLog
 from liveviews.log.kafka.broker import KafkaCluster
+from liveviews.log.kafka.lag import at_ends, log_ends
 from liveviews.log.kafka.topic import LOG_TOPIC
 from liveviews.store.embedded import EmbeddedStore
 
@@ -58,18 +59,6 @@ BATCH = BACKLOG_BATCH
 PARTITIONS = 4
 CONCURRENCY = 32
 PARTS = ("append", "publish", "drain")
-
-
-def kafka_ends(bootstrap: str, partitions: int) -> dict[int, int]:
-    """Each partition's next offset: where a reader of all of it is."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends"})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(LOG_TOPIC, p), 30)[1]
-                for p in range(partitions)}  # fmt: skip
-    finally:
-        consumer.close()
 
 
 def store_bytes(client: redis.Redis, partitions: int) -> int:
@@ -144,11 +133,10 @@ def run(quick: bool = False, backlog: int = 1_000_000, first: str = "redis",
 
             spark = build_session(settings_for(url, data))
             spark.sparkContext.setLogLevel("ERROR")
-            ends = kafka_ends(bootstrap, PARTITIONS)
+            ends = log_ends(bootstrap, LOG_TOPIC, PARTITIONS)
 
             def kafka_caught_up() -> bool:
-                frontier = read_frontier(client, VIEWS_FRONTIER)
-                return all(int(frontier.get(p, "0")) >= end for p, end in ends.items())
+                return at_ends(read_frontier(client, VIEWS_FRONTIER), ends)
 
             drains: dict[str, dict[str, Any]] = {}
             for by in declared.GROUPINGS:

@@ -100,20 +100,17 @@ class System:
         """How far the log goes: its events on the store's streams; on Kafka, each partition's
         next offset (a transaction's commit marker takes one too)."""
         if self.kafka:
-            from liveviews.log.kafka.lag import log_bounds
-
-            return sum(high for _, high in log_bounds(self.kafka, self.topic, PARTITIONS).values())
+            return sum(int(end) for end in self.log_ends().values())
         return sum(int(self.client.xlen(log_stream(p))) for p in range(PARTITIONS))
 
     def caught_up(self) -> bool:
         """Whether the views reflect every event in the log."""
         if not self.kafka:
             return views_caught_up(self.client, PARTITIONS)
-        from liveviews.log.kafka.lag import log_bounds
+        from liveviews.log.kafka.lag import at_ends, log_ends
 
-        frontier = read_frontier(self.client, VIEWS_FRONTIER)
-        bounds = log_bounds(self.kafka, self.topic, PARTITIONS)
-        return all(int(frontier.get(p, "0")) >= high for p, (_, high) in bounds.items())
+        ends = log_ends(self.kafka, self.topic, PARTITIONS)
+        return at_ends(read_frontier(self.client, VIEWS_FRONTIER), ends)
 
     def start_pipeline(self, extra: dict[str, str] | None = None, name: str = "pipeline") -> None:
         log = open(self.data / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
@@ -175,10 +172,9 @@ class System:
     def log_ends(self) -> dict[int, str]:
         """Each partition's end: its newest entry id, or on Kafka its next offset."""
         if self.kafka:
-            from liveviews.log.kafka.lag import log_bounds
+            from liveviews.log.kafka.lag import log_ends
 
-            bounds = log_bounds(self.kafka, self.topic, PARTITIONS)
-            return {p: str(high) for p, (_, high) in bounds.items()}
+            return {p: str(end) for p, end in log_ends(self.kafka, self.topic, PARTITIONS).items()}
         return log_heads(self.client, PARTITIONS)
 
 

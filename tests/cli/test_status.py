@@ -165,7 +165,7 @@ def test_versions_behind_a_kafka_log(
 ) -> None:
     from demo.chirp import app as chirp
     from liveviews.log.kafka.append import KafkaEventLog
-    from liveviews.log.kafka.lag import log_bounds
+    from liveviews.log.kafka.lag import log_ends
 
     topic = f"status-{uuid.uuid4().hex[:8]}"
     log = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store, topic=topic)
@@ -174,7 +174,7 @@ def test_versions_behind_a_kafka_log(
             log.append(profile(f"user{i}", "x"))
     finally:
         log.close()
-    ends = {p: high for p, (_, high) in log_bounds(kafka_bootstrap, topic, PARTITIONS).items()}
+    ends = log_ends(kafka_bootstrap, topic, PARTITIONS)
     versions.register(store, "entities", "v1")
     versions.begin(store, "entities", "v2", "v2")
     versions.switch(store, "entities", SHARDS)

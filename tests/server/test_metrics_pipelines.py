@@ -255,7 +255,7 @@ async def test_lag_gauges_on_a_kafka_log(
 ) -> None:
     from demo.chirp import app as chirp
     from liveviews.log.kafka.append import KafkaEventLog
-    from liveviews.log.kafka.lag import log_bounds
+    from liveviews.log.kafka.lag import log_ends
 
     topic = f"metrics-{uuid.uuid4().hex[:8]}"
     log = KafkaEventLog(kafka_bootstrap, chirp, PARTITIONS, store, topic=topic)
@@ -264,7 +264,7 @@ async def test_lag_gauges_on_a_kafka_log(
             log.append({"type": "profile_set", "payload": {"user": f"u{i}", "name": "n"}})
     finally:
         log.close()
-    ends = {p: high for p, (_, high) in log_bounds(kafka_bootstrap, topic, PARTITIONS).items()}
+    ends = log_ends(kafka_bootstrap, topic, PARTITIONS)
     versions.register(store, "entities", "abc123")
     versions.begin(store, "entities", "v2", "def456")
     store.hset(FRONTIER_KEY, "entities", orjson.dumps({str(p): str(n) for p, n in ends.items()}))

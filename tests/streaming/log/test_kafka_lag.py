@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from liveviews.changes.lag import Lag
 from liveviews.log.kafka.append import KafkaEventLog
-from liveviews.log.kafka.lag import log_bounds, measure_all
+from liveviews.log.kafka.lag import log_ends, measure_all
 from tests.support.kafkalog import PARTITIONS, read_kafka_log
 
 
@@ -17,7 +17,7 @@ def test_frontiers_behind_a_kafka_log_count_its_events_and_the_oldest_unread_one
                for i in range(12)]  # fmt: skip
     events = {e.offset: e for part in read_kafka_log(log.bootstrap, log.topic, PARTITIONS, 12)
               for e in part}  # fmt: skip
-    ends = {p: high for p, (_, high) in log_bounds(log.bootstrap, log.topic, PARTITIONS).items()}
+    ends = log_ends(log.bootstrap, log.topic, PARTITIONS)
     assert sum(ends.values()) == 12
     first = min(e.ingest_ms for e in events.values())
     now = max(e.ingest_ms for e in events.values()) + 1_000
