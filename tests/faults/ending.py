@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import redis
 
 from demo.chirp import app as chirp
-from liveviews.changes.topic import ACTIVE_KEY
 from liveviews.log.events import LoggedEvent, Offset, log_stream
+from liveviews.pipeline.versions import active_namespaces
 from tests.faults.clients import Publisher, Resumer, missing_acked
 from tests.faults.harness import PARTITIONS, SHARDS, Pipeline, wait_caught_up, wait_until
 from tests.support.checks import assert_views_consistent
@@ -73,7 +73,7 @@ def wind_down_on_kafka(
     wait_until("the views reflected every acknowledged event",
                lambda: frontier_covers(store, acked), timeout)  # fmt: skip
     catch_up = time.monotonic() - t0
-    active = {p.decode(): ns.decode() for p, ns in store.hgetall(ACTIVE_KEY).items()}  # type: ignore[union-attr]
+    active = active_namespaces(store)
     pipeline_of = {v: name for name, p in chirp.pipelines.items() for v in p.views}
     for r in subscribers:
         # The version readers are served: a rebuilt one's rows are under its namespace.

@@ -11,7 +11,6 @@ import redis
 
 from liveviews.app import App
 from liveviews.changes.topic import (
-    ACTIVE_KEY,
     Delta,
     changes_stream,
     positions_key,
@@ -21,6 +20,7 @@ from liveviews.changes.topic import (
     view_key,
 )
 from liveviews.log.events import LoggedEvent
+from liveviews.pipeline.versions import active_namespaces
 from tests.support.reference import Views, recompute
 
 
@@ -125,7 +125,7 @@ def assert_served_views_consistent(
     kept for its grace period, is left out. The replay of the change topic is compared for
     the pipelines never rebuilt: a rebuilt version's deltas and positions follow the rules of
     the switch, which the rebuild tests check. Returns #deltas."""
-    active = {p.decode(): ns.decode() for p, ns in client.hgetall(ACTIVE_KEY).items()}  # type: ignore[union-attr]
+    active = active_namespaces(client)
     served = {view + active.get(name, ""): view
               for name, pipeline in app.pipelines.items() for view in pipeline.views}  # fmt: skip
     stored = {(served[v], k): rows for (v, k), rows in stored_views(client, shards).items()

@@ -9,6 +9,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from liveviews.changes.topic import VIEWS_FRONTIER, read_frontier
+from liveviews.client.offsets import covers as reflected
 from liveviews.log.events import LoggedEvent, Offset
 from liveviews.log.kafka.records import decode_record, position
 
@@ -16,9 +17,9 @@ PARTITIONS = 4  # of the topics the tests of a Kafka log write
 
 
 def covers(frontier: dict[int, str], offsets: Iterable[Offset]) -> bool:
-    """Whether ``frontier`` covers ``offsets`` of a Kafka log, whose positions compare as
-    numbers (not as the store's ``<ms>-<seq>`` ids)."""
-    return all(int(frontier.get(o.partition, "0")) >= int(o.id) for o in offsets)
+    """Whether ``frontier`` (as ``read_frontier`` gives it) covers ``offsets`` of a Kafka log,
+    as a client's ``reflects()`` decides it."""
+    return reflected({str(p): at for p, at in frontier.items()}, offsets)
 
 
 def frontier_covers(store: Any, offsets: Iterable[Offset]) -> bool:

@@ -28,7 +28,9 @@ from liveviews.changes.topic import (
     read_snapshot,
     realtime_attempts_key,
 )
+from liveviews.client.offsets import covers
 from liveviews.log.eventlog import EventLog
+from liveviews.log.events import Offset
 from liveviews.pipeline import versions
 from liveviews.pipeline.declared import payloads, sql, view_changes
 from liveviews.pipeline.plan import PipelineRefused
@@ -153,13 +155,8 @@ def test_changes_made_while_the_store_is_busy_go_together_in_its_next_call(store
 
 
 def _covers(frontier: dict[int, str], wanted: dict[str, str]) -> bool:
-    def place(entry: str) -> tuple[int, int]:
-        ms, seq = entry.split("-")
-        return int(ms), int(seq)
-
-    return all(
-        int(p) in frontier and place(frontier[int(p)]) >= place(i) for p, i in wanted.items()
-    )
+    return covers({str(p): at for p, at in frontier.items()},
+                  [Offset(int(p), at) for p, at in wanted.items()])  # fmt: skip
 
 
 def test_a_client_waiting_for_its_write_ends_the_epoch_early(store, settings, spark):
