@@ -133,7 +133,11 @@ def seed(system: System) -> None:
             events.append({"type": "tweet_posted", "payload": tweet})
             follow = {"user": f"u{(u + i + 1) % USERS}", "followee": f"u{u}"}
             events.append({"type": "follow", "payload": follow})
-    system.writer().append_batch(events)
+    writer = system.writer()
+    try:
+        writer.append_batch(events)
+    finally:
+        writer.close()  # on Kafka, a producer with its own threads
 
 
 def _headers(user: str) -> dict[str, str]:
