@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.rebuild [--quick] [--backlog 1000000] [--rate 100]
         [--before 30] [--lead-in 150] [--pipelines profiles,entities,activity]
         [--env LV_MAX_EVENTS_PER_BATCH=10000] [--live-env LV_MAX_EVENTS_PER_BATCH=2000]
-        [--log redis|kafka] [--name rebuild]
+        [--log redis|kafka|redis,kafka] [--name rebuild]
 
 The whole system runs as ``make run`` runs it (store, pipeline process, gateway). A fresh store
 takes the backlog of Chirp events on the log's fast path (with ``--log kafka``: a Kafka node of
@@ -504,6 +504,10 @@ def drain(system: System, env: dict[str, str], backlog: int) -> dict[str, Any]:
     }
 
 
+LOGS = {"redis": "rebuild", "kafka": "rebuild_kafka"}
+"""Where the log can be, and the name of each one's result."""
+
+
 @dataclass
 class Plan:
     """What one run does."""
@@ -596,10 +600,11 @@ def main() -> int:
     parser.add_argument("--live-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of the pipeline process restarted after the drain,"
                         " for the rebuilds (repeatable)")  # fmt: skip
-    parser.add_argument("--log", choices=("redis", "kafka"), default="redis",
-                        help="the store's streams, or a Kafka node of the run's own")  # fmt: skip
+    parser.add_argument("--log", default="redis", metavar="LOGS",
+                        help="redis (the store's streams), kafka (a Kafka node of the run's own),"
+                        " or both, comma-separated, measured one after the other")  # fmt: skip
     parser.add_argument("--name", default="", help="the result file's name (default rebuild, "
-                        "rebuild_kafka on Kafka)")  # fmt: skip
+                        "rebuild_kafka on Kafka; one log only)")  # fmt: skip
     args = parser.parse_args()
     pipelines = [p for p in args.pipelines.split(",") if p]
     unknown = sorted(set(pipelines) - set(PIPELINES))
@@ -608,12 +613,18 @@ def main() -> int:
     bad = [e for e in args.env + args.live_env if "=" not in e]
     if bad:
         parser.error(f"{bad[0]}: write NAME=VALUE")
-    plan = Plan(args.backlog, args.rate, args.before, args.lead_in, pipelines=pipelines,
-                live_env=dict(e.split("=", 1) for e in args.live_env), log=args.log)  # fmt: skip
-    plan.env.update(e.split("=", 1) for e in args.env)
+    logs = [log for log in args.log.split(",") if log]
+    if not logs or set(logs) - set(LOGS) or len(set(logs)) < len(logs):
+        parser.error(f"--log {args.log}: give redis, kafka or both, comma-separated")
+    if args.name and len(logs) > 1:
+        parser.error("--name names the result of one log: leave it out with several")
     if args.quick:  # never over the real figures, as the harness does
         os.environ.setdefault("LV_BENCH_RESULTS", str(RESULTS / "quick"))
-    run(args.quick, plan, args.name or ("rebuild_kafka" if args.log == "kafka" else "rebuild"))
+    for log in logs:  # the same plan for each, in one run of the machine
+        plan = Plan(args.backlog, args.rate, args.before, args.lead_in, pipelines=pipelines,
+                    live_env=dict(e.split("=", 1) for e in args.live_env), log=log)  # fmt: skip
+        plan.env.update(e.split("=", 1) for e in args.env)
+        run(args.quick, plan, args.name or LOGS[log])
     return 0
 
 
