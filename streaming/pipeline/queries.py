@@ -100,6 +100,7 @@ def start_pipeline(
         client, app, name, settings.change_shards, settings.change_retention,
         pipelines or list(app.pipelines), BatchEnds(spark), namespace,
         settings.store_ack_replicas, BUILD_CALL_OPS if building else CALL_OPS,
+        log_in_store=not settings.kafka,
     )  # fmt: skip
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", name)
     # A query takes the session's settings as they are when it starts; a new checkpoint

@@ -102,8 +102,12 @@ class ChangeTopicSink:
         namespace: str = "",
         ack_replicas: int = 0,
         call_ops: int = CALL_OPS,
+        log_in_store: bool = True,
     ) -> None:
         self.client = client
+        # The log's heads, for each frontier's lag, are read from the store's streams; a Kafka
+        # log's positions hold no time, so no lag is recorded there (frontier.lua).
+        self.log_in_store = log_in_store
         self.call_ops = call_ops
         # Replicas that confirm each of the batch's writes before Spark commits it.
         self.ack_replicas = ack_replicas
@@ -237,12 +241,16 @@ class ChangeTopicSink:
 
     def _heads(self, read_to: dict[int, str]) -> dict[int, str]:
         """The newest entry id of each log partition the batch read, read just before the
-        frontier moves, for its lag (``frontier.lua``)."""
+        frontier moves, for its lag (``frontier.lua``); none when the log is not in the store."""
+        if not self.log_in_store:
+            return {}
         with self.client.pipeline(transaction=False) as pipe:
             for partition in sorted(read_to):
                 pipe.xrevrange(log_stream(partition), count=1)
             found: list[Any] = pipe.execute() if read_to else []
-        return {p: h[0][0].decode() for p, h in zip(sorted(read_to), found, strict=True) if h}
+        # An empty partition's head is 0-0: nothing is behind (an absent one is not measured).
+        return {p: h[0][0].decode() if h else "0-0"
+                for p, h in zip(sorted(read_to), found, strict=True)}  # fmt: skip
 
     def _queue_frontier(self, pipe: Any, batch: Batch, heads: dict[int, str]) -> None:
         args: list[Any] = [self.qualified, batch.id, VIEWS_FRONTIER, batch.changes]

@@ -278,10 +278,30 @@ class Versioning:
             return
         self._reported = time.monotonic()
         assert reg.next is not None
-        behind: Any = self.client.hget(FRONTIER_LAG_KEY, reg.next.qualified(p))
-        where = f"{int(behind) / 1000:.1f} s of the log behind its head" if behind else "starting"
         log.info("pipeline %r: rebuilding version %s beside version %s: %s", p,
-                 reg.next.version, reg.active.version if reg.active else "?", where)  # fmt: skip
+                 reg.next.version, reg.active.version if reg.active else "?",
+                 self._behind(reg.next.qualified(p)))  # fmt: skip
+
+    def _behind(self, qualified: str) -> str:
+        """How far a version being built is behind the log's head, in words."""
+        if not self.settings.kafka:
+            behind: Any = self.client.hget(FRONTIER_LAG_KEY, qualified)
+            if behind is None:
+                return "starting"
+            return f"{int(behind) / 1000:.1f} s of the log behind its head"
+        from liveviews.log.kafka.lag import measure_all
+        from liveviews.log.kafka.topic import LogUnavailable
+
+        frontier = read_frontier(self.client, qualified)
+        if not frontier:
+            return "starting"
+        try:
+            lags = measure_all(self.settings.kafka, self.settings.kafka_topic,
+                               self.settings.log_partitions, {qualified: frontier})  # fmt: skip
+        except LogUnavailable as exc:
+            return str(exc)
+        lag = lags[qualified]
+        return f"{lag.events} positions ({lag.ms / 1000:.1f} s of the log) behind its end"
 
     def _caught_up(self, p: str, reg: Versions) -> bool:
         """Is the version being built within the switch distance of the serving one (or of the

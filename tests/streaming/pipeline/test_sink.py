@@ -231,6 +231,19 @@ def test_the_lag_is_measured_against_the_log_heads_read_before_the_frontier(stor
     assert store.hget("lv:{m}:frontier:lag", "q") == b"0"
 
 
+def test_a_log_whose_positions_hold_no_time_records_no_lag(store):
+    """On Kafka a frontier's position says nothing of when its event came: a frame then
+    carries no lag rather than a 0 that would say the views are caught up."""
+    store.xadd("lv:log:0", {"a": "1"}, id="4000-0")  # no reader of a Kafka log looks here
+    sink = ChangeTopicSink(store, make_app(), "q", SHARDS, retention=1000, log_in_store=False)
+    store.hset("lv:{m}:frontier:lag", "q", 250)  # as the store's log left it
+    sink.write([], 0, {0: "17"})
+    assert store.hget("lv:{m}:frontier:lag", "q") is None
+    progress = [f for _, f in store.xrange("lv:{m}:progress") if f[b"pipeline"] == b"q"]
+    assert progress and all(b"lag_ms" not in f for f in progress)
+    assert read_frontier(store, "q") == {0: "17"}
+
+
 def test_a_version_being_built_writes_in_short_store_calls(store):
     """The store runs one call at a time: a rebuild's long calls made every reader wait."""
     batch = [row("plain", f"k{i}", "r", str(i)) for i in range(2 * BUILD_CALL_OPS + 1)]
