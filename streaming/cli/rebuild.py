@@ -25,10 +25,10 @@ from rich.text import Text
 
 from liveviews.cli import render
 from liveviews.cli.base import Env, Failure, emit, json_option, known_pipeline, pass_env, stderr
-from liveviews.cli.status import PROGRESS_STREAM, QUERY_PREFIX
+from liveviews.cli.status import PROGRESS_STREAM, QUERY_PREFIX, log_sizes
 from liveviews.errors import ConfigurationError
-from liveviews.log.events import log_stream
 from liveviews.pipeline import versions
+from liveviews.pipeline.settings import Settings
 from liveviews.pipeline.versions import Version, Versions
 from liveviews.store.client import Client
 
@@ -114,11 +114,9 @@ class Processed:
                 return self.events
 
 
-def log_size(client: Client, partitions: int) -> int:
-    with client.pipeline(transaction=False) as pipe:
-        for p in range(partitions):
-            pipe.xlen(log_stream(p))
-        return sum(int(n) for n in pipe.execute())
+def log_size(client: Client, settings: Settings) -> int:
+    """The events in the log (on Kafka, its positions: a transaction's marker takes one)."""
+    return sum(log_sizes(client, settings)[0])
 
 
 class RateColumn(ProgressColumn):
@@ -146,7 +144,6 @@ def _rebuilt(version: str) -> Callable[[Versions], str | None]:
 def _follow(env: Env, pipeline: str, building: Version, timeout: float | None) -> dict[str, Any]:
     """Watch a version being built until it serves readers (or is dropped)."""
     client = env.client
-    partitions = env.settings.log_partitions
     processed = Processed(
         QUERY_PREFIX + building.qualified(pipeline), f"{int(building.started * 1000)}-0"
     )
@@ -156,16 +153,16 @@ def _follow(env: Env, pipeline: str, building: Version, timeout: float | None) -
         TimeRemainingColumn(), console=render.console(stderr=True), disable=env.json,
     )  # fmt: skip
     with progress:
-        task = progress.add_task("rebuild", total=log_size(client, partitions))
+        task = progress.add_task("rebuild", total=log_size(client, env.settings))
 
         def tick(_: Versions) -> None:
-            size = log_size(client, partitions)
+            size = log_size(client, env.settings)
             progress.update(task, total=size, completed=min(processed.read(client), size))
 
         outcome, reg = wait_until(client, pipeline, _rebuilt(building.version), timeout, tick)
         tick(reg)
     doc = {"pipeline": pipeline, "version": building.version, "outcome": outcome,
-           "processed": processed.events, "size": log_size(client, partitions),
+           "processed": processed.events, "size": log_size(client, env.settings),
            "seconds": round(time.monotonic() - began, 3)}  # fmt: skip
     if outcome == "aborted":
         raise Failure(

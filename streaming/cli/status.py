@@ -113,7 +113,7 @@ def collect(env: Env, minutes: float) -> dict[str, Any]:
             r["dead_letters"] = letters[r["qualified"]]
         pipelines.append({"pipeline": name, "declared": name in env.app.pipelines,
                           "request": reg.request, "versions": rows})  # fmt: skip
-    sizes, heads = _log(client, env.settings)
+    sizes, heads = log_sizes(client, env.settings)
     gateways = read_gateways(client)
     subscribers: dict[str, int] = {}
     for g in gateways:
@@ -143,7 +143,7 @@ def _lag(client: Client, settings: Settings, frontier: dict[int, str]) -> lag.La
     return lag.measure(client, settings.log_partitions, frontier)
 
 
-def _log(client: Client, settings: Settings) -> tuple[list[int], dict[int, str]]:
+def log_sizes(client: Client, settings: Settings) -> tuple[list[int], dict[int, str]]:
     """Each partition's count of events and its head: the newest entry id in the store's
     streams; on Kafka, its next offset (every offset it has taken, markers of transactions
     included)."""

@@ -15,9 +15,11 @@ import redis
 from liveviews.changes import lag
 from liveviews.changes.lag import log_heads
 from liveviews.changes.topic import FRONTIER_KEY
+from liveviews.cli.rebuild import log_size
 from liveviews.gateway.report import GATEWAYS_KEY, encode
 from liveviews.log import deadletters
 from liveviews.pipeline import versions
+from liveviews.pipeline.settings import Settings
 from tests.cli.conftest import PARTITIONS, SHARDS, Pipelines, Run, profile
 
 PROGRESS = "lv:pipeline:progress"
@@ -196,3 +198,6 @@ def test_versions_behind_a_kafka_log(
     assert "behind 1 offsets" in text.stdout and "at head" in text.stdout
     assert doc["log"]["kafka"] == {"bootstrap": kafka_bootstrap, "topic": topic}
     assert f"log: Kafka topic {topic} at {kafka_bootstrap}" in text.stdout
+    # What ``liveviews rebuild`` shows its progress against: the topic, not the store's streams.
+    settings = Settings.from_env({**env, "LV_KAFKA": kafka_bootstrap, "LV_KAFKA_TOPIC": topic})
+    assert log_size(store, settings) == 12
