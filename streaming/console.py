@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import TextIO
 
@@ -83,8 +84,19 @@ def from_library(record: logging.LogRecord) -> bool:
     return any(name == lib or name.startswith(f"{lib}.") for lib in CHATTER)
 
 
+def cancelled_by_a_stop(record: logging.LogRecord) -> bool:
+    """Is ``record`` py4j's report of a micro-batch whose Spark job was cancelled because its
+    query was stopped? A switch of versions stops the replaced query, and a shutdown every
+    query; the batch is not lost (it runs again from the checkpoint if the query runs again)."""
+    if record.exc_info is None or record.exc_info[1] is None:
+        return False
+    text = "".join(traceback.format_exception(record.exc_info[1]))
+    return "[SPARK_JOB_CANCELLED]" in text and "was stopped" in text
+
+
 class LibraryLines(logging.Filter):
-    """Keeps the libraries' lines below ``threshold`` off the console."""
+    """Keeps the libraries' lines below ``threshold`` off the console, and their traceback of
+    a batch cancelled by its query's stop (kept in the file)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -93,7 +105,9 @@ class LibraryLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "file_only", False):
             return False
-        return record.levelno >= self.threshold or not from_library(record)
+        if not from_library(record):
+            return True
+        return record.levelno >= self.threshold and not cancelled_by_a_stop(record)
 
 
 def stop_requested() -> threading.Event:

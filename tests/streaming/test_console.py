@@ -146,3 +146,31 @@ def test_once_stopping_the_libraries_errors_go_to_the_file_only(tmp_path: Path) 
     assert shown.getvalue().endswith(" pipeline  error: a failure of ours\n")
     assert len(shown.getvalue().splitlines()) == 1
     assert "Answer from Java side is empty" in path.read_text()
+
+
+def test_a_batch_cancelled_by_its_query_s_stop_stays_off_the_console(tmp_path: Path) -> None:
+    """A switch of versions stops the replaced query mid-batch; py4j reports the cancelled
+    job with a Java traceback, which belongs in the file, not on an operator's console."""
+    shown, path = set_up(tmp_path)
+    py4j = logging.getLogger("py4j.clientserver")
+    cause = RuntimeError(
+        "org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 2733 cancelled Query"
+        " liveviews.profiles [id = ea6d8874] was stopped SQLSTATE: XXKDA"
+    )  # fmt: skip
+    try:
+        raise RuntimeError("An error occurred while calling o58472.getResult.") from cause
+    except RuntimeError:
+        py4j.exception(
+            "There was an exception while executing the Python Proxy on the Python Side."
+        )
+    try:
+        raise RuntimeError(
+            "[SPARK_JOB_CANCELLED] Job 7 cancelled because SparkContext was shut down"
+        )
+    except RuntimeError:
+        py4j.exception("another cancelled job")
+    assert " pipeline  error: another cancelled job\n" in shown.getvalue()  # not a stop
+    assert "Python Proxy" not in shown.getvalue() and "Job 2733" not in shown.getvalue()
+    logged = path.read_text()
+    assert "ERROR py4j.clientserver: There was an exception while executing" in logged
+    assert "[SPARK_JOB_CANCELLED] Job 2733" in logged
