@@ -1,11 +1,11 @@
 -- Advance a pipeline's frontier: the log offsets (per partition) its views reflect.
 -- KEYS[1] frontier hash, KEYS[2] frontier batches hash, KEYS[3] progress stream,
 -- KEYS[4] active namespaces hash, KEYS[5] this pipeline version's history stream,
--- KEYS[6] frontier lag hash: all of them control keys (lv:{m}:*), in one slot of a cluster.
+-- KEYS[6] frontier lag hash, left out when the log's positions hold no time (Kafka): all of
+-- them control keys (lv:{m}:*), in one slot of a cluster.
 -- ARGV: pipeline (with its namespace), batch id, the views' frontier name, row changes in the
 -- batch, the number n of pipelines, their n base names, then triples of (partition, entry id
--- read by this batch, the partition's newest entry id as the sink read it just before: 0-0
--- when it has none, '' when the log is not the store's).
+-- read by this batch, the partition's newest entry id as the sink read it just before, or '').
 -- Each pipeline is its own query with its own frontier; the views' frontier is, per partition,
 -- the oldest of them: every view reflects at least that much of the log. Each advance of the
 -- pipeline's frontier, and of the views' frontier, is appended to the progress stream: a
@@ -57,13 +57,12 @@ for i = first_pair, #ARGV, 3 do
 end
 -- How far behind the log's head this batch left the views, in ms of append time: what a
 -- client is told with each frontier (0 once caught up). Entry ids only: a Kafka log's
--- positions hold no time, so its sink sends no head, and no lag is recorded (a frame then
+-- positions hold no time, so its sink passes no lag hash and no lag is recorded (a frame then
 -- carries none, rather than a 0 that would say the views are caught up).
-local lag, measured, read = 0, false, false
+local measured = lags ~= nil
+local lag = 0
 for i = first_pair, #ARGV, 3 do
   local head = ARGV[i + 2]
-  read = true
-  if head ~= '' then measured = true end
   local at = frontier[ARGV[i]]
   local hms = string.match(head, '^(%d+)-%d+$')
   local ams = at and string.match(at, '^(%d+)-%d+$')
@@ -77,8 +76,6 @@ redis.call('HSET', batches, pipeline, batch)
 redis.call('HSET', frontiers, pipeline, encoded)
 if measured then
   redis.call('HSET', lags, pipeline, lag)
-elseif read then
-  redis.call('HDEL', lags, pipeline)
 end
 -- Which batch reflected which offsets, for reading a view as of an offset (liveviews inspect).
 redis.call('XADD', history, 'MAXLEN', '~', 100000, '*', 'batch', batch, 'frontier', encoded)

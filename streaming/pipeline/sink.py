@@ -248,9 +248,7 @@ class ChangeTopicSink:
             for partition in sorted(read_to):
                 pipe.xrevrange(log_stream(partition), count=1)
             found: list[Any] = pipe.execute() if read_to else []
-        # An empty partition's head is 0-0: nothing is behind (an absent one is not measured).
-        return {p: h[0][0].decode() if h else "0-0"
-                for p, h in zip(sorted(read_to), found, strict=True)}  # fmt: skip
+        return {p: h[0][0].decode() for p, h in zip(sorted(read_to), found, strict=True) if h}
 
     def _queue_frontier(self, pipe: Any, batch: Batch, heads: dict[int, str]) -> None:
         args: list[Any] = [self.qualified, batch.id, VIEWS_FRONTIER, batch.changes]
@@ -258,7 +256,11 @@ class ChangeTopicSink:
         for partition in sorted(batch.read_to):
             args += [partition, batch.read_to[partition], heads.get(partition, "")]
         keys = [FRONTIER_KEY, FRONTIER_BATCHES_KEY, PROGRESS_STREAM, ACTIVE_KEY,
-                history_stream(self.qualified), FRONTIER_LAG_KEY]  # fmt: skip
+                history_stream(self.qualified)]  # fmt: skip
+        if self.log_in_store:
+            keys.append(FRONTIER_LAG_KEY)
+        else:  # no lag recorded, nor one left from another log
+            pipe.hdel(FRONTIER_LAG_KEY, self.qualified)
         self.advance(keys=keys, args=args, client=pipe)
 
     def _dead_letters(self, rows: list[Any], batch_id: int) -> list[deadletters.DeadLetter]:
