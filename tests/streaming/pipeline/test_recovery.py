@@ -6,6 +6,7 @@ replaying the change topic must rebuild them with no delta missing or duplicated
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -18,8 +19,10 @@ import pytest
 
 from demo.chirp import app
 from demo.chirp.generate import Activity
+from liveviews.changes.topic import ACTIVE_KEY, read_frontier
 from liveviews.log.eventlog import EventLog
-from tests.support.checks import assert_views_consistent
+from liveviews.pipeline import versions
+from tests.support.checks import assert_served_views_consistent, assert_views_consistent
 from tests.support.pipeline import RunningPipeline
 from tests.support.processes import spark_jvm
 
@@ -104,6 +107,49 @@ def test_replayed_batch_changes_nothing(store, settings, spark):
         replay.stop()
     deltas_after = assert_views_consistent(store, settings.log_partitions, settings.change_shards)
     assert deltas_after >= deltas_before
+
+
+def test_a_rebuild_asked_by_hand_resumes_after_a_restart(store, settings, spark):
+    """``liveviews rebuild`` of a pipeline whose code did not change, cut short by a stop: the
+    next start runs the new version on from its checkpoint beside the serving one (it is not
+    dropped as built for other code), and readers are switched to it once it has caught up."""
+    log = EventLog(store, app, settings.log_partitions)
+    activity = Activity(users=10, seed=7)
+    log.append_batch(activity.take(400))
+    # Short micro-batches and a switch left to the operator: the stop comes mid-rebuild.
+    manual = dataclasses.replace(settings, rebuild_max_events_per_batch=20,
+                                 rebuild_switch="manual")  # fmt: skip
+    first = RunningPipeline(spark, manual)
+    try:
+        first.wait_until_caught_up(store)
+        versions.ask(store, "entities", "rebuild")
+        deadline = time.monotonic() + 60
+        while (
+            (asked := versions.read(store, "entities")) is None
+            or asked.next is None
+            or (read_frontier(store, asked.next.qualified("entities")) == {})
+        ):
+            first.versioning.tick()
+            assert time.monotonic() < deadline, "the rebuild did not begin"
+            time.sleep(0.05)
+    finally:
+        first.stop()
+    assert asked.active is not None and asked.next is not None
+    log.append_batch(activity.take(50))
+    second = RunningPipeline(spark, settings)
+    try:
+        assert versions.read(store, "entities") == asked  # neither dropped nor begun again
+        assert asked.next.qualified("entities") in second.versioning.running
+        deadline = time.monotonic() + 120
+        while store.hget(ACTIVE_KEY, "entities") != asked.next.namespace.encode():
+            second.versioning.tick()
+            second.assert_running()
+            assert time.monotonic() < deadline, "readers were not switched to the rebuilt version"
+            time.sleep(0.05)
+        second.wait_until_caught_up(store)
+    finally:
+        second.stop()
+    assert_served_views_consistent(store, app, settings.log_partitions, settings.change_shards)
 
 
 def _start_job(settings) -> subprocess.Popen[bytes]:
