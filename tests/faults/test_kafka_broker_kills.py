@@ -106,6 +106,7 @@ def test_kafka_broker_kills_under_load_lose_and_double_nothing(store, store_url,
         asked = time.monotonic()
         wait_until("the rebuild began", lambda: (r := versions.read(store, REBUILT)) is not None
                    and r.next is not None, timeout=60)  # fmt: skip
+        begun = versions.read(store, REBUILT)
         for n in range(KNOBS.kills):
             time.sleep(rng.uniform(1.0, 3.0))
             node = rng.randint(1, NODES)
@@ -134,6 +135,8 @@ def test_kafka_broker_kills_under_load_lose_and_double_nothing(store, store_url,
         switched_after = time.monotonic() - asked
         rebuilt = versions.read(store, REBUILT)
         assert rebuilt is not None and serving is not None and rebuilt.active != serving.active
+        # The version begun before the kills, resumed after the pipeline's: not begun again.
+        assert begun is not None and rebuilt.active == begun.next, (begun, rebuilt)
         time.sleep(1)
         catch_up = wind_down_on_kafka(store, publisher, [watcher, reader, *followers])
         assert pipeline.alive(), pipeline.tail()
