@@ -315,22 +315,15 @@ class Versioning:
         new = read_frontier(self.client, reg.next.qualified(p))
         if not new:
             return False
-        if reg.active.qualified(p) in self.running:
-            target = read_frontier(self.client, reg.active.qualified(p))
-        elif self.settings.kafka:
-            ends = self._kafka_ends()
-            if ends is None:
-                return False
-            target = ends
-        else:
-            target = log_heads(self.client, self.settings.log_partitions)
+        serving = reg.active.qualified(p) if reg.active.qualified(p) in self.running else None
         distance = self.settings.rebuild_switch_distance
         if self.settings.kafka:
-            # Positions on Kafka are offsets, so the distance is their difference (a
-            # transaction's commit marker counts as one); the store's streams hold no event.
-            behind = sum(max(0, int(end) - int(new.get(partition, "0")))
-                         for partition, end in target.items())  # fmt: skip
-            return behind <= distance
+            behind = self._kafka_behind(new, serving)
+            return behind is not None and behind <= distance
+        if serving is not None:
+            target = read_frontier(self.client, serving)
+        else:
+            target = log_heads(self.client, self.settings.log_partitions)
         behind = 0
         with self.client.pipeline(transaction=False) as pipe:
             for partition, end in target.items():
@@ -343,20 +336,25 @@ class Versioning:
                 behind += len(entries)
         return behind <= distance
 
-    def _kafka_ends(self) -> dict[int, str] | None:
-        """The Kafka log's ends; None while it cannot be reached (a version is not caught up
-        with a log that cannot be measured)."""
+    def _kafka_behind(self, new: dict[int, str], serving: str | None) -> int | None:
+        """How many positions of a Kafka log a version's frontier ``new`` is behind the serving
+        version's (or the log's ends, when it does not run): positions are offsets, so this is
+        their difference (a transaction's commit marker counts as one); the store's streams
+        hold no event. None while the log cannot be measured."""
         from liveviews.log.kafka.lag import log_ends
         from liveviews.log.kafka.topic import LogUnavailable
 
         assert self.settings.kafka is not None
-        try:
-            ends = log_ends(self.settings.kafka, self.settings.kafka_topic,
-                            self.settings.log_partitions)  # fmt: skip
-        except LogUnavailable as exc:
-            log.warning("%s", exc)
-            return None
-        return {p: str(end) for p, end in ends.items()}
+        if serving is not None:
+            target = {p: int(o) for p, o in read_frontier(self.client, serving).items()}
+        else:
+            try:
+                target = log_ends(self.settings.kafka, self.settings.kafka_topic,
+                                  self.settings.log_partitions)  # fmt: skip
+            except LogUnavailable as exc:
+                log.warning("%s", exc)
+                return None
+        return sum(max(0, end - int(new.get(p, "0"))) for p, end in target.items())
 
     def _switch(self, p: str) -> None:
         builder = self.builders.pop(p, None)
