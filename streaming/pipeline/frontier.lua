@@ -59,29 +59,29 @@ end
 -- client is told with each frontier (0 once caught up). Entry ids only: a Kafka log's
 -- positions hold no time, so its sink passes no lag hash and no lag is recorded (a frame then
 -- carries none, rather than a 0 that would say the views are caught up).
-local measured = lags ~= nil
-local lag = 0
-for i = first_pair, #ARGV, 3 do
-  local head = ARGV[i + 2]
-  local at = frontier[ARGV[i]]
-  local hms = string.match(head, '^(%d+)-%d+$')
-  local ams = at and string.match(at, '^(%d+)-%d+$')
-  if hms and ams and later(head, at) then
-    hms, ams = tonumber(hms), tonumber(ams)
-    if hms - ams > lag then lag = hms - ams end
+local lag = nil
+if lags then
+  lag = 0
+  for i = first_pair, #ARGV, 3 do
+    local head = ARGV[i + 2]
+    local at = frontier[ARGV[i]]
+    local hms = string.match(head, '^(%d+)-%d+$')
+    local ams = at and string.match(at, '^(%d+)-%d+$')
+    if hms and ams and later(head, at) then
+      hms, ams = tonumber(hms), tonumber(ams)
+      if hms - ams > lag then lag = hms - ams end
+    end
   end
+  redis.call('HSET', lags, pipeline, lag)
 end
 local encoded = cjson.encode(frontier)
 redis.call('HSET', batches, pipeline, batch)
 redis.call('HSET', frontiers, pipeline, encoded)
-if measured then
-  redis.call('HSET', lags, pipeline, lag)
-end
 -- Which batch reflected which offsets, for reading a view as of an offset (liveviews inspect).
 redis.call('XADD', history, 'MAXLEN', '~', 100000, '*', 'batch', batch, 'frontier', encoded)
 if advanced then
   local entry = {'pipeline', pipeline, 'batch', batch, 'frontier', encoded, 'rows', rows}
-  if measured then
+  if lag then
     entry[#entry + 1], entry[#entry + 2] = 'lag_ms', lag
   end
   redis.call('XADD', progress, 'MAXLEN', '~', 1000, '*', unpack(entry))
