@@ -201,7 +201,7 @@ def build(settings: Settings, qualified: str) -> tuple[str, str] | None:
             code="version_gone",
         )
     code = pipelinecode.derive(app, pipeline)
-    if target.code != code:
+    if target.runs != code:
         raise LiveviewsError(
             f"version {version} of {pipeline!r} was made for other code than the application's"
             f" now ({code}); the pipeline process starts the version that code needs.",

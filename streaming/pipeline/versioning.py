@@ -99,17 +99,16 @@ class Versioning:
             # publishing on some shards; the retired one no longer runs.
             versions.settle_live(self.client, p, self.settings.change_shards,
                                  reg.active.namespace)  # fmt: skip
-        building = reg.next.code or reg.next.version if reg.next is not None else None
-        if reg.active.code == code and building != code:
+        if reg.next is not None and reg.next.runs == code:
+            # Also a rebuild asked by hand (``liveviews rebuild``), of the code that serves.
+            log.info("pipeline %r: resuming the rebuild of version %s", p, reg.next.version)
+        elif reg.active.runs == code:
             if reg.next is not None:
                 log.info("pipeline %r: dropping version %s, built for code that is gone",
                          p, reg.next.version)  # fmt: skip
                 self._abort(p)
             self._run(p, reg.active, self.app)
             return
-        if reg.next is not None and building == code:
-            # Also a rebuild asked by hand (``liveviews rebuild``), of the code that serves.
-            log.info("pipeline %r: resuming the rebuild of version %s", p, reg.next.version)
         elif reg.aborted == code:
             log.warning("pipeline %r: its code is version %s, whose rebuild was aborted; readers"
                         " keep version %s (liveviews rebuild %s builds it again)",
@@ -123,7 +122,7 @@ class Versioning:
             log.info("pipeline %r changed: building version %s beside version %s",
                      p, code, reg.active.version if reg.active else "?")  # fmt: skip
         assert reg.active is not None and reg.next is not None
-        if reg.active.code == code:
+        if reg.active.runs == code:
             self._run(p, reg.active, self.app)
         else:
             self._run_stored(p, reg.active)

@@ -68,6 +68,11 @@ class Version:
         """Its name in the store and in Spark: ``entities``, ``entities@v2``."""
         return pipeline + self.namespace
 
+    @property
+    def runs(self) -> str:
+        """The ``derive`` of the code it runs (``code``; its version in entries without one)."""
+        return self.code or self.version
+
 
 @dataclass
 class Versions:
@@ -252,7 +257,7 @@ def abort(client: Client, pipeline: str, shards: int = 0) -> Version | None:
     def change(v: Versions) -> Versions:
         dropped[0] = v.next
         if v.next is not None:
-            v.aborted = v.next.code or v.next.version
+            v.aborted = v.next.runs
             v.retired.append(replace(v.next, ended=time.time()))
         v.next = None
         return v
