@@ -127,7 +127,7 @@ def test_a_rebuild_asked_by_hand_resumes_after_a_restart(store, settings, spark)
         while (
             (asked := versions.read(store, "entities")) is None
             or asked.next is None
-            or (read_frontier(store, asked.next.qualified("entities")) == {})
+            or not read_frontier(store, asked.next.qualified("entities"))
         ):
             first.versioning.tick()
             assert time.monotonic() < deadline, "the rebuild did not begin"
