@@ -80,14 +80,24 @@ SETTLE_S = 10.0
 POLL_S = 0.02
 CORES = os.cpu_count() or 1
 REBUILD_TIMEOUT_S = 1800.0
+SLOWEST_EVENTS_PER_S = 2_000
+"""A drain or rebuild slower than this is stuck: a larger backlog waits longer than
+``REBUILD_TIMEOUT_S`` (10M events: 5,000 s)."""
+
+
+def timeout_for(backlog: int) -> float:
+    return max(REBUILD_TIMEOUT_S, backlog / SLOWEST_EVENTS_PER_S)
+
+
 LEAD_IN_S = 150.0
 
 
 class Run:
     """The writer, the subscribers and the windows of one run against a running system."""
 
-    def __init__(self, system: System, rate: int, settle_s: float) -> None:
+    def __init__(self, system: System, rate: int, settle_s: float, timeout_s: float) -> None:
         self.system = system
+        self.timeout_s = timeout_s
         self.renames = Renames(rate)
         self.settle_s = settle_s
         self.windows: list[Window] = []
@@ -184,7 +194,7 @@ class Run:
         async def switched() -> bool:
             return bool(await self.store.hget(ACTIVE_KEY, pipeline) != before)
 
-        await self.until(f"the switch of {pipeline}", switched, REBUILD_TIMEOUT_S)
+        await self.until(f"the switch of {pipeline}", switched, self.timeout_s)
         switch_at, switch_wall = time.monotonic(), time.time()
         in_log = await asyncio.to_thread(self.system.log_positions)
         self.mark(f"after the switch of {pipeline}")
@@ -194,7 +204,7 @@ class Run:
             reg = await self.registry(pipeline)
             return reg is not None and not reg.retired
 
-        await self.until(f"the deletion of {pipeline}'s old version", deleted, REBUILD_TIMEOUT_S)
+        await self.until(f"the deletion of {pipeline}'s old version", deleted, self.timeout_s)
         deleted_at = time.monotonic()
         await asyncio.sleep(self.settle_s)
         batches = query_batches(self.system.client, version.qualified(pipeline), switch_wall)
@@ -298,7 +308,7 @@ def drain(system: System, env: dict[str, str], backlog: int) -> dict[str, Any]:
     """Start the pipeline process on the backlog; seconds until the views reflect all of it."""
     started, wall = time.monotonic(), time.time()
     system.start_pipeline(env)
-    system.wait_until_caught_up(timeout=REBUILD_TIMEOUT_S)
+    system.wait_until_caught_up(timeout=timeout_for(backlog))
     elapsed = time.monotonic() - started
     first = min((b.started for b in progress.batches(system.client, wall, time.time())
                  if b.events > 0), default=wall)  # fmt: skip
@@ -363,9 +373,9 @@ def measure(plan: Plan, name: str = "rebuild") -> tuple[dict[str, Any], Path]:
         if plan.live_env:
             system.stop_pipeline()
             system.start_pipeline({**plan.env, **plan.live_env})
-            system.wait_until_caught_up(timeout=REBUILD_TIMEOUT_S)
+            system.wait_until_caught_up(timeout=timeout_for(plan.backlog))
         system.start_gateway()
-        run = Run(system, plan.rate, plan.settle_s)
+        run = Run(system, plan.rate, plan.settle_s, timeout_for(plan.backlog))
         figures.update(asyncio.run(run.drive(plan)))
         figures["windows"] = run.window_figures()
         figures["publish_errors"] = run.renames.errors
@@ -411,8 +421,8 @@ def main() -> int:
     parser.add_argument("--log", default="redis", metavar="LOGS",
                         help="redis (the store's streams), kafka (a Kafka node of the run's own),"
                         " or both, comma-separated, measured one after the other")  # fmt: skip
-    parser.add_argument("--name", default="", help="the result file's name (default rebuild, "
-                        "rebuild_kafka on Kafka; one log only)")  # fmt: skip
+    parser.add_argument("--name", default="", help="the result file's name (default rebuild;"
+                        " on Kafka with _kafka after it)")  # fmt: skip
     args = parser.parse_args()
     pipelines = [p for p in args.pipelines.split(",") if p]
     unknown = sorted(set(pipelines) - set(PIPELINES))
@@ -424,15 +434,14 @@ def main() -> int:
     logs = [log for log in args.log.split(",") if log]
     if not logs or set(logs) - set(LOGS) or len(set(logs)) < len(logs):
         parser.error(f"--log {args.log}: give redis, kafka or both, comma-separated")
-    if args.name and len(logs) > 1:
-        parser.error("--name names the result of one log: leave it out with several")
     if args.quick:  # never over the real figures, as the harness does
         os.environ.setdefault("LV_BENCH_RESULTS", str(RESULTS / "quick"))
     for log in logs:  # the same plan for each, in one run of the machine
         plan = Plan(args.backlog, args.rate, args.before, args.lead_in, pipelines=pipelines,
                     live_env=dict(e.split("=", 1) for e in args.live_env), log=log)  # fmt: skip
         plan.env.update(e.split("=", 1) for e in args.env)
-        run(args.quick, plan, args.name or LOGS[log])
+        run(args.quick, plan, f"{args.name}{LOGS[log].removeprefix('rebuild')}" if args.name
+            else LOGS[log])  # fmt: skip
     return 0
 
 

@@ -50,6 +50,8 @@ UNTUNED = {
 
 PARTITIONS = 4
 """Log partitions of the benchmarks' stores (the default of ``LV_LOG_PARTITIONS``)."""
+LOG_TAIL = 40
+"""Lines of a pipeline's log an error quotes: the log goes with the run's folder."""
 
 COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 """How HotSpot's JIT compiler threads name themselves (``/proc/<pid>/task/<tid>/comm``)."""
@@ -161,13 +163,31 @@ class System:
             if self.caught_up():
                 return
             if self.pipeline is not None and self.pipeline.poll() is not None:
-                raise RuntimeError(f"the pipeline exited; see {self.data / 'pipeline.log'}")
+                raise RuntimeError(self.exited())
             time.sleep(0.1)
         frontiers: Any = self.client.hgetall(FRONTIER_KEY)
         raise RuntimeError(
             f"the pipeline did not catch up within {timeout} s: log ends {self.log_ends()}, "
             f"frontiers { ({k.decode(): v.decode() for k, v in frontiers.items()}) }"
         )
+
+    def exited(self) -> str:
+        """Why the pipeline process exited, as far as the run can tell: its exit status, the
+        store's memory, and the end of its log, which goes with the run's folder."""
+        assert self.pipeline is not None
+        try:
+            memory: Any = self.client.info("memory")
+            store = (f"the store used {memory.get('used_memory_human')} of maxmemory "
+                     f"{memory.get('maxmemory_human')}")  # fmt: skip
+        except redis.RedisError as exc:
+            store = f"the store did not answer ({exc})"
+        try:
+            lines = (self.data / "pipeline.log").read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        tail = "\n".join(lines[-LOG_TAIL:])
+        return (f"the pipeline exited with status {self.pipeline.returncode}; {store}; the last "
+                f"lines of its log:\n{tail}")  # fmt: skip
 
     def log_ends(self) -> dict[int, str]:
         """Each partition's end: its newest entry id, or on Kafka its next offset."""
