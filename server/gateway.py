@@ -21,6 +21,7 @@ from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.subscription import Source
 from liveviews.gateway.feed import nodes, store
 from liveviews.gateway.feed.changes import ChangeFeed
+from liveviews.gateway.feed.cuts import Cuts
 from liveviews.gateway.feed.kafkalog import KafkaLogFeed
 from liveviews.gateway.feed.log import LogFeed, StoreLogFeed
 from liveviews.gateway.feed.queries import Reads
@@ -80,6 +81,8 @@ class Gateway:
             new_cohort=lambda: sse_cohort(self.ticker, self.metrics),
             on_wait=self.wants.tell,
         )
+        # The cuts this process's groups of subscriptions are released at.
+        self.cuts = Cuts(self.client, settings.store.log_partitions)
         self.feed = ChangeFeed(
             self.feed_client,
             self.hub,
@@ -88,6 +91,7 @@ class Gateway:
             block_ms=settings.feed_block_ms,
             views_of={name: set(p.views) for name, p in self.app.pipelines.items()},
             stream_waits=self.stream_waits,
+            cuts=self.cuts,
         )
         self.source = Source(
             self.client,

@@ -156,3 +156,13 @@ def decode_rank(raw: str) -> tuple[float, str] | None:
             or not isinstance(value[0], int | float) or not isinstance(value[1], str)):  # fmt: skip
         raise ValueError(raw)
     return float(value[0]), value[1]
+
+
+GROUP_ID_PREFIX = "g."
+
+
+def group_event_id(ids: dict[str, str]) -> str:
+    """A group's event id: each member's (``sub`` -> its last event id), as one opaque string
+    that a stream of several subscriptions can resume from."""
+    raw = orjson.dumps(ids, option=orjson.OPT_SORT_KEYS)
+    return GROUP_ID_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import orjson
+
 from liveviews.log.events import entry_id_tuple, log_stream
 
 CUTS_STREAM = "lv:{m}:cuts"
@@ -61,18 +63,52 @@ def decode(entries: Iterable[Any]) -> list[Cut]:
 
 
 def cut_keys(partitions: int) -> list[str]:
-    """``cut.lua``'s keys: the cuts stream, then every log partition in order."""
-    return [CUTS_STREAM, *(log_stream(p) for p in range(partitions))]
+    """``cut.lua``'s keys: the cuts stream, the frontiers and their batches, the serving
+    versions, then every log partition in order."""
+    from liveviews.changes.topic import ACTIVE_KEY, FRONTIER_BATCHES_KEY, FRONTIER_KEY
+
+    return [CUTS_STREAM, FRONTIER_KEY, FRONTIER_BATCHES_KEY, ACTIVE_KEY,
+            *(log_stream(p) for p in range(partitions))]  # fmt: skip
 
 
 def cut_args(pipelines: Iterable[str]) -> list[Any]:
-    return [CUTS_MAXLEN, ",".join(sorted(pipelines))]
+    return [CUTS_MAXLEN, *sorted(pipelines)]
 
 
-def cut_of(answer: Any) -> Cut:
-    """The cut ``cut.lua`` answered: its id, then its fields."""
-    entry_id, flat = answer
-    return decode([(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))])[0]
+@dataclass(frozen=True)
+class Reached:
+    """Where a pipeline version's frontier was: its name (``profiles``, ``profiles@v2``), the
+    frontier (partition -> entry id) and the batch that wrote it."""
+
+    name: str
+    frontier: Mapping[str, str]
+    batch: int
+
+
+def cut_of(answer: Any) -> tuple[Cut, list[str], list[Reached]]:
+    """The cut ``cut.lua`` appended, the serving version of each of its pipelines, and where
+    those that wrote a frontier already were when it did."""
+    entry_id, flat, at = answer
+    cut = decode([(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))])[0]
+    names, reached = [], []
+    for name, frontier, batch in zip(at[::3], at[1::3], at[2::3], strict=True):
+        names.append(_text(name))
+        if frontier and batch:
+            positions = {str(p): str(i) for p, i in orjson.loads(frontier).items()}
+            reached.append(Reached(_text(name), positions, int(batch)))
+    return cut, names, reached
+
+
+def is_at(frontier: Mapping[str, str], cut: Cut) -> bool:
+    """Is ``frontier`` exactly ``cut``, partition by partition (a missing one is at 0-0)?"""
+    parts = set(frontier) | set(cut.positions)
+    return all(entry_id_tuple(frontier.get(p, NO_POSITION)) == entry_id_tuple(cut.at(p))
+               for p in parts)  # fmt: skip
+
+
+def passed(frontier: Mapping[str, str], cut: Cut) -> bool:
+    """Has ``frontier`` gone past ``cut`` in some partition?"""
+    return any(entry_id_tuple(at) > entry_id_tuple(cut.at(p)) for p, at in frontier.items())
 
 
 def _text(value: Any) -> str:

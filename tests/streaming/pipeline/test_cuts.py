@@ -66,8 +66,8 @@ def reader(store_url: str, pipeline: str, cap: int = 1000, tasks: str = "0") -> 
 
 
 def append_cut(store: redis.Redis, pipelines: str) -> Cut:
-    return cut_of(store.eval(CUT_SCRIPT, PARTITIONS + 1, *cut_keys(PARTITIONS),
-                             *cut_args(pipelines.split(","))))  # fmt: skip
+    keys = cut_keys(PARTITIONS)
+    return cut_of(store.eval(CUT_SCRIPT, len(keys), *keys, *cut_args(pipelines.split(","))))[0]
 
 
 def rows(batches: Any) -> int:
