@@ -93,6 +93,8 @@ class Cuts:
 
     def leave(self, group: Releasable) -> None:
         self.groups.discard(group)
+        if not self.groups:  # nobody waits for the outstanding cut: the next group's own
+            self.outstanding = None
 
     def want(self) -> None:
         """A group has something to release: a cut appended from now on will cover it."""
@@ -125,6 +127,9 @@ class Cuts:
             for batch, frontier in self.recent.get(name, ()):
                 if is_at(frontier, cut):
                     self.reached[name] = batch
+        # A frontier past the cut already, without a batch that ended there, missed it: it
+        # read past it before the cut was appended (a store cluster; never on one server).
+        self.missed = any(r.name not in self.reached and passed(r.frontier, cut) for r in at)
         self._settle()
 
     def progress(self, entries: Iterable[tuple[str, int, dict[str, str]]]) -> None:
