@@ -23,7 +23,7 @@ from demo.chirp.generate import Activity
 from liveviews.changes.cuts import CUTS_STREAM
 from liveviews.log.eventlog import EventLog
 from tests.server.api.test_gateway_ws import Socket, connect
-from tests.support.gateway import ServedGateway, Writer
+from tests.support.gateway import ServedGateway, Writer, open_sse
 from tests.support.gateway_settings import PARTITIONS
 
 
@@ -221,3 +221,46 @@ def test_a_group_event_id_is_opaque_and_holds_each_member_id() -> None:
     assert made.startswith("g.")
     raw = made[2:] + "=" * (-len(made[2:]) % 4)
     assert orjson.loads(base64.urlsafe_b64decode(raw)) == {"p": "e.1-0", "t": "e.2-0"}
+
+
+async def test_a_group_over_sse_is_one_stream_that_resumes_from_its_id(
+    gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    """``/v1/groups/live`` carries the group's frames in one SSE stream; its event id holds each
+    member's, and a stream opened again from it is sent only what it missed."""
+    pipelines = Pipelines(store, writer)
+    heads = pipelines.append()
+    pipelines.rename("profiles", heads, "A")
+    pipelines.rename("entities", heads, "A")
+    url = f"{gateway.url}/v1/groups/live?view=profiles&key=ann&view=timeline&key=ann"
+    async with aiohttp.ClientSession() as s:
+        sse = await open_sse(s, url, gateway.headers("ann"))
+        await pipelines.next_cut()
+        opened = await sse.next(skip=("heartbeat",))
+        assert opened.event == "group" and opened.id is not None and opened.id.startswith("g.")
+        assert [(f["sub"], f["type"]) for f in opened.data["frames"]] == [
+            ("m0", "snapshot"), ("m1", "snapshot")]  # fmt: skip
+        await sse.close()
+
+        heads = pipelines.append()
+        pipelines.rename("profiles", heads, "B")
+        pipelines.rename("entities", heads, "B")
+        again = await open_sse(s, url, {**gateway.headers("ann"), "Last-Event-ID": opened.id})
+        await pipelines.next_cut()
+        resumed = await again.next(skip=("heartbeat",))
+        assert [(f["sub"], f["type"], f["data"]["ops"][0]["value"]) for f in
+                resumed.data["frames"]] == [
+            ("m0", "delta", {"name": "B"}),
+            ("m1", "delta", {"text": "hi", "author": {"name": "B"}})]  # fmt: skip
+        await again.close()
+
+        for query, says in [("view=profiles", "in pairs"), ("", "in pairs"),
+                            ("view=timeline&key=bob", "forbidden")]:  # fmt: skip
+            async with s.get(f"{gateway.url}/v1/groups/live?{query}",
+                             headers=gateway.headers("ann")) as bad:  # fmt: skip
+                body = await bad.json()
+                assert bad.status in (400, 403) and (
+                    says in body["message"] or says == body["code"]
+                ), body
+        async with s.get(url, headers={**gateway.headers("ann"), "Last-Event-ID": "e.1-0"}) as bad:
+            assert (bad.status, (await bad.json())["code"]) == (400, "invalid_last_event_id")
