@@ -169,13 +169,9 @@ export class Client extends Emitter {
    * Follow several keys as one group (docs/PROTOCOL.md, section 5.3): `members` is a list of
    * `{view, key}`, released together so that the page never shows one of them reflecting a
    * write another does not reflect yet. A Group: `change` gets `{members, frontier, changed}`.
-   * Over WebSocket only.
    */
   group(members, handlers) {
     this._requireOpen('group');
-    if (this.transport !== 'ws') {
-      throw new TypeError("a group is followed over WebSocket: open the client with transport 'ws', or 'auto' where WebSocket exists");
-    }
     const sub = new Group(this, parseMembers(members), handlers);
     this.subscriptions.add(sub);
     this._transport.attach(sub);
@@ -362,14 +358,7 @@ export class Client extends Emitter {
     this.transport = 'sse';
     this._transport = new SseTransport(this, { Stream: this._Stream });
     this._emit('error', new ConnectionError('no WebSocket could be opened; using Server-Sent Events', { cause: error }));
-    for (const sub of [...this.subscriptions]) {
-      if (sub instanceof Group) {
-        this.subscriptions.delete(sub);
-        sub._fail(new ConnectionError('no WebSocket could be opened, and a group is followed over WebSocket', { cause: error }));
-      } else {
-        this._transport.attach(sub);
-      }
-    }
+    for (const sub of this.subscriptions) this._transport.attach(sub);
   }
 
   async _request(path, init, refreshed) {

@@ -10,7 +10,8 @@
  * (subscription.js), except that `snapshot` (the first group frame) and `change` (each later one)
  * carry `{members, frontier, changed}`: every member, the frontier they all reflect, and the
  * indexes of the members the frame changed. `reflects(offsets)` resolves once every member
- * reflects the offsets. A group is followed over WebSocket.
+ * reflects the offsets. Over WebSocket a group shares the socket; over SSE it is one stream
+ * (`/v1/groups/live`), however many members it has.
  */
 
 import { ProtocolError } from './errors.js';
@@ -104,6 +105,10 @@ export class Group extends Subscription {
   }
 
   _path() {
-    throw new ProtocolError('a group is followed over WebSocket');
+    return '/v1/groups/live';
+  }
+
+  _query() {
+    return { view: this.members.map((m) => m.view), key: this.members.map((m) => m.key) };
   }
 }

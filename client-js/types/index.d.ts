@@ -428,7 +428,7 @@ export declare class Client {
   subscribe<V = unknown>(query: KeyQuery, handlers?: SubscriptionHandlers<V>): Subscription<V>;
   subscribe<V = unknown>(query: PrefixQuery, handlers?: PrefixSubscriptionHandlers<V>): PrefixSubscription<V>;
   subscribe<V = unknown>(query: WindowQuery, handlers?: WindowSubscriptionHandlers<V>): WindowSubscription<V>;
-  /** Follow several keys as one group, over WebSocket (docs/PROTOCOL.md, section 5.3). */
+  /** Follow several keys as one group (docs/PROTOCOL.md, section 5.3). */
   group<V = unknown>(members: KeyQuery[], handlers?: GroupHandlers<V>): Group<V>;
   publish(event: Event, options?: PublishOptions): Promise<Offset>;
   publishBatch(events: Event[], options?: PublishOptions): Promise<Offset[]>;

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,7 +30,7 @@ from liveviews.app import App
 from liveviews.changes.cuts import CUTS_STREAM
 from liveviews.changes.topic import shard_for
 from liveviews.log.eventlog import EventLog
-from liveviews.log.events import log_stream
+from liveviews.log.events import entry_id_tuple, log_stream
 from tests.support.gateway import ServedGateway, Writer, free_port, stored_rows
 from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for
 from tests.support.queryapp import app as queryapp
@@ -73,13 +74,7 @@ class Control:
         with ``"at": "cut"`` at the gateway's next cut for a group (``liveviews.changes.cuts``),
         waited for. Answers the frontier."""
         if body.get("at") == "cut":
-            seen = self.cuts_seen.get(body["pipeline"], "0-0")
-            read = self.client.xread({CUTS_STREAM: seen}, count=100, block=10_000)
-            if not read:
-                raise TimeoutError("the gateway appended no cut within 10 s")
-            entry_id, fields = read[0][1][-1]  # the gateway waits for its newest only
-            self.cuts_seen[body["pipeline"]] = entry_id.decode()
-            frontier = {int(p): at.decode() for p, at in fields.items() if p != b"pipelines"}
+            frontier = self._next_cut(body["pipeline"], body.get("covering"))
         else:
             EventLog(self.client, chirp, PARTITIONS).append_batch(
                 [{"type": "follow", "payload": {"user": "x", "followee": "y"}}])  # fmt: skip
@@ -89,6 +84,23 @@ class Control:
                  "score": 0.0} for v, k, r, val in body.get("changes", [])]  # fmt: skip
         self.writer.sinks[body["pipeline"]].write(rows, next(self.batches), frontier)
         return {"frontier": {str(p): at for p, at in frontier.items()}}
+
+    def _next_cut(self, pipeline: str, covering: dict[str, Any] | None) -> dict[int, str]:
+        """The newest cut ``pipeline`` has not ended a batch at yet; with ``covering`` (a
+        frontier: partition -> entry id), the first one at or past it, waited for."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            seen = self.cuts_seen.get(pipeline, "0-0")
+            read = self.client.xread({CUTS_STREAM: seen}, count=100, block=1_000)
+            if not read:
+                continue
+            entry_id, fields = read[0][1][-1]  # the gateway waits for its newest only
+            self.cuts_seen[pipeline] = entry_id.decode()
+            cut = {int(p): at.decode() for p, at in fields.items() if p != b"pipelines"}
+            if covering is None or all(entry_id_tuple(cut[int(p)]) >= entry_id_tuple(at)
+                                       for p, at in covering.items()):  # fmt: skip
+                return cut
+        raise TimeoutError("the gateway appended no such cut within 10 s")
 
     def wipe(self, body: dict[str, Any]) -> dict[str, Any]:
         self.client.flushdb()
@@ -184,7 +196,7 @@ def test_the_javascript_client(
     try:
         result = subprocess.run(
             [NODE, "--experimental-websocket", "--test", "--test-reporter=tap",
-             "--test-concurrency=1", *TARGETS],
+             "--test-concurrency=1", "--test-timeout=60000", *TARGETS],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=NODE_TIMEOUT,
         )  # fmt: skip
     finally:
