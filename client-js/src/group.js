@@ -68,6 +68,7 @@ export class Group extends Subscription {
     const rows = this.members.map((m) => m.rows);
     const ids = [...this._lastIds];
     let reset = null;
+    let snapshots = false;
     for (const member of frame.data.frames) {
       const i = Number(member.sub.slice(1));
       if (!member.sub.startsWith('m') || !Number.isInteger(i) || i < 0 || i >= rows.length) {
@@ -75,6 +76,7 @@ export class Group extends Subscription {
       }
       if (member.kind === FrameKind.SNAPSHOT) {
         rows[i] = new Map(Object.entries(member.data.rows));
+        snapshots = true;
       } else if (member.kind === FrameKind.DELTA) {
         rows[i] = new Map(rows[i]);
         for (const op of member.data.ops) {
@@ -93,7 +95,8 @@ export class Group extends Subscription {
     this.lastEventId = frame.id;
     this.frontier = { ...frame.data.frontier };
     const event = { members: this.members, frontier: this.frontier, changed: [...changed].sort((a, b) => a - b) };
-    if (!this._hadSnapshot || reset !== null) {
+    // A member's snapshot replaces its rows: the group's contents start over from it.
+    if (!this._hadSnapshot || reset !== null || snapshots) {
       const wasRecovering = this._hadSnapshot;
       this._hadSnapshot = true;
       this._emit('snapshot', { kind: 'snapshot', ...event, wasRecovering, reason: reset?.code ?? null });
