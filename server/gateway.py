@@ -82,7 +82,7 @@ class Gateway:
             on_wait=self.wants.tell,
         )
         # The cuts this process's groups of subscriptions are released at.
-        self.cuts = Cuts(self.client, settings.store.log_partitions)
+        self.cuts = Cuts(self.client, settings.store.log_partitions, self._cuts_refused(settings))
         self.feed = ChangeFeed(
             self.feed_client,
             self.hub,
@@ -113,6 +113,19 @@ class Gateway:
             lambda: dict(Counter(sub.view for sub in self.hub.all)),
         )
         self._presence_task: asyncio.Task[None] | None = None
+
+    def _cuts_refused(self, settings: GatewaySettings) -> str | None:
+        """Why groups cannot be released here, if they cannot: a cut is read at one instant of
+        a single server's log, and each pipeline's source must stop at it."""
+        if settings.store.kafka:
+            return ("a group of views is released at positions every pipeline of the group ends "
+                    "a micro-batch at, and Spark's Kafka source cannot be made to stop at one: "
+                    "on a Kafka log, follow the views one by one.")  # fmt: skip
+        if nodes.is_cluster(self.client):
+            return ("a group of views is released at positions read at one instant of every "
+                    "log partition, which a store cluster cannot read: follow the views one by "
+                    "one, or use a single store server.")  # fmt: skip
+        return None
 
     @staticmethod
     def _log_feed(settings: GatewaySettings) -> LogFeed:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from liveviews.changes.topic import split_physical
-from liveviews.gateway.errors import SLOW_CONSUMER, SlowConsumer
+from liveviews.gateway.errors import SLOW_CONSUMER, SlowConsumer, Unprocessable
 from liveviews.gateway.fanout.cursor import Cursor
 from liveviews.gateway.fanout.items import EpochChanged
 from liveviews.gateway.fanout.lane import Wanted
@@ -108,6 +108,8 @@ class Group:
 
     def __init__(self, source: Source, cuts: Cuts, group_id: str,
                  members: list[tuple[str, str, str, EventId | None]]) -> None:  # fmt: skip
+        if cuts.refused is not None:
+            raise Unprocessable(cuts.refused, code="groups_unavailable")
         self.source = source
         self.cuts = cuts
         self.group_id = group_id

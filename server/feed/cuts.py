@@ -71,7 +71,9 @@ class Releasable(Protocol):
 class Cuts:
     """This process's cuts: one outstanding at a time, for the pipelines of all its groups."""
 
-    def __init__(self, client: Client, partitions: int) -> None:
+    def __init__(self, client: Client, partitions: int, refused: str | None = None) -> None:
+        self.refused = refused
+        """Why this deployment cannot cut its log (None: it can): groups are refused then."""
         self.client = client
         self.script = client.register_script(CUT_SCRIPT)
         self.keys = cut_keys(partitions)
