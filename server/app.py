@@ -40,6 +40,7 @@ def routes(dev_tokens: bool, log_feed: bool = True) -> list[BaseRoute]:
         Route("/v1/views/{view}/{key:keypath}/live", streams.live, methods=["GET"]),
         Route("/v1/views/{view}/{key:keypath}", rest.get_view, methods=["GET"]),
         Route("/v1/live", streams.query_live, methods=["GET"]),
+        Route("/v1/groups/live", streams.group_live, methods=["GET"]),
         Route("/v1/streams/{stream}/wait", streams.stream_wait, methods=["POST"]),
         WebSocketRoute("/v1/ws", sessions.socket),
         Route("/healthz", rest.healthz, methods=["GET"]),

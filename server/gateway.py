@@ -21,6 +21,7 @@ from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.subscription import Source
 from liveviews.gateway.feed import nodes, store
 from liveviews.gateway.feed.changes import ChangeFeed
+from liveviews.gateway.feed.cuts import Cuts
 from liveviews.gateway.feed.kafkalog import KafkaLogFeed
 from liveviews.gateway.feed.log import LogFeed, StoreLogFeed
 from liveviews.gateway.feed.queries import Reads
@@ -80,6 +81,8 @@ class Gateway:
             new_cohort=lambda: sse_cohort(self.ticker, self.metrics),
             on_wait=self.wants.tell,
         )
+        # The cuts this process's groups of subscriptions are released at.
+        self.cuts = Cuts(self.client, settings.store.log_partitions, self._cuts_refused(settings))
         self.feed = ChangeFeed(
             self.feed_client,
             self.hub,
@@ -88,6 +91,7 @@ class Gateway:
             block_ms=settings.feed_block_ms,
             views_of={name: set(p.views) for name, p in self.app.pipelines.items()},
             stream_waits=self.stream_waits,
+            cuts=self.cuts,
         )
         self.source = Source(
             self.client,
@@ -109,6 +113,19 @@ class Gateway:
             lambda: dict(Counter(sub.view for sub in self.hub.all)),
         )
         self._presence_task: asyncio.Task[None] | None = None
+
+    def _cuts_refused(self, settings: GatewaySettings) -> str | None:
+        """Why groups cannot be released here, if they cannot: a cut is read at one instant of
+        a single server's log, and each pipeline's source must stop at it."""
+        if settings.store.kafka:
+            return ("a group of views is released at positions every pipeline of the group ends "
+                    "a micro-batch at, and Spark's Kafka source cannot be made to stop at one: "
+                    "on a Kafka log, follow the views one by one.")  # fmt: skip
+        if nodes.is_cluster(self.client):
+            return ("a group of views is released at positions read at one instant of every "
+                    "log partition, which a store cluster cannot read: follow the views one by "
+                    "one, or use a single store server.")  # fmt: skip
+        return None
 
     @staticmethod
     def _log_feed(settings: GatewaySettings) -> LogFeed:

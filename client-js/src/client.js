@@ -17,6 +17,7 @@ import {
 } from './errors.js';
 import { decodeOffsets } from './frames.js';
 import { EventSourceStream } from './eventsource.js';
+import { Group, parseMembers } from './group.js';
 import { LogTail } from './log.js';
 import { PrefixSubscription } from './prefix.js';
 import { QueryShape, parseQuery } from './query.js';
@@ -159,6 +160,19 @@ export class Client extends Emitter {
       handlers = key;
     }
     const sub = new SUBSCRIPTIONS[query.shape](this, query, handlers);
+    this.subscriptions.add(sub);
+    this._transport.attach(sub);
+    return sub;
+  }
+
+  /**
+   * Follow several keys as one group (docs/PROTOCOL.md, section 5.3): `members` is a list of
+   * `{view, key}`, released together so that the page never shows one of them reflecting a
+   * write another does not reflect yet. A Group: `change` gets `{members, frontier, changed}`.
+   */
+  group(members, handlers) {
+    this._requireOpen('group');
+    const sub = new Group(this, parseMembers(members), handlers);
     this.subscriptions.add(sub);
     this._transport.attach(sub);
     return sub;

@@ -20,10 +20,12 @@ export const FrameKind = Object.freeze({
   RESET: 'reset',
   END: 'end',
   LOG: 'log',
+  GROUP: 'group',
   HEARTBEAT: 'heartbeat',
 });
 
-const FRAME_KINDS = new Set(['snapshot', 'delta', 'progress', 'reset', 'end']);
+const FRAME_KINDS = new Set(['snapshot', 'delta', 'progress', 'reset', 'end', 'group']);
+const MEMBER_KINDS = new Set(['snapshot', 'delta', 'reset']);
 
 /**
  * Splits an event stream into events, following the HTML standard's parsing rules: lines end
@@ -166,10 +168,27 @@ export function frame(kind, id, data, sub = null) {
       check(Number.isInteger(data.partition) && isString(data.id), kind, 'a partition and an id');
       check(isString(data.type) && isObject(data.payload), kind, 'a type and a payload');
       break;
+    case FrameKind.GROUP:
+      return groupFrame(id, data, sub);
     default:
       break;
   }
   return { kind, id: id ?? null, data, sub };
+}
+
+/**
+ * A group's release (docs/PROTOCOL.md, section 5.3): its members' frames, each checked as the
+ * same frame on its own is, and the frontier every member reflects once they are applied.
+ */
+function groupFrame(id, data, sub) {
+  const kind = FrameKind.GROUP;
+  check(Array.isArray(data.frames) && isObject(data.frontier), kind, 'a list of frames and a frontier');
+  const members = data.frames.map((m) => {
+    check(isObject(m) && MEMBER_KINDS.has(m.type), kind, 'snapshot, delta and reset frames only');
+    check(isString(m.sub), kind, "each frame naming its member's sub");
+    return frame(m.type, m.id, m.data, m.sub);
+  });
+  return { kind, id: id ?? null, data: { frames: members, frontier: data.frontier }, sub };
 }
 
 const HEARTBEAT = Object.freeze({ kind: FrameKind.HEARTBEAT, id: null, data: null, sub: null });
@@ -268,6 +287,14 @@ export const encode = Object.freeze({
   auth: (token) => JSON.stringify({ type: 'auth', token }),
   /** `query`: `{view, key}`, `{view, prefix, filter?}` or `{view, key, limit, after?}`. */
   subscribe: (sub, query, lastEventId = null) => subscribeMessage(sub, query, lastEventId),
+  /** A group of key subscriptions: `members` as `{sub, view, key, lastEventId?}`. */
+  subscribeGroup: (sub, members) => JSON.stringify({
+    type: 'subscribe',
+    sub,
+    members: members.map((m) => (m.lastEventId == null
+      ? { sub: m.sub, view: m.view, key: m.key }
+      : { sub: m.sub, view: m.view, key: m.key, last_event_id: m.lastEventId })),
+  }),
   unsubscribe: (sub) => JSON.stringify({ type: 'unsubscribe', sub }),
   publish: (req, events, idempotencyKey = null) => JSON.stringify(
     idempotencyKey === null

@@ -15,6 +15,7 @@ export { Client, ClientState, createClient } from './client.js';
 export { Subscription, SubscriptionState } from './subscription.js';
 export { PrefixSubscription } from './prefix.js';
 export { WindowSubscription } from './window.js';
+export { Group } from './group.js';
 export { LogTail } from './log.js';
 export { ConnectionError, LiveviewsError, ProtocolError, RequestError, StateError } from './errors.js';
 export { compareEntryIds, covers, parseOffset } from './offsets.js';

@@ -124,7 +124,11 @@ export class EventStream {
   /** The consumer's path and query, and this stream's id. */
   _url() {
     const url = new URL(this.client.url + this.consumer._path());
-    for (const [name, value] of Object.entries(this.consumer._query())) url.searchParams.set(name, String(value));
+    for (const [name, value] of Object.entries(this.consumer._query())) {
+      // A list is a repeated parameter: a group's members, in pairs of view and key.
+      if (Array.isArray(value)) value.forEach((v) => url.searchParams.append(name, String(v)));
+      else url.searchParams.set(name, String(value));
+    }
     url.searchParams.set('stream', this.id);
     return url;
   }

@@ -21,7 +21,7 @@
 
 import { Emitter } from './emitter.js';
 import { ProtocolError, StateError } from './errors.js';
-import { FrameKind, snapshotShape } from './frames.js';
+import { FrameKind, encode, snapshotShape } from './frames.js';
 import { covers, mergeFrontier, parseOffset } from './offsets.js';
 
 export const SubscriptionState = Object.freeze({
@@ -205,6 +205,11 @@ export class Subscription extends Emitter {
   /** The offsets of each pending `reflects`, to ask for again on a new subscription. */
   _waitingFor() {
     return [...this._waiters].map((waiter) => waiter.wanted);
+  }
+
+  /** Its WebSocket subscribe message under the socket's id for it, from where it resumes. */
+  _subscribeMessage(id) {
+    return encode.subscribe(id, this.query, this.lastEventId);
   }
 
   /** The transport (re)established the subscription on the gateway. */

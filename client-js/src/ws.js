@@ -247,7 +247,7 @@ export class WsTransport {
     const id = `s${++this._next}`;
     this._ids.set(sub, id);
     this._subs.set(id, sub);
-    this._send(encode.subscribe(id, sub.query, sub.lastEventId));
+    this._send(sub._subscribeMessage(id));
     for (const offsets of sub._waitingFor()) this._send(encode.wait(id, offsets));
     sub._open();
   }

@@ -54,6 +54,17 @@ test('golden delta-window carries the score of every row it upserts', () => {
 for (const g of golden.filter((x) => x.direction === 'server')) {
   test(`decodes golden ${g.name}`, () => {
     const { event_id: eventId = null, ...data } = g.input;
+    if (g.kind === 'group') {
+      // Each member frame as it would decode on its own, then the frontier.
+      const members = g.input.members.map((m) => {
+        const { event_id: id = null, ...memberData } = m.input;
+        return { kind: m.builder, id, data: memberData, sub: m.sub };
+      });
+      const expected = { kind: 'group', id: eventId, data: { frames: members, frontier: g.input.frontier } };
+      assert.deepEqual(decodeSse(g.sse), [{ ...expected, sub: null }]);
+      assert.deepEqual(decodeWsMessage(g.ws.text), { type: 'frame', frame: { ...expected, sub: g.ws.sub } });
+      return;
+    }
     if (g.sse !== undefined) {
       const frames = decodeSse(g.sse);
       assert.equal(frames.length, 1);
@@ -93,7 +104,9 @@ for (const g of golden.filter((x) => x.direction === 'client')) {
     const i = g.input;
     const text = {
       auth: () => encode.auth(i.token),
-      subscribe: () => encode.subscribe(i.sub, i, i.last_event_id ?? null),
+      subscribe: () => (i.members
+        ? encode.subscribeGroup(i.sub, i.members.map((m) => ({ ...m, lastEventId: m.last_event_id })))
+        : encode.subscribe(i.sub, i, i.last_event_id ?? null)),
       unsubscribe: () => encode.unsubscribe(i.sub),
       publish: () => encode.publish(i.req, i.events, i.idempotency_key ?? null),
       wait: () => encode.wait(i.sub, i.offsets),

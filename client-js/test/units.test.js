@@ -13,7 +13,7 @@ import { Subscription } from '../src/subscription.js';
 
 test('the public names are exactly these', () => {
   assert.deepEqual(Object.keys(api).sort(), [
-    'Client', 'ClientState', 'ConnectionError', 'LiveviewsError', 'LogTail', 'PrefixSubscription',
+    'Client', 'ClientState', 'ConnectionError', 'Group', 'LiveviewsError', 'LogTail', 'PrefixSubscription',
     'ProtocolError', 'RequestError', 'StateError', 'Subscription', 'SubscriptionState', 'WindowSubscription',
     'compareEntryIds', 'covers', 'createClient', 'fullJitter', 'parseOffset',
   ]);

@@ -2,7 +2,7 @@
 
 import type { Offset, Query, RequestError } from './index.js';
 
-export type FrameKindName = 'snapshot' | 'delta' | 'progress' | 'reset' | 'end' | 'log' | 'heartbeat';
+export type FrameKindName = 'snapshot' | 'delta' | 'progress' | 'reset' | 'end' | 'log' | 'group' | 'heartbeat';
 
 export declare const FrameKind: Readonly<{
   SNAPSHOT: 'snapshot';
@@ -11,6 +11,7 @@ export declare const FrameKind: Readonly<{
   RESET: 'reset';
   END: 'end';
   LOG: 'log';
+  GROUP: 'group';
   HEARTBEAT: 'heartbeat';
 }>;
 
@@ -49,6 +50,11 @@ export declare function decodeWsMessage(text: string): WsMessage;
 export declare const encode: Readonly<{
   auth(token: string): string;
   subscribe(sub: string, query: Query, lastEventId?: string | null): string;
+  /** A group of key subscriptions, released together (docs/PROTOCOL.md, section 5.3). */
+  subscribeGroup(
+    sub: string,
+    members: { sub: string; view: string; key: string; lastEventId?: string | null }[],
+  ): string;
   unsubscribe(sub: string): string;
   publish(req: string, events: unknown[], idempotencyKey?: string | null): string;
 }>;

@@ -340,7 +340,50 @@ export declare class WindowSubscription<V = unknown> {
   nextPage(): PageCursor | null;
 }
 
-export type AnySubscription = Subscription | PrefixSubscription | WindowSubscription;
+/** One member of a group: a key and its rows, as of the group's latest frame. */
+export interface GroupMember<V = unknown> {
+  readonly view: string;
+  readonly key: string;
+  /** A new Map after every group frame that changed it. Read-only. */
+  readonly rows: ReadonlyMap<string, V>;
+}
+
+interface GroupInfo<V> {
+  /** Every member, in the order the group was opened with. */
+  members: readonly GroupMember<V>[];
+  /** The log position every member reflects. */
+  frontier: Frontier;
+  /** The indexes of the members this frame changed. */
+  changed: number[];
+}
+
+export interface GroupSnapshotEvent<V> extends GroupInfo<V> {
+  kind: 'snapshot';
+  wasRecovering: boolean;
+  reason: string | null;
+}
+
+export interface GroupChangeEvent<V> extends GroupInfo<V> {
+  kind: 'group';
+}
+
+export interface GroupEvents<V> extends FollowEvents {
+  snapshot: GroupSnapshotEvent<V>;
+  change: GroupChangeEvent<V>;
+}
+
+export type GroupHandlers<V> = Handlers<GroupEvents<V>>;
+
+/**
+ * Keys followed as one group (docs/PROTOCOL.md, section 5.3): released together, so that the
+ * page never shows one of them reflecting a write another does not reflect yet.
+ */
+export interface Group<V = unknown> extends SubscriptionBase<GroupEvents<V>, GroupSnapshotEvent<V> | GroupChangeEvent<V>> {}
+export declare class Group<V = unknown> {
+  readonly members: readonly GroupMember<V>[];
+}
+
+export type AnySubscription = Subscription | PrefixSubscription | WindowSubscription | Group;
 
 export interface LogEntry {
   partition: number;
@@ -385,6 +428,8 @@ export declare class Client {
   subscribe<V = unknown>(query: KeyQuery, handlers?: SubscriptionHandlers<V>): Subscription<V>;
   subscribe<V = unknown>(query: PrefixQuery, handlers?: PrefixSubscriptionHandlers<V>): PrefixSubscription<V>;
   subscribe<V = unknown>(query: WindowQuery, handlers?: WindowSubscriptionHandlers<V>): WindowSubscription<V>;
+  /** Follow several keys as one group (docs/PROTOCOL.md, section 5.3). */
+  group<V = unknown>(members: KeyQuery[], handlers?: GroupHandlers<V>): Group<V>;
   publish(event: Event, options?: PublishOptions): Promise<Offset>;
   publishBatch(events: Event[], options?: PublishOptions): Promise<Offset[]>;
   get<V = unknown>(view: string, key: string): Promise<{ rows: Map<string, V>; frontier: Frontier; lagMs: number | null; position: string }>;

@@ -242,6 +242,8 @@ VIEW_STREAM = {"oneOf": [
     _sse_event("reset", False), _sse_event("end", False),
 ]}  # fmt: skip
 LOG_STREAM = {"oneOf": [_sse_event("log", False), _sse_event("end", False)]}
+GROUP_STREAM = {"oneOf": [_sse_event("group", True), _sse_event("end", False)]}
+GROUP_EVENT_ID = {"type": "string", "maxLength": 4096, "pattern": r"^$|^g\.[A-Za-z0-9_-]+$"}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -349,6 +351,31 @@ def document(dev_tokens: bool, log_feed: bool = True, app: App | None = None) ->
                 "responses": {
                     "200": {"description": "An event stream of frames (docs/PROTOCOL.md).",
                             "content": {"text/event-stream": {"schema": VIEW_STREAM}}},
+                    **_errors(400, 401, 403, 404, 503),
+                },
+            }
+        },
+        "/v1/groups/live": {
+            "get": {
+                "summary": "Server-Sent Events: several keys as one group, released together "
+                "at positions of the log every member reflects, in one stream "
+                "(docs/PROTOCOL.md, section 5.3). Members are named m0, m1, ... in order.",
+                "security": BEARER,
+                "parameters": [
+                    {"name": "view", "in": "query", "required": True,
+                     "description": "Each member's view, repeated, in pairs with 'key'.",
+                     "schema": {"type": "string", **({"enum": views} if views else {})}},
+                    {"name": "key", "in": "query", "required": True,
+                     "description": "Each member's key, repeated, in pairs with 'view'.",
+                     "schema": {"type": "string", "minLength": 1, "maxLength": 256}},
+                    {"name": "Last-Event-ID", "in": "header", "schema": GROUP_EVENT_ID},
+                    {"name": "last_event_id", "in": "query", "schema": GROUP_EVENT_ID},
+                    STREAM_PARAM,
+                ],
+                "responses": {
+                    "200": {"description": "An event stream of group frames "
+                            "(docs/PROTOCOL.md, section 5.3).",
+                            "content": {"text/event-stream": {"schema": GROUP_STREAM}}},
                     **_errors(400, 401, 403, 404, 503),
                 },
             }

@@ -39,6 +39,7 @@ from liveviews.gateway.auth import (
     token_from,
 )
 from liveviews.gateway.errors import BadRequest, Forbidden, GatewayError, Unauthorized, Unavailable
+from liveviews.gateway.fanout.group import Group
 from liveviews.gateway.fanout.lane import Wanted
 from liveviews.gateway.fanout.subscription import Subscription
 from liveviews.gateway.gateway import Gateway
@@ -74,6 +75,8 @@ def _ident(msg: dict[str, Any], name: str) -> str:
 
 
 MAX_WAIT_OFFSETS = 64
+MAX_GROUP_MEMBERS = 16
+"""Subscriptions one group releases together (each also counts against the socket's limit)."""
 
 
 def wanted_offsets(
@@ -335,29 +338,78 @@ class Session:
     def _subscribe(self, msg: dict[str, Any]) -> None:
         assert self.principal is not None
         sub_id = _ident(msg, "sub")
+        members = msg.get("members")
         view, key, prefix = msg.get("view"), msg.get("key"), msg.get("prefix")
-        if not isinstance(view, str) or (key is None) == (prefix is None):
+        if members is None and (not isinstance(view, str) or (key is None) == (prefix is None)):
             raise BadRequest(
-                "a subscription names a 'view' and either a 'key' or a 'prefix', as strings.",
+                "a subscription names a 'view' and either a 'key' or a 'prefix', as strings "
+                "(or, for a group, its 'members').",
                 code="invalid_message",
             )
         if sub_id in self.senders:
             raise BadRequest(f"subscription {sub_id!r} is already open.", code="sub_in_use")
         limit = self.gw.settings.max_subscriptions_per_socket
-        if len(self.senders) >= limit:
+        size = len(members) if isinstance(members, list) else 1
+        if self._open() + size > limit:
             raise Unavailable(
-                f"a socket holds at most {limit} subscriptions; unsubscribe or open another.",
+                f"a socket holds at most {limit} subscriptions, a group's members each counted;"
+                " unsubscribe or open another.",
                 code="too_many_subscriptions",
             )
         self.principal.require(READ)
-        raw = msg.get("last_event_id")
-        if raw is not None and not isinstance(raw, str):
-            raise BadRequest("'last_event_id' must be a string.", code="invalid_last_event_id")
-        sub = self._subscription(msg, view, key, prefix, raw or None)
+        sub: Subscription | Group
+        if members is not None:
+            sub = self._group(sub_id, msg, members)
+        else:
+            raw = msg.get("last_event_id")
+            if raw is not None and not isinstance(raw, str):
+                raise BadRequest("'last_event_id' must be a string.", code="invalid_last_event_id")
+            assert isinstance(view, str)  # checked above
+            sub = self._subscription(msg, view, key, prefix, raw or None)
         sender = WsSender(self, sub_id, sub, self.gw.ticker, self.gw.metrics,
                           self.gw.settings.send_timeout_seconds)  # fmt: skip
         self.senders[sub_id] = sender
         sender.woken()
+
+    def _open(self) -> int:
+        """The subscriptions the socket holds, each member of a group counted."""
+        return sum(len(s.sub.members) if isinstance(s.sub, Group) else 1
+                   for s in self.senders.values())  # fmt: skip
+
+    def _group(self, group_id: str, msg: dict[str, Any], members: Any) -> Group:
+        """A group of key subscriptions released together (docs/PROTOCOL.md, section 5.3)."""
+        assert self.principal is not None
+        if msg.get("view") is not None or msg.get("key") is not None or msg.get("prefix"):
+            raise BadRequest("a group names its 'members' only: each has its view and key.",
+                             code="invalid_message")  # fmt: skip
+        if not isinstance(members, list) or not 1 <= len(members) <= MAX_GROUP_MEMBERS:
+            raise BadRequest(
+                f"a group's 'members' is a list of 1 to {MAX_GROUP_MEMBERS} subscriptions "
+                '{"sub", "view", "key", "last_event_id"?}.',
+                code="invalid_message",
+            )
+        parsed: list[tuple[str, str, str, EventId | None]] = []
+        for member in members:
+            if not isinstance(member, dict):
+                raise BadRequest("each member of a group is an object "
+                                 '{"sub", "view", "key", "last_event_id"?}.',
+                                 code="invalid_message")  # fmt: skip
+            sub, view, key = _ident(member, "sub"), member.get("view"), member.get("key")
+            if not isinstance(view, str) or not isinstance(key, str):
+                raise BadRequest(
+                    f"member {sub!r} of the group names a 'view' and a 'key', as strings: a "
+                    "group holds key subscriptions (no prefix, window or filter yet).",
+                    code="invalid_message",
+                )
+            if any(sub == p[0] for p in parsed):
+                raise BadRequest(f"the group names member {sub!r} twice.", code="invalid_message")
+            raw = member.get("last_event_id")
+            if raw is not None and not isinstance(raw, str):
+                raise BadRequest(f"member {sub!r}'s 'last_event_id' must be a string.",
+                                 code="invalid_last_event_id")  # fmt: skip
+            self.gw.readable_view(self.principal, view, key)
+            parsed.append((sub, view, key, EventId.parse(raw) if raw else None))
+        return Group(self.gw.source, self.gw.cuts, group_id, parsed)
 
     def _subscription(
         self, msg: dict[str, Any], view: str, key: Any, prefix: Any, raw: str | None

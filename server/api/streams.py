@@ -32,6 +32,7 @@ from liveviews.gateway.api.rest import get_view
 from liveviews.gateway.api.sessions import wanted_offsets
 from liveviews.gateway.auth import READ, Principal, authenticate
 from liveviews.gateway.errors import BadRequest, Unprocessable
+from liveviews.gateway.fanout.group import Group
 from liveviews.gateway.fanout.subscription import Subscription
 from liveviews.gateway.feed import waits
 from liveviews.gateway.feed.log import RECENT, LogReader
@@ -40,7 +41,7 @@ from liveviews.gateway.gateway import Gateway
 from liveviews.gateway.live.source import FrameSource
 from liveviews.gateway.live.sse import begin, serve
 from liveviews.gateway.wire import filters, frames
-from liveviews.gateway.wire.eventid import EventId
+from liveviews.gateway.wire.eventid import EventId, parse_group_event_id
 
 
 def resume_id(request: Request) -> EventId | None:
@@ -135,6 +136,31 @@ async def live(request: Request) -> Response:
     return await _stream(request, gw, principal, sub)
 
 
+MAX_GROUP_MEMBERS = 16
+
+
+async def group_live(request: Request) -> Response:
+    """``GET /v1/groups/live?view=<v>&key=<k>&view=<v>&key=<k>...``: a group of keys released
+    together (docs/PROTOCOL.md, section 5.3), in one stream; its members are named ``m0``,
+    ``m1``, ... in the order given."""
+    gw: Gateway = request.app.state.gateway
+    principal = await authenticate(request, gw.auth, READ)
+    views, keys = request.query_params.getlist("view"), request.query_params.getlist("key")
+    if not 1 <= len(views) <= MAX_GROUP_MEMBERS or len(views) != len(keys):
+        raise BadRequest(
+            f"a group names 1 to {MAX_GROUP_MEMBERS} members, each a 'view' and a 'key' "
+            "parameter, in pairs: /v1/groups/live?view=<view>&key=<key>&view=<view>&key=<key>.",
+            code="invalid_parameter",
+        )
+    for view, key in zip(views, keys, strict=True):
+        gw.readable_view(principal, view, key)
+    raw = raw_resume_id(request)
+    resumed = parse_group_event_id(raw) if raw else {}
+    members = [(f"m{i}", view, key, resumed.get(f"m{i}"))
+               for i, (view, key) in enumerate(zip(views, keys, strict=True))]  # fmt: skip
+    return await _stream(request, gw, principal, Group(gw.source, gw.cuts, "", members))
+
+
 def _after(request: Request) -> Rank | None:
     score, row = single(request, "after_score"), single(request, "after_row")
     if score is None and row is None:
@@ -178,7 +204,7 @@ async def _stream(
         return Response(media_type="text/event-stream")
     slot = gw.admission.admit("sse", principal.subject, client_address(request.scope))
     forget = _nothing
-    if stream is not None and isinstance(sub, Subscription):
+    if stream is not None and isinstance(sub, Subscription | Group):
         forget = gw.stream_waits.open(stream, principal.subject, sub)
     try:
         first = await sub.start()

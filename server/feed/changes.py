@@ -53,6 +53,7 @@ from liveviews.errors import StoreMismatch
 from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.fanout.items import Progress
 from liveviews.gateway.feed import nodes
+from liveviews.gateway.feed.cuts import Cuts
 from liveviews.gateway.feed.pipelined import FeedConnection, hash_of, streams_of
 from liveviews.gateway.feed.store import (
     CONTROL_KEY,
@@ -97,8 +98,11 @@ class ChangeFeed:
         count: int = READ_COUNT,
         views_of: dict[str, set[str]] | None = None,
         stream_waits: StreamWaits | None = None,
+        cuts: Cuts | None = None,
     ) -> None:
         self.client = client
+        self.cuts = cuts
+        """Told every progress entry read, after the read's deltas: the groups' cuts."""
         self.cluster = nodes.is_cluster(client)
         self.connection = FeedConnection(client)
         """A single server's connection for the feed's reads (``_read``)."""
@@ -306,6 +310,11 @@ class ChangeFeed:
                 progress.append(Progress(version_epoch, entry_id.decode(), frame, name))
         if deltas or progress:
             self.hub.publish(epoch, deltas, progress)
+        if self.cuts is not None and progress_entries and not cut:
+            self.cuts.progress(
+                (f[b"pipeline"].decode(), int(f[b"batch"]), decode_frontier(f[b"frontier"]))
+                for _, f in progress_entries
+            )
         if waits:  # after the frontier read with them, which may answer them at once
             self.stream_waits.take(waits)
         if newest_ms:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from liveviews.gateway.fanout.group import Group
 from liveviews.gateway.fanout.items import FeedDelta, FeedRun, Progress
 from liveviews.gateway.fanout.subscription import Subscription
 from liveviews.gateway.live.sender import Sender
@@ -40,10 +41,11 @@ class WsSender(Sender):
 
     __slots__ = ("session", "sub_id", "reads")
 
-    sub: Subscription
-    """Always a view's subscription: the session also asks it to wait for offsets."""
+    sub: Subscription | Group
+    """A view's subscription or a group of them: the session also asks it to wait for
+    offsets."""
 
-    def __init__(self, session: Session, sub_id: str, sub: Subscription, ticker: Ticker,
+    def __init__(self, session: Session, sub_id: str, sub: Subscription | Group, ticker: Ticker,
                  metrics: Metrics, send_timeout: float) -> None:  # fmt: skip
         super().__init__(sub, ticker, metrics, send_timeout)
         self.session = session

@@ -156,3 +156,33 @@ def decode_rank(raw: str) -> tuple[float, str] | None:
             or not isinstance(value[0], int | float) or not isinstance(value[1], str)):  # fmt: skip
         raise ValueError(raw)
     return float(value[0]), value[1]
+
+
+GROUP_ID_PREFIX = "g."
+MAX_GROUP_ID_LENGTH = 4096
+
+
+def group_event_id(ids: dict[str, str]) -> str:
+    """A group's event id: each member's (``sub`` -> its last event id), as one opaque string
+    that a stream of several subscriptions can resume from."""
+    raw = orjson.dumps(ids, option=orjson.OPT_SORT_KEYS)
+    return GROUP_ID_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_group_event_id(raw: str) -> dict[str, EventId]:
+    """A group's event id as ``group_event_id`` made it: each member's id, parsed. Raises
+    ``BadRequest`` (``invalid_last_event_id``) for anything else."""
+    try:
+        if not raw.startswith(GROUP_ID_PREFIX) or len(raw) > MAX_GROUP_ID_LENGTH:
+            raise ValueError(raw)
+        body = raw[len(GROUP_ID_PREFIX) :]
+        ids = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        if not isinstance(ids, dict) or not all(isinstance(v, str) for v in ids.values()):
+            raise ValueError(raw)
+    except ValueError:
+        raise BadRequest(
+            f"last event id {raw[:MAX_EVENT_ID_LENGTH]!r} is not the id of a group; send an id "
+            "exactly as the gateway sent it on this group, or none.",
+            code="invalid_last_event_id",
+        ) from None
+    return {str(sub): EventId.parse(at) for sub, at in ids.items()}

@@ -21,6 +21,7 @@ PROGRESS = "progress"
 RESET = "reset"
 END = "end"
 LOG = "log"
+GROUP = "group"
 
 SSE_HEARTBEAT = b": heartbeat\n\n"
 
@@ -128,6 +129,17 @@ def window_snapshot(
 
 window_delta = delta
 """A window's change: its upserts carry the row's ``score`` (docs/PROTOCOL.md, section 5.1)."""
+
+
+def group(
+    members: list[tuple[str, Frame]], frontier: dict[str, str], event_id: str | None
+) -> Frame:
+    """One release of a group: its members' frames, each as the WebSocket message of its member
+    (``sub``), and the frontier every member reflects now, in one frame that a client applies
+    whole."""
+    body = b",".join(f.ws(sub) for sub, f in members)
+    return Frame(GROUP, b'{"frames":[' + body + b'],"frontier":' + _json(frontier) + b"}",
+                 event_id)  # fmt: skip
 
 
 def progress(frontier: dict[str, str], lag_ms: int | None = None) -> Frame:

@@ -16,6 +16,7 @@ from liveviews.client.errors import (
     LiveviewsClientError,
     ProtocolError,
 )
+from liveviews.client.group import Group, Member
 from liveviews.client.query import Cursor
 from liveviews.client.shapes import PrefixSubscription, Ranked, WindowSubscription
 from liveviews.client.subscription import Change, Subscription, SubscriptionState
@@ -30,7 +31,9 @@ __all__ = [
     "ConnectionLost",
     "Cursor",
     "GatewayError",
+    "Group",
     "LiveviewsClientError",
+    "Member",
     "Offset",
     "PrefixSubscription",
     "ProtocolError",

@@ -38,6 +38,7 @@ from liveviews.client.errors import (
 )
 from liveviews.client.fallback import Fallback, gateway_answers
 from liveviews.client.frames import decode_offsets
+from liveviews.client.group import Group, parse_members
 from liveviews.client.query import Cursor, Query, parse_query
 from liveviews.client.shapes import PrefixSubscription, WindowSubscription
 from liveviews.client.sse import SseTransport
@@ -222,6 +223,18 @@ class Client:
         rows, after the row ``after`` names (a page)."""
         query = parse_query(view, key, prefix=prefix, limit=limit, after=after, filter=filter)
         return self._follow(query)
+
+    def group(self, members: Sequence[tuple[str, str]]) -> Group:
+        """Follow several keys as one group (docs/PROTOCOL.md, section 5.3): ``members`` is a
+        list of (view, key), released together, so that nothing reads one of them reflecting a
+        write another does not reflect yet. Over WebSocket only, in this client."""
+        transport = self._require_open("group")
+        if transport.name != "websocket":
+            raise ValueError("this client follows a group over WebSocket only: open it with "
+                             "transport='websocket' or 'auto'")  # fmt: skip
+        sub = Group(transport, parse_members(members))
+        transport.attach(sub)
+        return sub
 
     def _follow(self, query: Query) -> Subscription:
         """What ``subscribe`` does with its checked query, of any shape (``sync`` calls it)."""

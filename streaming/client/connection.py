@@ -30,15 +30,18 @@ from liveviews.client.frames import (
     Authenticated,
     ErrorMessage,
     Frame,
+    GroupFrame,
     Message,
     Published,
     decode,
     encode_auth,
     encode_publish,
     encode_subscribe,
+    encode_subscribe_group,
     encode_unsubscribe,
     encode_wait,
 )
+from liveviews.client.group import Group
 from liveviews.client.offsets import latest_of_each
 from liveviews.client.subscription import Subscription
 from liveviews.client.transport import REFRESH_MARGIN, ClientState, Tokens, TransportName
@@ -311,6 +314,10 @@ class Connection:
     def _message(self, msg: Message) -> None:
         if isinstance(msg, Frame):
             self._frame(msg)
+        elif isinstance(msg, GroupFrame):
+            sub = self._subs.get(msg.sub)
+            if isinstance(sub, Group):
+                sub._group(msg)
         elif isinstance(msg, Authenticated):
             self._authenticated(msg)
         elif isinstance(msg, Published):
@@ -378,6 +385,12 @@ class Connection:
         sub_id = f"s{self._next}"
         self._ids[sub] = sub_id
         self._subs[sub_id] = sub
+        if isinstance(sub, Group):
+            self._send(encode_subscribe_group(sub_id, sub.member_ids()))
+            for offsets in sub._waiting_for():
+                self._send(encode_wait(sub_id, latest_of_each(offsets)))
+            sub._open()
+            return
         q = sub.query
         after = None if q.after is None else (q.after.score, q.after.row)
         self._send(

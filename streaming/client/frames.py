@@ -35,6 +35,17 @@ class Frame:
 
 
 @dataclass(frozen=True)
+class GroupFrame:
+    """One release of a group (``sub``): its members' frames, applied whole, after which every
+    member reflects the log up to ``frontier`` (docs/PROTOCOL.md, section 5.3)."""
+
+    sub: str
+    id: str | None
+    frames: list[Frame]
+    frontier: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     pass
 
@@ -72,7 +83,16 @@ class Unknown:
     message: dict[str, Any]
 
 
-Message = Frame | Heartbeat | Authenticated | Published | Unsubscribed | ErrorMessage | Unknown
+Message = (
+    Frame
+    | GroupFrame
+    | Heartbeat
+    | Authenticated
+    | Published
+    | Unsubscribed
+    | ErrorMessage
+    | Unknown
+)
 
 
 def _check(ok: bool, kind: str, what: str) -> None:
@@ -202,6 +222,8 @@ def decode(text: str | bytes) -> Message:
         if not isinstance(msg.get("sub"), str):
             raise ProtocolError(f"a {kind} message must name its sub")
         return frame(kind, msg.get("id"), msg.get("data"), msg["sub"])
+    if kind == "group":
+        return group_frame(msg)
     if kind == "heartbeat":
         return Heartbeat()
     if kind == "authenticated":
@@ -222,14 +244,42 @@ def decode(text: str | bytes) -> Message:
     return Unknown(msg)
 
 
+def group_frame(msg: dict[str, Any]) -> GroupFrame:
+    """A ``group`` message: each member frame checked as the same frame on its own is."""
+    data = msg.get("data")
+    if not isinstance(msg.get("sub"), str) or not isinstance(data, dict):
+        raise ProtocolError("a group message must name its sub and carry data")
+    members, frontier = data.get("frames"), data.get("frontier")
+    if not isinstance(members, list) or not isinstance(frontier, dict):
+        raise ProtocolError("a group frame carries a list of frames and a frontier")
+    out = []
+    for m in members:
+        if not isinstance(m, dict) or m.get("type") not in FRAME_KINDS - {"progress", "end"}:
+            raise ProtocolError("a group frame holds snapshot, delta and reset frames only")
+        if not isinstance(m.get("sub"), str):
+            raise ProtocolError("each frame of a group names its member's sub")
+        out.append(frame(m["type"], m.get("id"), m.get("data"), m["sub"]))
+    if not all(isinstance(p, str) and isinstance(at, str) for p, at in frontier.items()):
+        raise ProtocolError("a group frame's frontier maps partitions to positions")
+    return GroupFrame(msg["sub"], msg.get("id"), out, dict(frontier))
+
+
 def decode_sse(event: str, id: str | None, data: str, sub: str = "") -> Frame:
     """One event of an SSE stream (its ``event``, ``id`` and ``data`` fields): the frame it
     carries, checked as the same frame over WebSocket is."""
+    return frame(event, id, _sse_data(event, data), sub)
+
+
+def decode_sse_group(id: str | None, data: str, sub: str = "") -> GroupFrame:
+    """A ``group`` event of an SSE stream, checked as the same frame over WebSocket is."""
+    return group_frame({"type": "group", "sub": sub, "id": id, "data": _sse_data("group", data)})
+
+
+def _sse_data(event: str, data: str) -> Any:
     try:
-        payload = orjson.loads(data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"the data of a {event} event is not JSON") from exc
-    return frame(event, id, payload, sub)
 
 
 def _text(fields: dict[str, Any]) -> str:
@@ -262,6 +312,17 @@ def encode_subscribe(
     if last_event_id is not None:
         fields["last_event_id"] = last_event_id
     return _text(fields)
+
+
+def encode_subscribe_group(sub: str, members: Sequence[tuple[str, str, str, str | None]]) -> str:
+    """A group's subscribe message: ``members`` as (sub, view, key, last event id or None)."""
+    listed = []
+    for member, view, key, last_event_id in members:
+        fields = {"sub": member, "view": view, "key": key}
+        if last_event_id is not None:
+            fields["last_event_id"] = last_event_id
+        listed.append(fields)
+    return _text({"type": "subscribe", "sub": sub, "members": listed})
 
 
 def encode_unsubscribe(sub: str) -> str:

@@ -37,6 +37,15 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from liveviews.app import App
+from liveviews.changes.cuts import (
+    CUTS_READ,
+    CUTS_STREAM,
+    Cut,
+    before_cut,
+    decode,
+    end_at_cut,
+    next_cut,
+)
 from liveviews.log.events import (
     FIELD_KEY,
     FIELD_PAYLOAD,
@@ -145,21 +154,22 @@ class LogStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_events)
 
     def latestOffset(self, start: dict[str, str], limit: ReadLimit) -> dict[str, str]:
+        pipeline = self.screen[1]
         if isinstance(limit, ReadMaxRows) and not isinstance(limit, ReadAllAvailable):
-            answers = _next_entries(self.url, start, self.log_partitions, limit.max_rows)
+            answers = _next_entries(self.url, start, self.log_partitions, limit.max_rows,
+                                    pipeline)  # fmt: skip
             latest = [entries[-1][0] if entries else None for entries in answers]
+            cuts: list[Cut] = []  # ``_next_entries`` ended the read at the next one already
         else:
             # The heads of every partition at one instant (``_every_partition``), so a source
             # transaction appended in one MULTI is wholly before or after them.
-            latest = [
-                entries[0][0] if entries else None
-                for entries in _heads(self.url, self.log_partitions)
-            ]
+            heads, cuts = _heads(self.url, self.log_partitions, pipeline)
+            latest = [entries[0][0] if entries else None for entries in heads]
         end = dict(start)
         for p, entry_id in enumerate(latest):
             if entry_id is not None:
                 end[str(p)] = entry_id.decode()
-        return end
+        return end_at_cut(pipeline, start, end, cuts)
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
         changed = _changed_ranges(start, end)
@@ -192,7 +202,8 @@ class LogPrefetchReader(SimpleDataSourceStreamReader):
     def read(self, start: dict[str, str]) -> tuple[Iterator[pa.RecordBatch], dict[str, str]]:
         """The events after ``start``, up to ``max_events`` spread over the partitions, and
         where they end. Spark keeps a copy of the iterator until the batch commits."""
-        answers = _next_entries(self.url, start, self.log_partitions, self.max_events)
+        answers = _next_entries(self.url, start, self.log_partitions, self.max_events,
+                                self.screen[1])  # fmt: skip
         end, batches = dict(start), []
         for p, entries in enumerate(answers):
             if entries:
@@ -230,16 +241,24 @@ def _changed_ranges(start: dict[str, str], end: dict[str, str]) -> list[tuple[in
     ]
 
 
-def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) -> list[Any]:
+def _next_entries(
+    url: str, start: dict[str, str], partitions: int, limit: int, pipeline: str = ""
+) -> list[Any]:
     """Each partition's entries after ``start``, up to ``limit`` spread over the partitions,
-    ending where no source transaction is cut in two (``whole_transactions``). When the cap
+    ending where no source transaction is cut in two (``whole_transactions``), and at the next
+    cut for ``pipeline`` (``liveviews.changes.cuts``) when the read goes past it. When the cap
     would leave nothing, a transaction holding more than a partition's share of it, the share
     doubles until the read holds it whole."""
     per_partition = max(1, limit // partitions)
     while True:
         # Every partition read at one instant (``_every_partition``), so a source transaction
-        # appended in one MULTI is wholly in the read or wholly after it, but for the cap.
-        answers = _read_all(url, partitions, start, per_partition)
+        # appended in one MULTI is wholly in the read or wholly after it, but for the cap; and
+        # so is a cut, which ``cut.lua`` appends at one instant with the heads it holds.
+        answers, cuts = _read_all(url, partitions, start, per_partition, pipeline)
+        cut = next_cut(pipeline, start, cuts)
+        if cut is not None:
+            answers = [[e for e in entries if before_cut(e[0].decode(), str(p), cut)]
+                       for p, entries in enumerate(answers)]  # fmt: skip
         whole = whole_transactions(answers)
         if any(whole) or not any(answers):
             return whole
@@ -248,30 +267,42 @@ def _next_entries(url: str, start: dict[str, str], partitions: int, limit: int) 
         per_partition *= 2  # one transaction larger than the cap: read until it is whole
 
 
-def _heads(url: str, partitions: int) -> list[Any]:
-    """Each partition's newest entry, all read at one instant (``_every_partition``)."""
+def _heads(url: str, partitions: int, pipeline: str = "") -> tuple[list[Any], list[Cut]]:
+    """Each partition's newest entry, all read at one instant (``_every_partition``), and the
+    newest cuts if the read is for a ``pipeline``."""
 
-    def read() -> list[Any]:
+    def read() -> tuple[list[Any], list[Cut]]:
         with _every_partition(_client(url, log=True)) as pipe:
             for p in range(partitions):
                 pipe.xrevrange(log_stream(p), count=1)
-            return list(pipe.execute())
+            return _with_cuts(pipe, pipeline)
 
     return _retrying(read, url, "reading the log's heads")
 
 
-def _read_all(url: str, partitions: int, start: dict[str, str], per_partition: int) -> list[Any]:
+def _read_all(
+    url: str, partitions: int, start: dict[str, str], per_partition: int, pipeline: str = ""
+) -> tuple[list[Any], list[Cut]]:
     """Up to ``per_partition`` entries of each partition after ``start``, all read at one
-    instant (``_every_partition``)."""
+    instant (``_every_partition``), and the newest cuts if the read is for a ``pipeline``."""
 
-    def read() -> list[Any]:
+    def read() -> tuple[list[Any], list[Cut]]:
         with _every_partition(_client(url, log=True)) as pipe:
             for p in range(partitions):
                 after = _after(start.get(str(p), "0-0"))
                 pipe.xrange(log_stream(p), min=after, count=per_partition)
-            return list(pipe.execute())
+            return _with_cuts(pipe, pipeline)
 
     return _retrying(read, url, "reading the log")
+
+
+def _with_cuts(pipe: Any, pipeline: str) -> tuple[list[Any], list[Cut]]:
+    """The answers of ``pipe``'s reads, and the newest cuts, read with them for a pipeline."""
+    if not pipeline:
+        return list(pipe.execute()), []
+    pipe.xrevrange(CUTS_STREAM, count=CUTS_READ)
+    *answers, cuts = pipe.execute()
+    return answers, decode(cuts)
 
 
 def _retrying(read: Callable[[], T], url: str, what: str) -> T:

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,14 +27,17 @@ import redis
 
 from demo.chirp import app as chirp
 from liveviews.app import App
+from liveviews.changes.cuts import CUTS_STREAM
 from liveviews.changes.topic import shard_for
+from liveviews.log.eventlog import EventLog
+from liveviews.log.events import entry_id_tuple, log_stream
 from tests.support.gateway import ServedGateway, Writer, free_port, stored_rows
-from tests.support.gateway_settings import SHARDS, settings_for
+from tests.support.gateway_settings import PARTITIONS, SHARDS, settings_for
 from tests.support.queryapp import app as queryapp
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = shutil.which("node") or "/usr/bin/node"
-NODE_TIMEOUT = 300
+NODE_TIMEOUT = int(os.environ.get("JS_TEST_TIMEOUT") or 300)
 # JS_TEST_FILES narrows the run to some files while working on them.
 TARGETS = (os.environ.get("JS_TEST_FILES") or "client-js/test/").split()
 
@@ -48,6 +52,8 @@ class Control:
         self.writer = self._writer(10_000)
         self.small = self._writer(10)
         self.queries = self._writer(10_000, queryapp)
+        self.cuts_seen: dict[str, str] = {}
+        """Per pipeline, the last cut it ended a batch at."""
 
     def _writer(self, retention: int, app: App = chirp) -> Writer:
         writer = Writer(self.client, app, SHARDS, retention=retention)
@@ -62,8 +68,43 @@ class Control:
         writer.write(changes, frontier)  # type: ignore[arg-type]
         return {}
 
+    def batch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One micro-batch of one of Chirp's pipelines, as its source would end it: its changes
+        (view, key, row, value), then its frontier at the log's heads after one more event, or
+        with ``"at": "cut"`` at the gateway's next cut for a group (``liveviews.changes.cuts``),
+        waited for. Answers the frontier."""
+        if body.get("at") == "cut":
+            frontier = self._next_cut(body["pipeline"], body.get("covering"))
+        else:
+            EventLog(self.client, chirp, PARTITIONS).append_batch(
+                [{"type": "follow", "payload": {"user": "x", "followee": "y"}}])  # fmt: skip
+            frontier = {p: heads[0][0].decode() if (heads := self.client.xrevrange(
+                log_stream(p), count=1)) else "0-0" for p in range(PARTITIONS)}  # fmt: skip
+        rows = [{"view": v, "key": k, "row": r, "value": None if val is None else json.dumps(val),
+                 "score": 0.0} for v, k, r, val in body.get("changes", [])]  # fmt: skip
+        self.writer.sinks[body["pipeline"]].write(rows, next(self.batches), frontier)
+        return {"frontier": {str(p): at for p, at in frontier.items()}}
+
+    def _next_cut(self, pipeline: str, covering: dict[str, Any] | None) -> dict[int, str]:
+        """The newest cut ``pipeline`` has not ended a batch at yet; with ``covering`` (a
+        frontier: partition -> entry id), the first one at or past it, waited for."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            seen = self.cuts_seen.get(pipeline, "0-0")
+            read = self.client.xread({CUTS_STREAM: seen}, count=100, block=1_000)
+            if not read:
+                continue
+            entry_id, fields = read[0][1][-1]  # the gateway waits for its newest only
+            self.cuts_seen[pipeline] = entry_id.decode()
+            cut = {int(p): at.decode() for p, at in fields.items() if p != b"pipelines"}
+            if covering is None or all(entry_id_tuple(cut[int(p)]) >= entry_id_tuple(at)
+                                       for p, at in covering.items()):  # fmt: skip
+                return cut
+        raise TimeoutError("the gateway appended no such cut within 10 s")
+
     def wipe(self, body: dict[str, Any]) -> dict[str, Any]:
         self.client.flushdb()
+        self.cuts_seen = {}
         return {}
 
     def flood(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +124,7 @@ class Control:
 
     def handle(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
         handler = {"write": self.write, "wipe": self.wipe, "flood": self.flood,
-                   "rows": self.rows}.get(action)  # fmt: skip
+                   "rows": self.rows, "batch": self.batch}.get(action)  # fmt: skip
         if handler is None:
             raise KeyError(action)
         with self.lock:
@@ -155,7 +196,7 @@ def test_the_javascript_client(
     try:
         result = subprocess.run(
             [NODE, "--experimental-websocket", "--test", "--test-reporter=tap",
-             "--test-concurrency=1", *TARGETS],
+             "--test-concurrency=1", "--test-timeout=60000", *TARGETS],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=NODE_TIMEOUT,
         )  # fmt: skip
     finally:

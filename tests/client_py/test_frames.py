@@ -15,6 +15,7 @@ from liveviews.client.frames import (
     Authenticated,
     ErrorMessage,
     Frame,
+    GroupFrame,
     Heartbeat,
     Published,
     Unknown,
@@ -23,6 +24,7 @@ from liveviews.client.frames import (
     encode_auth,
     encode_publish,
     encode_subscribe,
+    encode_subscribe_group,
     encode_unsubscribe,
     encode_wait,
     frame,
@@ -60,6 +62,15 @@ def test_decodes_golden(name: str) -> None:
         assert msg == Frame(kind, event_id, given, g["ws"]["sub"])
         if kind == "snapshot":
             assert snapshot_shape(given) == SNAPSHOT_SHAPES[g.get("builder", kind)]
+    elif kind == "group":
+        assert isinstance(msg, GroupFrame)
+        assert (msg.sub, msg.id, msg.frontier) == (g["ws"]["sub"], given["event_id"],
+                                                   given["frontier"])  # fmt: skip
+        assert [(f.sub, f.kind, f.id, f.data) for f in msg.frames] == [
+            (m["sub"], m["builder"], m["input"]["event_id"],
+             {k: v for k, v in m["input"].items() if k != "event_id"})
+            for m in given["members"]
+        ]  # fmt: skip
     elif kind == "heartbeat":
         assert msg == Heartbeat()
     elif kind == "authenticated":
@@ -87,6 +98,10 @@ def test_encodes_golden_byte_for_byte(name: str) -> None:
     kind = g["kind"]
     if kind == "auth":
         text = encode_auth(i["token"])
+    elif kind == "subscribe" and "members" in i:
+        text = encode_subscribe_group(i["sub"], [
+            (m["sub"], m["view"], m["key"], m.get("last_event_id")) for m in i["members"]
+        ])  # fmt: skip
     elif kind == "subscribe":
         after = (i["after"]["score"], i["after"]["row"]) if "after" in i else None
         text = encode_subscribe(

@@ -5,9 +5,23 @@ from __future__ import annotations
 import liveviews.client
 
 PUBLIC = [
-    "Change", "Client", "ClientState", "ClientStateError", "ConnectionLost", "Cursor",
-    "GatewayError", "LiveviewsClientError", "Offset", "PrefixSubscription", "ProtocolError",
-    "Ranked", "Subscription", "SubscriptionState", "WindowSubscription",
+    "Change",
+    "Client",
+    "ClientState",
+    "ClientStateError",
+    "ConnectionLost",
+    "Cursor",
+    "GatewayError",
+    "Group",
+    "LiveviewsClientError",
+    "Member",
+    "Offset",
+    "PrefixSubscription",
+    "ProtocolError",
+    "Ranked",
+    "Subscription",
+    "SubscriptionState",
+    "WindowSubscription",
 ]  # fmt: skip
 
 

@@ -195,3 +195,24 @@ async def test_a_kafka_that_stops_answering_is_a_503_and_publishing_resumes_when
         assert names.count("B1") == 1 and "up" in names and "again" in names
     finally:
         cluster.stop()
+
+
+async def test_a_group_is_refused_on_a_kafka_log_with_a_sentence(
+    kafka_gateway: ServedGateway,
+) -> None:
+    """Spark's Kafka source cannot stop at a cut, so no group can be released on a Kafka log:
+    the gateway says so, over SSE and WebSocket, and what to do instead."""
+    async with aiohttp.ClientSession() as s:
+        url = f"{kafka_gateway.url}/v1/groups/live?view=profiles&key=ann&view=timeline&key=ann"
+        async with s.get(url, headers=kafka_gateway.headers("ann")) as resp:
+            body = await resp.json()
+        assert (resp.status, body["code"]) == (422, "groups_unavailable"), body
+        assert "Kafka" in body["message"] and "one by one" in body["message"]
+        ws = await s.ws_connect(kafka_gateway.ws_url,
+                                params={"access_token": kafka_gateway.token("ann")})  # fmt: skip
+        assert (await ws.receive_json())["type"] == "authenticated"
+        await ws.send_json({"type": "subscribe", "sub": "g", "members": [
+            {"sub": "p", "view": "profiles", "key": "ann"}]})  # fmt: skip
+        error = await ws.receive_json()
+        assert (error["type"], error["sub"], error["code"]) == ("error", "g", "groups_unavailable")
+        await ws.close()

@@ -199,6 +199,8 @@ def documented(target: Target, sent: Sent, token: str, views: set[str]) -> bool:
         return True  # any tag: served whole (200) or not modified (304)
     if target.path == "/v1/live":
         return False  # the application swept (Chirp) declares no listable view
+    if target.path == "/v1/groups/live" and target.name in GROUP_REFUSALS:
+        return len(sent) == 1 and group_member_ok(target.name, as_query(sent[0]), views)
     if target.name in WINDOW_PARAMETERS:
         return False  # the key swept (profiles/alice) has no order, so no window
     if len(sent) != 1:
@@ -247,9 +249,31 @@ REFUSALS = {
 WINDOW_PARAMETERS = ("limit", "after_score", "after_row")
 
 
+GROUP_REFUSALS = {
+    "view": {"unknown_view", "invalid_parameter"},
+    "key": {"invalid_key", "invalid_parameter"},
+    "last_event_id": {"invalid_last_event_id", "invalid_parameter"},
+    "Last-Event-ID": {"invalid_last_event_id"},
+}
+"""On ``/v1/groups/live``: a view or key given twice is a member without its pair."""
+
+
+def group_member_ok(name: str, text: str, views: set[str]) -> bool:
+    """Does a group (``/v1/groups/live``) take ``text`` as its member's ``name``, the other
+    member parameter being valid? Its ids are a group's, which no sweep value is."""
+    if name == "view":
+        return text in views
+    if name == "key":
+        return 1 <= len(text) <= 256
+    return text == ""
+
+
 def refusals(target: Target) -> set[str]:
     """``REFUSALS`` of ``target``'s name; on ``/v1/live``, whose requests name a view that is not
-    listable (``documented``), also ``not_listable``, and its ``view`` parameter's own codes."""
+    listable (``documented``), also ``not_listable``, and its ``view`` parameter's own codes;
+    on ``/v1/groups/live``, ``GROUP_REFUSALS`` for a member's parameters and its ids."""
+    if target.path == "/v1/groups/live":
+        return GROUP_REFUSALS.get(target.name, REFUSALS[target.name])
     if target.path != "/v1/live":
         return REFUSALS[target.name]
     if target.name == "view":

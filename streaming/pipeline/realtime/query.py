@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from liveviews.app import App
+from liveviews.changes.cuts import CUTS_STREAM
 from liveviews.changes.topic import WANTS_STREAM
 from liveviews.pipeline.plan import built, refused, started_realtime
 from liveviews.pipeline.realtime import jar
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
     from liveviews.pipeline.settings import Settings
 
 
-def read_log_realtime(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The log as a stream through the JVM source, in either mode."""
+def read_log_realtime(spark: SparkSession, settings: Settings, pipeline: str = "") -> DataFrame:
+    """The log as a stream through the JVM source, in either mode; for ``pipeline``, ending its
+    batches and epochs at the cuts appended for it (``liveviews.changes.cuts``)."""
     return (
         spark.readStream.format(jar.SOURCE_CLASS)
         .option("url", settings.store_url)
@@ -38,6 +40,8 @@ def read_log_realtime(spark: SparkSession, settings: Settings) -> DataFrame:
         .option("maxEventsPerBatch", str(settings.max_events_per_batch))
         .option("readers", str(READERS))
         .option("wants", WANTS_STREAM)  # reflects() ends an epoch early: gateway/feed/wants.py
+        .option("cuts", CUTS_STREAM)  # a group of views is released at them: gateway/feed/cuts.py
+        .option("pipeline", pipeline)
         .load()
     )
 
@@ -73,7 +77,7 @@ def start_realtime(
         jar.ensure_jar()
     except Exception as exc:  # noqa: BLE001 - its message says what to install
         raise refused(name, f"Real-Time Mode is not available here: {exc}", exc) from exc
-    rows = built(pipeline, read_log_realtime(spark, settings))
+    rows = built(pipeline, read_log_realtime(spark, settings, name))
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     writer = jvm.io.liveviews.spark.ChangeTopicWriter(

@@ -287,6 +287,8 @@ def send(
         headers.append(("Authorization", f"Bearer {token}"))
     if target.path == "/v1/live" and target.name != "view":
         query.append(("view", "profiles"))
+    if target.path == "/v1/groups/live":  # one member, but for what is swept
+        query += [(n, v) for n, v in (("view", "profiles"), ("key", "alice")) if n != target.name]
     for raw in sent:
         if target.where == "path":
             segments[target.name] = str(raw)

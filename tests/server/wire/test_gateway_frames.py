@@ -27,6 +27,15 @@ BUILDERS = {
 }
 
 
+def _group(members: list[dict[str, Any]], frontier: dict[str, str], event_id: str) -> frames.Frame:
+    """A group frame of golden member frames, each built by its own builder."""
+    built = [(m["sub"], BUILDERS[m["builder"]](**m["input"])) for m in members]
+    return frames.group(built, frontier, event_id)
+
+
+BUILDERS["group"] = _group
+
+
 def load(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 

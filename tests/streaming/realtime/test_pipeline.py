@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from liveviews import App, Integer, Schema, String
+from liveviews.changes.cuts import CUT_SCRIPT, cut_args, cut_keys, cut_of
 from liveviews.changes.topic import (
     WANTS_STREAM,
     history_stream,
@@ -280,3 +281,37 @@ def test_a_realtime_pipeline_is_rebuilt_beside_its_serving_version(store, settin
     for (view, key), rows in expected.items():
         served = read_snapshot(store, view, key, settings.change_shards, active.active.namespace)
         assert served.rows == rows, key
+
+
+def test_an_epoch_ends_exactly_at_a_cut_for_its_pipeline(store, settings, spark):
+    """A cut for the pipeline (``liveviews.changes.cuts``, appended as the gateway appends one
+    for a group of views) ends the epoch exactly there, however long the epoch's interval, and
+    the events after it go to the next epoch, which the next cut ends; a cut for another
+    pipeline ends none."""
+    likes = _likes(random.Random(9), 60)
+    log = EventLog(store, shop.app, settings.log_partitions)
+    running = RunningPipeline(spark, settings, realtime_shop("10 minutes"))
+    keys = cut_keys(settings.log_partitions)
+
+    def cut(pipeline: str) -> dict[str, str]:
+        made, _, _ = cut_of(store.eval(CUT_SCRIPT, len(keys), *keys, *cut_args([pipeline])))
+        return dict(made.positions)
+
+    try:
+        log.append_batch(likes[:30])
+        wait_until("the views took the first likes",
+                   lambda: stored_views(store, settings.change_shards) == shop._recompute(
+                       likes[:30]))  # fmt: skip
+        cut("orders")  # another pipeline's: no epoch of this one ends at it
+        first = cut("likes")
+        log.append_batch(likes[30:])
+        wait_until("the epoch ended at the cut",
+                   lambda: read_frontier(store, "likes") != {}, timeout=60)  # fmt: skip
+        assert read_frontier(store, "likes") == {int(p): at for p, at in first.items()}
+        second = cut("likes")
+        wait_until("the next epoch ended at the next cut",
+                   lambda: read_frontier(store, "likes") == {
+                       int(p): at for p, at in second.items()}, timeout=60)  # fmt: skip
+        assert stored_views(store, settings.change_shards) == shop._recompute(likes)
+    finally:
+        running.stop()

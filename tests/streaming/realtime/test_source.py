@@ -14,6 +14,7 @@ import pytest
 
 from demo.chirp import app
 from demo.chirp.generate import Activity
+from liveviews.changes.cuts import CUT_SCRIPT, CUTS_STREAM, cut_args, cut_keys, cut_of
 from liveviews.log.eventlog import EventLog
 from liveviews.log.events import Offset, entry_id_tuple
 from liveviews.pipeline.source import SOURCE_NAME
@@ -256,3 +257,26 @@ def test_real_time_mode_reads_each_event_once_across_a_restart(spark, store, url
     for what, column in (("the JVM projection", 2), ("the Python foreach", 3)):
         late = sorted(entry[column] for entry in pushed if tuple(entry[:2]) in set(_ids(live)))
         print(f"append to {what}: median {late[len(late) // 2]} ms, max {late[-1]} ms")
+
+
+def test_a_micro_batch_ends_at_each_cut_for_its_pipeline(spark, store, url, tmp_path):
+    """As the Python source does (tests/streaming/pipeline/test_cuts.py): a batch that would read
+    past the next cut for the source's pipeline ends there, and one for another pipeline changes
+    nothing."""
+    keys = cut_keys(PARTITIONS)
+
+    def cut(pipeline: str) -> dict[str, str]:
+        made, _, _ = cut_of(store.eval(CUT_SCRIPT, len(keys), *keys, *cut_args([pipeline])))
+        return dict(made.positions)
+
+    offsets = _append(store, 40, seed=11)
+    at = cut("views")
+    cut("others")
+    offsets += _append(store, 40, seed=12)
+    frame = (spark.readStream.format(JVM_SOURCE).option("url", url)
+             .option("partitions", str(PARTITIONS)).option("cuts", CUTS_STREAM)
+             .option("pipeline", "views").load())  # fmt: skip
+    batches = _drain(frame, tmp_path / "cp")
+    assert sorted(_entries(batches)) == _ids(offsets)
+    ends = [json.loads(text) for text in _offsets(tmp_path / "cp")]
+    assert at in ends and len(batches) == 2

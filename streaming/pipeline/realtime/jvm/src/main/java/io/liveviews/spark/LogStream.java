@@ -32,7 +32,7 @@ final class LogStream
   LogStream(LogOptions options) {
     this.options = options;
     this.store = new LogStore(options.url());
-    this.ends = new LogEnds(store);
+    this.ends = new LogEnds(store, options.cuts(), options.pipeline());
   }
 
   @Override
@@ -52,7 +52,7 @@ final class LogStream
 
   @Override
   public void prepareForTriggerAvailableNow() {
-    bound = ends.heads(LogOffset.initial(options.partitions()));
+    bound = ends.heads(LogOffset.initial(options.partitions()), false);
   }
 
   @Override
@@ -68,7 +68,7 @@ final class LogStream
     if (limit instanceof ReadMaxRows max) {
       return ends.next(from, max.maxRows(), bound);
     }
-    return ends.heads(from);
+    return ends.heads(from, true);
   }
 
   /** One task per log partition the batch reads. */
@@ -99,7 +99,8 @@ final class LogStream
         partitions[i] = r + i * readers;
         after[i] = from.id(partitions[i]);
       }
-      tails[r] = new LogTail(options.url(), partitions, after, options.wants());
+      tails[r] = new LogTail(options.url(), partitions, after, options.wants(), options.cuts(),
+          options.pipeline());
     }
     return tails;
   }

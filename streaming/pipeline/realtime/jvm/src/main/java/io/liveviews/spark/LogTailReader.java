@@ -28,6 +28,12 @@ import redis.clients.jedis.resps.StreamEntry;
  * part of the epoch early (Spark's {@code LowLatencyReaderWrap}), and the epoch then ends as
  * its other tasks drain. Wants its epoch already started past are left out, so a new epoch is
  * never ended by a want an earlier one met.
+ *
+ * <p>A cut for its pipeline ({@link LogCuts}, on the {@code cuts} stream of the same XREAD)
+ * that this task has not passed is a stop: no entry past it is handed to Spark in this epoch
+ * (those read are read again by the next one, from the returned ids), and once every partition
+ * of the task is at the cut, it answers "no record", so that the epoch ends exactly there, as
+ * the micro-batch sources end a batch there.
  */
 final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   static final int READ_COUNT = 500;
@@ -47,6 +53,13 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   private final Map<Integer, StreamEntryID> from = new HashMap<>();
   /** Per partition of this task, the furthest entry a client waits for. */
   private final Map<Integer, StreamEntryID> wanted = new HashMap<>();
+  private final String cuts;
+  private final String pipeline;
+  private final int[] partitions;
+  /** Per partition of this task, the next cut for its pipeline: nothing past it this epoch. */
+  private Map<Integer, StreamEntryID> stop;
+  /** Where this epoch started, per partition of this task: a cut after it can end it. */
+  private final Map<Integer, String> start = new HashMap<>();
   private final long started = System.currentTimeMillis();
   private InternalRow row;
 
@@ -57,11 +70,23 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
       partitionOf.put(LogEnds.stream(p), p);
       cursor.put(LogEnds.stream(p), new StreamEntryID(tail.after()[i]));
       returned.put(p, tail.after()[i]);
+      start.put(p, tail.after()[i]);
       from.put(p, new StreamEntryID(tail.after()[i]));
     }
     wants = tail.wants() == null || tail.wants().isEmpty() ? null : tail.wants();
     if (wants != null) {
       cursor.put(wants, new StreamEntryID(Math.max(0, started - LOOK_BACK_MS), 0));
+    }
+    partitions = tail.partitions().clone();
+    pipeline = tail.pipeline();
+    boolean cutting = tail.cuts() != null && !tail.cuts().isEmpty()
+        && pipeline != null && !pipeline.isEmpty();
+    cuts = cutting ? tail.cuts() : null;
+    if (cuts != null) {
+      List<StreamEntry> newest = store.read("reading the cuts",
+          jedis -> jedis.xrevrange(cuts, "+", "-", LogCuts.READ));
+      stop = LogCuts.next(newest, pipeline, partitions, start);
+      cursor.put(cuts, newest.isEmpty() ? new StreamEntryID(0, 0) : newest.get(0).getID());
     }
   }
 
@@ -77,8 +102,14 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
       if (wantsMet() && System.currentTimeMillis() - started >= MIN_EPOCH_MS) {
         return RecordStatus.newStatusWithoutArrivalTime(false);
       }
+      if (atStop()) {
+        return RecordStatus.newStatusWithoutArrivalTime(false);
+      }
       while (!buffer.isEmpty()) {
         Map.Entry<Integer, StreamEntry> next = buffer.poll();
+        if (pastStop(next.getKey(), next.getValue().getID())) {
+          continue;  // read again by the next epoch, which starts at the returned ids
+        }
         returned.put(next.getKey(), next.getValue().getID().toString());
         row = LogRows.row(next.getKey(), next.getValue());
         if (row != null) {
@@ -112,10 +143,18 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
       return;  // nothing arrived in the time
     }
     for (Map.Entry<String, List<StreamEntry>> stream : read) {
-      Integer p = partitionOf.get(stream.getKey());  // null: the wants stream
+      Integer p = partitionOf.get(stream.getKey());  // null: the wants or the cuts stream
+      boolean isCut = stream.getKey().equals(cuts);
       for (StreamEntry entry : stream.getValue()) {
         if (p != null) {
           buffer.add(Map.entry(p, entry));
+        } else if (isCut) {
+          // A cut after the epoch's start ends it, even where this task has handed everything up
+          // to it already; one it has handed entries past cannot end it any more.
+          Map<Integer, StreamEntryID> at = LogCuts.ahead(entry, pipeline, partitions, start);
+          if (stop == null && at != null && !handedPast(at)) {
+            stop = at;
+          }
         } else {
           want(entry.getFields());
         }
@@ -140,6 +179,34 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
         // Not a position: a want is a hint, and the epoch ends on time anyway.
       }
     }
+  }
+
+  /** Whether this task has handed Spark an entry past {@code at} in one of its partitions. */
+  private boolean handedPast(Map<Integer, StreamEntryID> at) {
+    for (Map.Entry<Integer, StreamEntryID> cut : at.entrySet()) {
+      if (new StreamEntryID(returned.get(cut.getKey())).compareTo(cut.getValue()) > 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Whether {@code id} of {@code partition} lies past this epoch's stop. */
+  private boolean pastStop(int partition, StreamEntryID id) {
+    return stop != null && stop.containsKey(partition) && id.compareTo(stop.get(partition)) > 0;
+  }
+
+  /** Whether every partition of this task was handed to Spark up to its stop. */
+  private boolean atStop() {
+    if (stop == null) {
+      return false;
+    }
+    for (Map.Entry<Integer, StreamEntryID> at : stop.entrySet()) {
+      if (new StreamEntryID(returned.get(at.getKey())).compareTo(at.getValue()) < 0) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** Whether some client waits for entries of this task, all of them handed to Spark. */
