@@ -13,7 +13,6 @@ from bench import rebuild
         (["--log", "redis,postgres"], "give redis, kafka or both"),
         (["--log", "kafka,kafka"], "give redis, kafka or both"),
         (["--log", ","], "give redis, kafka or both"),
-        (["--log", "redis,kafka", "--name", "mine"], "names the result of one log"),
         (["--pipelines", "profiles,likes"], "unknown pipeline likes"),
     ],
 )
@@ -45,3 +44,13 @@ def test_both_logs_are_measured_in_one_run_with_the_same_plan(
     assert redis_plan.env == kafka_plan.env == {"LV_REBUILD_GRACE_SECONDS": "60",
                                                 "LV_REBUILD_NICENESS": "0"}  # fmt: skip
     assert redis_plan.env is not kafka_plan.env
+
+
+def test_a_name_names_each_logs_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--name`` with both logs: the store's result under the name, Kafka's with ``_kafka``
+    after it, as the default names are ``rebuild`` and ``rebuild_kafka``."""
+    measured: list[str] = []
+    monkeypatch.setattr(rebuild, "run", lambda quick, plan, name: measured.append(name))
+    monkeypatch.setattr("sys.argv", ["bench.rebuild", "--log", "redis,kafka", "--name", "mine"])
+    assert rebuild.main() == 0
+    assert measured == ["mine", "mine_kafka"]
