@@ -25,6 +25,7 @@ from liveviews.log.eventlog import EventLog
 from tests.server.api.test_gateway_ws import Socket, connect
 from tests.support.gateway import ServedGateway, Writer, open_sse
 from tests.support.gateway_settings import PARTITIONS
+from tests.support.groups import apply_group_frame
 
 
 class Pipelines:
@@ -88,19 +89,7 @@ class Page:
     async def next_group_frame(self, timeout: float = 10) -> dict[str, Any]:
         msg = await self.sock.next(timeout)
         assert msg["type"] == "group" and msg["sub"] == "g", msg
-        for frame in msg["data"]["frames"]:
-            rows = self.rows[frame["sub"]]
-            if frame["type"] == "snapshot":
-                rows.clear()
-                rows.update(frame["data"]["rows"])
-            elif frame["type"] == "delta":
-                for op in frame["data"]["ops"]:
-                    if op["op"] == "upsert":
-                        rows[op["row"]] = op["value"]
-                    else:
-                        rows.pop(op["row"], None)
-            if "id" in frame:
-                self.ids[frame["sub"]] = frame["id"]
+        apply_group_frame(msg["data"], self.rows, self.ids)
         profile = self.rows["p"].get("profile", {}).get("name")
         tweet = self.rows["t"].get("ann:1", {}).get("author", {}).get("name")
         self.shown.append((profile, tweet))

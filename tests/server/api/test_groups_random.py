@@ -28,6 +28,7 @@ from liveviews.log.events import entry_id_tuple
 from tests.server.api.test_gateway_ws import Socket, connect
 from tests.support.gateway import ServedGateway, Writer
 from tests.support.gateway_settings import PARTITIONS
+from tests.support.groups import apply_group_frame
 
 MEMBERS = [("p", "profiles", "ann"), ("t", "timeline", "ann"), ("q", "profiles", "bob")]
 OWNER = {"profiles": "profiles", "timeline": "entities"}
@@ -117,19 +118,7 @@ class Client:
     def apply(self, msg: dict[str, Any]) -> None:
         assert msg["type"] == "group", msg
         data = msg["data"]
-        for frame in data["frames"]:
-            rows = self.rows[frame["sub"]]
-            if frame["type"] == "snapshot":
-                rows.clear()
-                rows.update(frame["data"]["rows"])
-            elif frame["type"] == "delta":
-                for op in frame["data"]["ops"]:
-                    if op["op"] == "upsert":
-                        rows[op["row"]] = op["value"]
-                    else:
-                        rows.pop(op["row"], None)
-            if "id" in frame:
-                self.ids[frame["sub"]] = frame["id"]
+        apply_group_frame(data, self.rows, self.ids)
         self.frontier = data["frontier"]
         self.frames += 1
         for sub, view, key in MEMBERS:
