@@ -10,7 +10,9 @@ with a code docs/PROTOCOL.md lists. A publish that is refused must leave the log
 The SSE operations are fuzzed like the others: schemathesis reads an event stream until it has
 ``MAX_STREAM_EVENTS`` events or ``STREAM_SECONDS`` pass, then closes it, so a 200 stream costs
 one snapshot frame. While the log feed is fuzzed, events are appended every 50 ms, so each of
-its streams has a frame at once too.
+its streams has a frame at once too; while groups are fuzzed, every pipeline ends an empty batch
+at each cut the gateway appends (through the real sink, as in test_gateway_groups), so a group's
+first frame comes at once rather than at the read's timeout.
 
 Generated values rarely hit what careless parsers get wrong, so every query parameter, header
 and path parameter the document declares (and the token's query parameter and header) gets, in
@@ -57,10 +59,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from liveviews.changes.cuts import CUTS_STREAM
 from liveviews.log.events import log_stream
 from tests.support import params
-from tests.support.gateway import ServedGateway
-from tests.support.gateway_settings import PARTITIONS
+from tests.support.gateway import ServedGateway, Writer
+from tests.support.gateway_settings import PARTITIONS, SHARDS
 
 EXAMPLES = int(os.environ.get("LV_FUZZ_EXAMPLES", "30"))
 MAX_STREAM_EVENTS = 1
@@ -155,7 +158,8 @@ def fuzz(gw: ServedGateway, store: redis.Redis, headers: dict[str, str]) -> None
         passes = [strategy.map(Fuzzed)]
         if (replaced := mutated(operation, doc)) is not None:
             passes.append(replaced)
-        with appending(gw) if operation.path == "/v1/log/live" else contextlib.nullcontext():
+        streaming = {"/v1/log/live": appending, "/v1/groups/live": cutting}.get(operation.path)
+        with streaming(gw, store) if streaming else contextlib.nullcontext():
             for fuzzed in passes:
                 run_operation(fuzzed, functools.partial(
                     exercise, gw=gw, store=store, headers=headers, codes=codes,
@@ -184,7 +188,7 @@ def as_signed_in(case: Case, rewrite: bool) -> Case:
 
 
 @contextlib.contextmanager
-def appending(gw: ServedGateway) -> Iterator[None]:
+def appending(gw: ServedGateway, store: redis.Redis) -> Iterator[None]:
     """Appends an event every 50 ms, so that every log feed stream has a frame to read at once."""
     stop = threading.Event()
 
@@ -194,6 +198,32 @@ def appending(gw: ServedGateway) -> Iterator[None]:
                 s.post(gw.url + "/v1/events", json=PROFILE, headers=gw.headers(SUBJECT))
 
     thread = threading.Thread(target=append, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+@contextlib.contextmanager
+def cutting(gw: ServedGateway, store: redis.Redis) -> Iterator[None]:
+    """Every pipeline ends an empty batch at each cut the gateway appends, so that each group
+    stream has its first frame at once: the pipelines of a log with nothing new to read."""
+    stop = threading.Event()
+    writer = Writer(store, gw.gateway.app, SHARDS)
+
+    def follow() -> None:
+        last = store.xrevrange(CUTS_STREAM, count=1)
+        seen = last[0][0].decode() if last else "0-0"
+        while not stop.is_set():
+            read = store.xread({CUTS_STREAM: seen}, block=50)
+            for entry_id, fields in read[0][1] if read else []:
+                seen = entry_id.decode()
+                heads = {int(k): v.decode() for k, v in fields.items() if k != b"pipelines"}
+                writer.write([], heads)
+
+    thread = threading.Thread(target=follow, daemon=True)
     thread.start()
     try:
         yield
