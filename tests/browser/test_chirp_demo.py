@@ -136,6 +136,42 @@ def test_b_renames_and_the_name_changes_on_as_timeline(tabs: tuple[Tab, Tab]) ->
     )
 
 
+# At every change of A's page (after each of its renders: a MutationObserver's callback runs
+# once a render's changes are done), the names of ben on the page: in the people list and on
+# each of his tweets in the timeline.
+WATCH_NAMES = """() => {
+    window.__names = [];
+    const read = () => {
+        const person = document.querySelector('[data-testid="person"][data-user="ben"] [data-role="name"]');
+        const tweets = [...document.querySelectorAll('[data-testid="timeline"] [data-testid="tweet"][data-author="ben"]')];
+        const names = [person?.textContent, ...tweets.map((t) => t.querySelector('[data-testid="tweet-author"]').textContent)];
+        const last = window.__names.at(-1);
+        if (!last || last.join('|') !== names.join('|')) window.__names.push(names);
+    };
+    read();
+    new MutationObserver(read).observe(document.body, { subtree: true, childList: true, characterData: true });
+}"""
+
+
+def test_a_rename_never_shows_two_names_for_ben_on_as_page(tabs: tuple[Tab, Tab]) -> None:
+    """A rename reaches ``profiles`` and A's timeline in two pipelines' micro-batches; the page
+    follows both as one group (docs/PROTOCOL.md, section 5.3), so every state it renders has
+    one name for ben: the people list's and every tweet's."""
+    a, b = tabs
+    a.page.evaluate(WATCH_NAMES)
+    names = [f"Benjamin F. {uuid.uuid4().hex[:4]}" for _ in range(3)] + ["Benjamin Franklin"]
+    for name in names:
+        b.id("rename-input").fill(name)
+        b.id("rename-submit").click()
+        expect(a.timeline_post(FIRST).get_by_test_id("tweet-author")).to_have_text(name)
+        expect(a.page.locator('[data-testid="person"][data-user="ben"]')).to_contain_text(name)
+    seen: list[list[str]] = a.page.evaluate("window.__names")
+    halves = [s for s in seen if len(set(s)) > 1]
+    assert not halves, f"A's page showed two names for ben at once: {halves}"
+    shown = [s[0] for s in seen]
+    assert all(name in shown for name in names), (names, seen)
+
+
 EVENTSOURCE_CLIENT = """async () => {
     const { createClient } = await import('/client-js/index.js');
     const answer = await fetch('/v1/dev/token', {

@@ -9,6 +9,7 @@ import { createClient } from 'liveviews-client';
 import { TYPES, renderActivity } from './activity.js';
 import { setAvatar, status, testid } from './dom.js';
 import { renderFeed } from './feed.js';
+import { Home } from './home.js';
 import { showEntry } from './logpanel.js';
 import { Memory } from './memory.js';
 import { renderPeople } from './people.js';
@@ -30,7 +31,15 @@ export class Chirp {
     this.user = user;
     this.memory = new Memory(user);
     this.client = createClient({ url: location.origin, getToken: tokenSource(user), transport: 'auto' });
-    this.profiles = new Map(); // user -> subscription of profiles/<user>
+    this.home = new Home(this.client, user, {
+      frame: ({ wasRecovering, reason }) => {
+        if (wasRecovering) this.note(`resynced (${reason}): the gap could not be replayed, so the timeline was reloaded`);
+        this.refresh();
+      },
+      state: () => this.showViewState(),
+      error: (error) => this.note(`timeline: ${error.message}`),
+    });
+    this.profiles = new Map(); // user -> subscription of profiles/<user>, for people not in `home`
     this.posts = new Map(); // tweet id -> subscription of tweets/<id>
     this.pending = new Set(); // tweet ids and users with an action in flight
     this.seen = new Set(); // users met in the log or the timeline
@@ -41,18 +50,7 @@ export class Chirp {
     const { client, user } = this;
     client.on('state', () => this.showConnection());
     this.showConnection();
-    this.me = this.profile(user);
-    this.me.on('snapshot', () => this.showMe());
-    this.me.on('change', () => this.showMe());
-    this.timeline = client.subscribe('timeline', user, {
-      snapshot: ({ wasRecovering, reason }) => {
-        if (wasRecovering) this.note(`resynced (${reason}): the gap could not be replayed, so the timeline was reloaded`);
-        this.refresh();
-      },
-      change: () => this.refresh(),
-      state: () => this.showViewState(),
-      error: (error) => this.note(`timeline: ${error.message}`),
-    });
+    this.home.follow(this.homePeople());
     this.activity = client.subscribe('activity', 'global', { snapshot: () => this.drawActivity(), change: () => this.drawActivity() });
     this.log = client.tailLog({ recent: 30 }, {
       entry: (entry) => this.onLogEntry(entry),
@@ -80,6 +78,12 @@ export class Chirp {
     return sub;
   }
 
+  /** The group follows `user` now: its own subscription would only repeat it. */
+  dropProfile(user) {
+    this.profiles.get(user)?.unsubscribe();
+    this.profiles.delete(user);
+  }
+
   post(tweet) {
     let sub = this.posts.get(tweet);
     if (sub === undefined) {
@@ -90,7 +94,14 @@ export class Chirp {
   }
 
   nameOf(user) {
+    if (this.home.has(user)) return this.home.profile(user)?.name ?? null;
     return this.profiles.get(user)?.rows.get('profile')?.name ?? null;
+  }
+
+  /** The people whose profiles `home` follows with the timeline: followed users and authors. */
+  homePeople() {
+    const followed = [...this.memory.following].filter(([, on]) => on).map(([u]) => u);
+    return [...followed, ...[...this.home.timeline.values()].map((t) => t.author)];
   }
 
   // ---- rendering --------------------------------------------------------------------------
@@ -100,6 +111,8 @@ export class Chirp {
     if (this._frame) return;
     this._frame = requestAnimationFrame(() => {
       this._frame = 0;
+      this.home.follow(this.homePeople());
+      this.showMe();
       this.showFeeds();
       this.showPeople();
     });
@@ -113,7 +126,7 @@ export class Chirp {
   }
 
   showViewState() {
-    const state = this.timeline.state;
+    const state = this.home.state;
     testid('view-state').textContent = state === 'live' ? '' : `timeline ${state}…`;
   }
 
@@ -135,8 +148,8 @@ export class Chirp {
   showFeeds() {
     const liked = this.memory.liked;
     const like = (sub) => (tweet) => this.toggleLike(tweet, sub(tweet));
-    renderFeed(testid('timeline'), testid('timeline-empty'), [...this.timeline.rows.values()],
-      { liked, pending: this.pending, onLike: like(() => this.timeline) });
+    renderFeed(testid('timeline'), testid('timeline-empty'), [...this.home.timeline.values()],
+      { liked, pending: this.pending, onLike: like(() => this.home) });
     const mine = [...this.posts.values()].map((sub) => sub.rows.get('tweet')).filter(Boolean);
     renderFeed(testid('my-posts'), testid('my-posts-empty'), mine,
       { liked, pending: this.pending, onLike: like((tweet) => this.posts.get(tweet)) });
@@ -145,15 +158,16 @@ export class Chirp {
   isFollowing(user) {
     const remembered = this.memory.following.get(user);
     if (remembered !== undefined) return remembered;
-    return [...this.timeline.rows.values()].some((t) => t.author === user);
+    return [...this.home.timeline.values()].some((t) => t.author === user);
   }
 
   showPeople() {
-    const authors = [...this.timeline.rows.values()].map((t) => t.author);
+    const authors = [...this.home.timeline.values()].map((t) => t.author);
     const followed = [...this.memory.following].filter(([, on]) => on).map(([u]) => u);
     const candidates = [...new Set([...followed, ...authors, ...SEED_USERS, ...this.seen])].filter((u) => u !== this.user);
     const people = candidates.slice(0, Math.max(MAX_PEOPLE, followed.length)).map((user) => {
-      this.profile(user);
+      if (this.home.has(user)) this.dropProfile(user);
+      else this.profile(user);
       return { user, name: this.nameOf(user), following: this.isFollowing(user), pending: this.pending.has(`@${user}`) };
     });
     renderPeople(testid('people'), people, (user) => this.toggleFollow(user));
@@ -205,7 +219,7 @@ export class Chirp {
     this.pending.add(`@${user}`);
     this.refresh();
     try {
-      await this.act(this.timeline, { type: following ? 'unfollow' : 'follow', payload: { user: this.user, followee: user } });
+      await this.act(this.home, { type: following ? 'unfollow' : 'follow', payload: { user: this.user, followee: user } });
       this.memory.setFollowing(user, !following);
     } catch (error) {
       this.note(`could not ${following ? 'unfollow' : 'follow'} @${user}: ${error.message}`);
@@ -280,7 +294,7 @@ export class Chirp {
     const t0 = performance.now();
     status(line, 'Renaming…');
     try {
-      await this.act(this.me, { type: 'profile_set', payload: { user: this.user, name } });
+      await this.act(this.home, { type: 'profile_set', payload: { user: this.user, name } });
       testid('rename-input').value = '';
       status(line, `✓ Renamed everywhere after ${since(t0)}`, 'ok');
     } catch (error) {
