@@ -227,11 +227,9 @@ class Client:
     def group(self, members: Sequence[tuple[str, str]]) -> Group:
         """Follow several keys as one group (docs/PROTOCOL.md, section 5.3): ``members`` is a
         list of (view, key), released together, so that nothing reads one of them reflecting a
-        write another does not reflect yet. Over WebSocket only, in this client."""
+        write another does not reflect yet. Over WebSocket the group shares the socket; over
+        SSE it is one stream (``GET /v1/groups/live``), however many members it has."""
         transport = self._require_open("group")
-        if transport.name != "websocket":
-            raise ValueError("this client follows a group over WebSocket only: open it with "
-                             "transport='websocket' or 'auto'")  # fmt: skip
         sub = Group(transport, parse_members(members))
         transport.attach(sub)
         return sub

@@ -18,8 +18,6 @@ from typing import Any
 
 from liveviews.client._aiohttp import aiohttp
 from liveviews.client.connection import Connection, FallBack
-from liveviews.client.errors import ConnectionLost
-from liveviews.client.group import Group
 from liveviews.client.sse import SseTransport
 from liveviews.client.subscription import Subscription
 from liveviews.client.transport import ClientState, Transport, TransportName
@@ -81,11 +79,7 @@ class Fallback:
         )
         sse = self._sse()
         for sub in self._websocket.hand_over():
-            if isinstance(sub, Group):  # followed over WebSocket only, in this client
-                sub._fail(ConnectionLost("no WebSocket could be opened, and this client follows a "
-                                         "group over WebSocket only"))  # fmt: skip
-            else:
-                sse.attach(sub)
+            sse.attach(sub)
         self.current = sse
         return True
 

@@ -6,7 +6,9 @@ positions of the log every member reflects, in one ``group`` frame, which this a
 ``members`` lists each member's ``view``, ``key`` and ``rows``, in the order given. The iterator
 yields a ``Change`` per group frame: ``snapshot`` for the first, ``delta`` for each later one,
 with ``contents`` mapping each member's index to its rows. ``reflects(offsets)`` returns once
-every member reflects them. Over WebSocket only, in this client.
+every member reflects them. Over WebSocket it resumes each member from the last id of its own
+frames; over SSE, where the group is one stream (``sse.group_path``), from the group frame's id,
+which holds them all.
 """
 
 from __future__ import annotations

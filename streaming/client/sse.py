@@ -1,5 +1,6 @@
 """The SSE transport: one ``GET .../live`` stream per subscription (docs/PROTOCOL.md, sections
-5, 5.1 and 6), for networks that pass no WebSocket; the Python mirror of client-js/src/sse.js.
+5, 5.1 and 6), a group's members all on one (``GET /v1/groups/live``, section 5.3), for networks
+that pass no WebSocket; the Python mirror of client-js/src/sse.js.
 
 Each stream is a task: ask for the subscription's stream with its last event id in
 ``Last-Event-ID`` and the token in ``Authorization``, read its events until it ends or breaks,
@@ -38,10 +39,11 @@ from liveviews.client.errors import (
     http_error,
     is_token_error,
 )
-from liveviews.client.frames import Frame, decode_sse
+from liveviews.client.frames import Frame, decode_sse, decode_sse_group
+from liveviews.client.group import Group
 from liveviews.client.offsets import latest_of_each
 from liveviews.client.query import Query
-from liveviews.client.sselines import SseComment, SseParser
+from liveviews.client.sselines import SseComment, SseEvent, SseParser
 from liveviews.client.subscription import Subscription
 from liveviews.client.transport import REFRESH_MARGIN, ClientState, Tokens, TransportName
 from liveviews.log.events import Offset
@@ -77,6 +79,20 @@ def stream_path(query: Query) -> str:
             params["after_row"] = query.after.row
         path += "?" + urlencode(params, quote_via=quote)
     return path
+
+
+def group_path(members: Iterable[tuple[str, str]]) -> str:
+    """The path and query string of a group's stream: its members as pairs of ``view`` and
+    ``key`` parameters, in order, which the gateway names ``m0``, ``m1``, ..."""
+    params = [pair for view, key in members for pair in (("view", view), ("key", key))]
+    return "/v1/groups/live?" + urlencode(params, quote_via=quote)
+
+
+def path_of(sub: Subscription) -> str:
+    """The path and query string of ``sub``'s stream."""
+    if isinstance(sub, Group):
+        return group_path((m.view, m.key) for m in sub.members)
+    return stream_path(sub.query)
 
 
 def wait_bodies(offsets: Iterable[Offset]) -> list[bytes]:
@@ -191,15 +207,27 @@ class EventStream:
                 if isinstance(item, SseComment):
                     continue  # a heartbeat: the stream is alive
                 try:
-                    frame = decode_sse(item.event, item.id, item.data, self.name)
+                    end = self._deliver(item)
                 except ProtocolError as exc:
                     self.sub._fail(exc)
                     return None
-                if frame.kind == "end":
-                    return self._ended(frame, token)
-                self.sub._frame(frame)
+                if end is not None:
+                    return self._ended(end, token)
                 if not self.sub.active:
                     return None  # the frame did not fit the query: it failed
+
+    def _deliver(self, event: SseEvent) -> Frame | None:
+        """Hand ``event``'s frame to the subscription, or give back an ``end`` frame, which is
+        the stream's own. Only a group's stream carries ``group`` events: on another one such
+        an event is of a kind its subscription does not know, passed over as a newer gateway's."""
+        if event.event == "group" and isinstance(self.sub, Group):
+            self.sub._group(decode_sse_group(event.id, event.data, self.name))
+            return None
+        frame = decode_sse(event.event, event.id, event.data, self.name)
+        if frame.kind == "end":
+            return frame
+        self.sub._frame(frame)
+        return None
 
     def _ended(self, frame: Frame, token: str) -> float | None:
         """An ``end`` frame: open the stream again from the last event id, with a new token if
@@ -328,7 +356,7 @@ class SseTransport:
         headers = {"Accept": "text/event-stream", "Authorization": f"Bearer {token}"}
         if sub.last_event_id is not None:
             headers["Last-Event-ID"] = sub.last_event_id
-        path = stream_path(sub.query)
+        path = path_of(sub)
         path += ("&" if "?" in path else "?") + urlencode({"stream": stream.id})
         # encoded=True: yarl would otherwise turn the key's %2F back into a path separator.
         url = URL(self.url + path, encoded=True)
