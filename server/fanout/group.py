@@ -55,6 +55,7 @@ class Member(Subscription):
         # Never in the key's cohort: its frames wait for the group's cut.
         self.subscriber = self.source.hub.attach(self.view, self.key, self.source.buffer,
                                                  shared=False)  # fmt: skip
+        self.subscriber.counted = False
 
     @property
     def frontier_name(self) -> str:
@@ -177,7 +178,9 @@ class Group:
             except SlowConsumer:  # a member's hub buffer overflowed: the group resumes
                 sub.overflow()
                 raise SlowConsumer(SLOW_CONSUMER, last_event_id=self.last_event_id) from None
-        if sum(len(m.held) for m in self.members) > sub.capacity:
+        # Live deltas only: the deltas a resumed member missed are its first frames, written
+        # however many, as a key's are; counted here, a group far behind could never resume.
+        if sum(live for m in self.members for _, _, live in m.held) > sub.capacity:
             sub.overflow()  # the group is too far behind its client: it resumes from its id
             raise SlowConsumer(SLOW_CONSUMER, last_event_id=self.last_event_id)
         out = self._released()

@@ -444,7 +444,7 @@ class Hub:
 
     def drop(self, sub: Subscriber) -> None:
         """Forget ``sub``; one that overflowed counts once as a slow consumer."""
-        if sub.state is SubscriberState.OVERFLOWED and sub in self.all:
+        if sub.state is SubscriberState.OVERFLOWED and sub in self.all and sub.counted:
             self.metrics.slow_consumers += 1
         self._forget(sub)
 

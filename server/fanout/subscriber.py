@@ -41,7 +41,7 @@ class Subscriber:
 
     __slots__ = ("view", "key", "frontier_name", "capacity", "buffer", "progress", "state",
                  "sink", "woken", "on_wake", "_waiter", "hub", "cohort", "shared",
-                 "wants")  # fmt: skip
+                 "wants", "counted")  # fmt: skip
 
     def __init__(
         self,
@@ -69,6 +69,9 @@ class Subscriber:
         self.hub = hub
         self.cohort: Cohort | None = None
         """The cohort this subscriber is in, if any; the hub hands it nothing itself then."""
+        self.counted = True
+        """Does its overflow count as a slow consumer of its own? A group member's does not:
+        the group's end counts once (``liveviews.gateway.live.sender``)."""
         self.wants: Callable[[list[FeedDelta]], bool] | None = None
         """For a prefix's subscriber: does it want a key's deltas of one read? One that says no
         (a filter's, when none of them changes its rows) is neither woken nor owed a frontier

@@ -356,8 +356,10 @@ class Sender:
         subscriber = sub.subscriber
         assert subscriber is not None
         if subscriber.state is SubscriberState.OVERFLOWED:
-            if subscriber.hub is not None:  # a log reader's has none: its end detaches it
+            if subscriber.hub is not None:  # counted as it is dropped
                 subscriber.hub.drop(subscriber)
+            else:  # a group's or a log reader's, which no hub holds: its end detaches it
+                self.metrics.slow_consumers += 1
             self.finish(
                 self._end_frame("slow_consumer", SLOW_CONSUMER, last_event_id=sub.last_event_id)
             )

@@ -16,7 +16,15 @@ from typing import Any
 import aiohttp
 import redis
 
-from tests.support.gateway import ServedGateway, State, Writer, open_sse, stored_rows, wait_for
+from tests.support.gateway import (
+    ServedGateway,
+    State,
+    Writer,
+    open_sse,
+    position,
+    stored_rows,
+    wait_for,
+)
 
 BIG = "x" * 40_000
 DELTAS = 400
@@ -151,3 +159,82 @@ async def test_a_websocket_subscription_resumed_far_behind_gets_every_delta_it_m
                     got.append(m)
             assert [m["data"]["ops"][0]["value"]["i"] for m in got] == list(range(N_BEHIND))
             await ws.close()
+
+
+def first_cut(store: redis.Redis) -> dict[int, str]:
+    """The heads of the first cut a group appended: with no event appended since, every batch
+    written with this frontier ends exactly at each later cut too."""
+    from liveviews.changes.cuts import CUTS_STREAM
+
+    read = store.xrange(CUTS_STREAM, count=1)
+    assert read, "the group appended no cut"
+    return {int(k): v.decode() for k, v in read[0][1].items() if k != b"pipelines"}
+
+
+def write_big_to_group(writer: Writer, gw: ServedGateway, heads: dict[int, str]) -> None:
+    """Large deltas of ``likes/gslow`` and some of ``profiles/gslow``, two pipelines' views,
+    each batch ending at the group's cuts."""
+    capacity = gw.settings.subscriber_buffer
+    for i in range(DELTAS):
+        changes: list[tuple[str, str, str, Any]] = [("likes", "gslow", "row", {"i": i, "pad": BIG})]
+        if i % 20 == 0:
+            changes.append(("profiles", "gslow", "profile", {"name": f"n{i}"}))
+        writer.write(changes, heads)
+        assert max((len(s.buffer) for s in list(gw.gateway.hub.all)), default=0) <= capacity
+
+
+async def test_a_slow_group_is_ended_with_its_group_id_and_resumes_without_a_gap(
+    tight_gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    """The slow-consumer rule for a group over SSE: its members' frames held past the buffer
+    end the stream with ``slow_consumer`` and the last group id the client was sent, from which
+    it resumes every member with no gap and no duplicate."""
+    from tests.support.groups import apply_group_frame
+
+    gw = tight_gateway
+    metrics = gw.gateway.metrics
+    before = metrics.slow_consumers
+    url = gw.url + "/v1/groups/live?view=likes&key=gslow&view=profiles&key=gslow"
+    rows: dict[str, dict[str, Any]] = {"m0": {}, "m1": {}}
+    ids: dict[str, str] = {}
+    seen: dict[str, list[str]] = {"m0": [], "m1": []}
+
+    def apply(data: dict[str, Any]) -> None:
+        for frame in data["frames"]:
+            if frame["type"] == "delta":
+                assert frame["id"] not in seen[frame["sub"]], f"duplicate delta {frame['id']}"
+                if seen[frame["sub"]]:
+                    assert position(frame["id"]) > position(seen[frame["sub"]][-1])
+                seen[frame["sub"]].append(frame["id"])
+        apply_group_frame(data, rows, ids)
+
+    async with aiohttp.ClientSession() as s:
+        sse = await open_sse(s, url, gw.headers())
+        await wait_for(lambda: store.xlen("lv:{m}:cuts") > 0)
+        heads = first_cut(store)
+        writer.write([], heads)  # the pipelines reach the group's first cut
+        first = await sse.next(timeout=30)
+        assert first.event == "group"
+        apply(first.data)
+        last_id = first.id
+        await asyncio.to_thread(write_big_to_group, writer, gw, heads)
+        await wait_for(lambda: metrics.slow_consumers > before, timeout=30)
+        while True:  # now read what was on its way, up to the end frame
+            ev = await sse.next(timeout=30)
+            if ev.event == "end":
+                break
+            assert ev.event == "group", ev
+            apply(ev.data)
+            last_id = ev.id
+        assert ev.data["code"] == "slow_consumer"
+        assert ev.data["last_event_id"] == last_id
+        headers = {**gw.headers(), "Last-Event-ID": ev.data["last_event_id"]}
+        sse = await open_sse(s, url, headers)
+        target = {"m0": stored_rows(store, "likes", "gslow", 8),
+                  "m1": stored_rows(store, "profiles", "gslow", 8)}  # fmt: skip
+        while rows != target:
+            ev = await sse.next(timeout=30)
+            assert ev.event == "group", ev
+            assert not any(f["type"] in ("snapshot", "reset") for f in ev.data["frames"])
+            apply(ev.data)
+        await sse.close()
