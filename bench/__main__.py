@@ -35,8 +35,8 @@ from bench.single import error_path
 
 BENCHMARKS = [
     "fanout", "filters", "gateways", "floor", "tokens", "clients", "memory", "store", "publish",
-    "kafkaclients", "storecluster", "deadletters", "latency", "realtime", "browser", "cdc",
-    "pipeline", "kafkalog", "scans", "rebuild",
+    "kafkaclients", "storecluster", "deadletters", "latency", "groups", "realtime", "browser",
+    "cdc", "pipeline", "kafkalog", "scans", "rebuild",
 ]  # fmt: skip
 """In order: the gateway's own figures first, then the store's, then those with Spark in the
 loop."""
