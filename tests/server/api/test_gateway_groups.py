@@ -22,9 +22,11 @@ from demo.chirp import app
 from demo.chirp.generate import Activity
 from liveviews.changes.cuts import CUTS_STREAM
 from liveviews.log.eventlog import EventLog
+from liveviews.pipeline import versions
+from liveviews.pipeline.sink import ChangeTopicSink
 from tests.server.api.test_gateway_ws import Socket, connect
 from tests.support.gateway import ServedGateway, Writer, open_sse
-from tests.support.gateway_settings import PARTITIONS
+from tests.support.gateway_settings import PARTITIONS, SHARDS
 from tests.support.groups import apply_group_frame
 
 
@@ -184,6 +186,47 @@ async def test_a_group_resumes_each_member_from_its_id(
         resumed = await again.next_group_frame()
         assert [f["type"] for f in resumed["frames"]] == ["delta", "delta"]
         assert again.shown == [("B", "B")]
+
+
+async def test_a_member_whose_pipeline_switches_version_is_reset_in_a_group_frame(
+    gateway: ServedGateway, store: redis.Redis, writer: Writer
+) -> None:
+    """A rebuilt version of ``profiles`` starts to serve readers: the group's member is reset
+    onto it, with the new version's snapshot, in a group frame that shows the timeline at the
+    same cut; renames after the switch still reach both members at once."""
+    versions.register(store, "profiles", "aaa", b"{}")
+    pipelines = Pipelines(store, writer)
+    first = pipelines.append()
+    pipelines.rename("profiles", first, "A")
+    pipelines.rename("entities", first, "A")
+    async with aiohttp.ClientSession() as s:
+        sock = await connect(s, gateway, gateway.token("ann"))
+        assert (await sock.next())["type"] == "authenticated"
+        await sock.send(type="subscribe", sub="g", members=[
+            {"sub": "p", "view": "profiles", "key": "ann"},
+            {"sub": "t", "view": "timeline", "key": "ann"}])  # fmt: skip
+        page = Page(sock)
+        await page.next_group_frame()
+        assert page.shown == [("A", "A")]
+
+        reg = versions.begin(store, "profiles", "bbb", "bbb")
+        assert reg.next is not None
+        rebuilt = ChangeTopicSink(store, app, "profiles", SHARDS, 10_000, list(app.pipelines),
+                                  namespace=reg.next.namespace)  # fmt: skip
+        profile = {"view": "profiles", "key": "ann", "row": "profile", "score": 0.0}
+        rebuilt.write([{**profile, "value": orjson.dumps({"name": "A"}).decode()}], 1, first)
+        versions.switch(store, "profiles", SHARDS)
+        switched = await page.next_group_frame()
+        assert [(f["sub"], f["type"]) for f in switched["frames"]] == [
+            ("p", "reset"), ("p", "snapshot")]  # fmt: skip
+        assert page.shown[-1] == ("A", "A")
+
+        heads = pipelines.append()
+        rebuilt.write([{**profile, "value": orjson.dumps({"name": "B"}).decode()}], 2, heads)
+        pipelines.rename("entities", heads, "B")
+        renamed = await page.next_group_frame()
+        assert sorted(f["sub"] for f in renamed["frames"]) == ["p", "t"]
+        assert page.shown == [("A", "A"), ("A", "A"), ("B", "B")]
 
 
 async def test_a_group_is_refused_with_a_sentence_when_malformed(gateway: ServedGateway) -> None:
