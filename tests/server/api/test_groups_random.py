@@ -1,5 +1,6 @@
 """Groups under random schedules: at every group frame, every member equals the recomputation
-of its view at the frame's frontier.
+of its view at the frame's frontier. Each client's group is a random choice of ``MEMBERS``, in
+a random order.
 
 Two pipelines (Chirp's ``profiles`` and ``entities``) are played through their real sinks, each
 ending its batches where its source would: at the log's heads, or at the next cut for it that
@@ -108,9 +109,10 @@ class Pipelines:
 class Client:
     """The group's client: rows applied a whole group frame at a time, checked at each."""
 
-    def __init__(self, pipelines: Pipelines) -> None:
+    def __init__(self, pipelines: Pipelines, members: list[tuple[str, str, str]]) -> None:
         self.pipelines = pipelines
-        self.rows: dict[str, dict[str, Any]] = {sub: {} for sub, _, _ in MEMBERS}
+        self.members = members
+        self.rows: dict[str, dict[str, Any]] = {sub: {} for sub, _, _ in members}
         self.ids: dict[str, str] = {}
         self.frames = 0
         self.frontier: Frontier = {}
@@ -121,7 +123,7 @@ class Client:
         apply_group_frame(data, self.rows, self.ids)
         self.frontier = data["frontier"]
         self.frames += 1
-        for sub, view, key in MEMBERS:
+        for sub, view, key in self.members:
             expected = self.pipelines.rows_at(view, key, self.frontier)
             assert self.rows[sub] == expected, (sub, self.frontier, self.rows[sub], expected)
 
@@ -138,12 +140,12 @@ class Client:
         return {"type": "subscribe", "sub": "g", "members": [
             {"sub": sub, "view": view, "key": key,
              **({"last_event_id": self.ids[sub]} if sub in self.ids else {})}
-            for sub, view, key in MEMBERS]}  # fmt: skip
+            for sub, view, key in self.members]}  # fmt: skip
 
 
 async def run(gateway: ServedGateway, store: redis.Redis, seed: int) -> tuple[int, int]:
-    """One schedule, followed by two clients of the same group on one gateway process: one
-    reconnecting while the other keeps the outstanding cut its own."""
+    """One schedule, followed by two clients, each with a random group, on one gateway
+    process: one reconnecting while the other keeps the outstanding cut its own."""
     store.flushdb()
     await asyncio.sleep(0.2)  # the gateway's feed notices the new store
     rng = random.Random(seed)
@@ -151,7 +153,8 @@ async def run(gateway: ServedGateway, store: redis.Redis, seed: int) -> tuple[in
     pipelines.append()
     for pipeline in ("profiles", "entities"):
         pipelines.step(pipeline)
-    clients = [Client(pipelines), Client(pipelines)]
+    clients = [Client(pipelines, rng.sample(MEMBERS, rng.randint(1, len(MEMBERS))))
+               for _ in range(2)]  # fmt: skip
     reconnects = 0
     async with aiohttp.ClientSession() as s:
 
