@@ -95,6 +95,10 @@ export class Chirp {
 
   nameOf(user) {
     if (this.home.has(user)) return this.home.profile(user)?.name ?? null;
+    // An author the group does not follow yet (it is being reopened with them): the name on
+    // their tweets, from the same group frame, rather than one from another subscription.
+    const tweet = [...this.home.timeline.values()].find((t) => t.author === user);
+    if (tweet !== undefined) return tweet.name ?? null;
     return this.profiles.get(user)?.rows.get('profile')?.name ?? null;
   }
 
