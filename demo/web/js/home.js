@@ -7,6 +7,10 @@
 // A group's members are fixed when it opens. When the people to show change (a follow, a new
 // author on the timeline), a new group opens beside the current one and takes its place at its
 // first frame, so the page never goes blank in between.
+//
+// A deployment whose log cannot be cut (Kafka, a store cluster) refuses groups
+// (`groups_unavailable`): the page then follows the same keys one by one, as pages did before
+// groups, and may show a rename in one place a moment before the other.
 
 const MAX_PEOPLE = 14; // a group holds 16 members: the timeline, the user's profile, and these
 
@@ -22,6 +26,7 @@ export class Home {
     this.current = null; // the group the page shows
     this.next = null; // a group opened for other people, until its first frame
     this.people = null; // the users whose profiles `next ?? current` follows
+    this.grouped = true; // false once the gateway refused a group: keys one by one
   }
 
   /** Follow `people`'s profiles with the timeline: at once if the group already does. */
@@ -32,7 +37,7 @@ export class Home {
     this.next?.unsubscribe();
     const members = [{ view: 'timeline', key: this.user }, { view: 'profiles', key: this.user },
       ...users.map((u) => ({ view: 'profiles', key: u }))];
-    const group = this.client.group(members);
+    const group = this.grouped ? this.client.group(members) : new Separate(this.client, members);
     this.next = group;
     group.on('snapshot', ({ wasRecovering, reason }) => {
       if (this.next === group) this.adopt(group);
@@ -45,7 +50,15 @@ export class Home {
       if (this.current === group) this.handlers.state();
     });
     group.on('error', (error) => {
-      if (this.current === group || this.next === group) this.handlers.error(error);
+      if (error.code === 'groups_unavailable' && this.grouped) {
+        this.grouped = false;
+        if (this.next === group) this.next = null;
+        const people = this.people;
+        this.people = null;
+        this.follow(people);
+      } else if (this.current === group || this.next === group) {
+        this.handlers.error(error);
+      }
     });
   }
 
@@ -84,5 +97,44 @@ export class Home {
         if (this.current === group) throw error; // replaced: the new group answers instead
       }
     }
+  }
+}
+
+/**
+ * The same members as a group's, each its own subscription: for a gateway that refuses groups.
+ * It answers what `Home` asks of a group: `members`, `state`, `on`, `reflects`, `unsubscribe`.
+ */
+class Separate {
+  constructor(client, members) {
+    this.subs = members.map((m) => client.subscribe(m.view, m.key));
+    this.members = members.map((m, i) => ({ view: m.view, key: m.key, get rows() { return this.sub.rows; }, sub: this.subs[i] }));
+  }
+
+  get state() {
+    return this.subs.every((s) => s.state === 'live') ? 'live' : this.subs.find((s) => s.state !== 'live').state;
+  }
+
+  /** `snapshot` once every member has its first, then each member's own events. */
+  on(event, handler) {
+    if (event === 'snapshot') {
+      let ready = false;
+      Promise.all(this.subs.map((s) => s.ready())).then(() => {
+        ready = true;
+        handler({ wasRecovering: false, reason: null });
+      }, () => {});
+      for (const sub of this.subs) {
+        sub.on('snapshot', ({ wasRecovering, reason }) => { if (ready) handler({ wasRecovering, reason }); });
+      }
+    } else {
+      for (const sub of this.subs) sub.on(event, handler);
+    }
+  }
+
+  reflects(offset) {
+    return Promise.all(this.subs.map((s) => s.reflects(offset))).then(() => undefined);
+  }
+
+  unsubscribe() {
+    for (const sub of this.subs) sub.unsubscribe();
   }
 }
