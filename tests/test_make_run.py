@@ -32,25 +32,32 @@ from liveviews.pipeline.settings import Settings
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports nothing listens on: each socket stays bound until all are
+    chosen, or the kernel may hand one port out twice (the store and PostgreSQL then collide)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class System:
     """``make run``'s script (scripts/run.sh) with its own data directory and ports."""
 
     def __init__(self, data_dir: Path, **env: str) -> None:
-        self.port = _free_port()
+        self.port, store_port, postgres_port = _free_ports(3)
         self.env = {
             **os.environ,
             "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}",
             "PYSPARK_PYTHON": sys.executable,
             "LV_DATA_DIR": str(data_dir),
             "LV_PORT": str(self.port),
-            "LV_EMBEDDED_PORT": str(_free_port()),
-            "LV_POSTGRES_PORT": str(_free_port()),
+            "LV_EMBEDDED_PORT": str(store_port),
+            "LV_POSTGRES_PORT": str(postgres_port),
             "LV_WAIT_FOR_STORE": "30",
             "LV_DEMO_ACTIVITY": "0",
             **env,
