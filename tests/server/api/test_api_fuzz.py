@@ -188,16 +188,10 @@ def as_signed_in(case: Case, rewrite: bool) -> Case:
 
 
 @contextlib.contextmanager
-def appending(gw: ServedGateway, store: redis.Redis) -> Iterator[None]:
-    """Appends an event every 50 ms, so that every log feed stream has a frame to read at once."""
+def beside(work: Callable[[threading.Event], None]) -> Iterator[None]:
+    """``work(stop)`` in a thread while the block runs; it returns once ``stop`` is set."""
     stop = threading.Event()
-
-    def append() -> None:
-        with requests.Session() as s:
-            while not stop.wait(0.05):
-                s.post(gw.url + "/v1/events", json=PROFILE, headers=gw.headers(SUBJECT))
-
-    thread = threading.Thread(target=append, daemon=True)
+    thread = threading.Thread(target=work, args=(stop,), daemon=True)
     thread.start()
     try:
         yield
@@ -206,14 +200,23 @@ def appending(gw: ServedGateway, store: redis.Redis) -> Iterator[None]:
         thread.join(5)
 
 
-@contextlib.contextmanager
-def cutting(gw: ServedGateway, store: redis.Redis) -> Iterator[None]:
+def appending(gw: ServedGateway, store: redis.Redis) -> contextlib.AbstractContextManager[None]:
+    """Appends an event every 50 ms, so that every log feed stream has a frame to read at once."""
+
+    def append(stop: threading.Event) -> None:
+        with requests.Session() as s:
+            while not stop.wait(0.05):
+                s.post(gw.url + "/v1/events", json=PROFILE, headers=gw.headers(SUBJECT))
+
+    return beside(append)
+
+
+def cutting(gw: ServedGateway, store: redis.Redis) -> contextlib.AbstractContextManager[None]:
     """Every pipeline ends an empty batch at each cut the gateway appends, so that each group
     stream has its first frame at once: the pipelines of a log with nothing new to read."""
-    stop = threading.Event()
     writer = Writer(store, gw.gateway.app, SHARDS)
 
-    def follow() -> None:
+    def follow(stop: threading.Event) -> None:
         last = store.xrevrange(CUTS_STREAM, count=1)
         seen = last[0][0].decode() if last else "0-0"
         while not stop.is_set():
@@ -223,13 +226,7 @@ def cutting(gw: ServedGateway, store: redis.Redis) -> Iterator[None]:
                 heads = {int(k): v.decode() for k, v in fields.items() if k != b"pipelines"}
                 writer.write([], heads)
 
-    thread = threading.Thread(target=follow, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(5)
+    return beside(follow)
 
 
 def run_operation(strategy: st.SearchStrategy[Fuzzed], body: Callable[[Fuzzed], None]) -> None:

@@ -99,6 +99,16 @@ class Page:
         return dict(msg["data"])
 
 
+async def open_page(s: aiohttp.ClientSession, gateway: ServedGateway) -> Page:
+    """Ann's socket, subscribed to her profile (``p``) and timeline (``t``) as group ``g``."""
+    sock = await connect(s, gateway, gateway.token("ann"))
+    assert (await sock.next())["type"] == "authenticated"
+    await sock.send(type="subscribe", sub="g", members=[
+        {"sub": "p", "view": "profiles", "key": "ann"},
+        {"sub": "t", "view": "timeline", "key": "ann"}])  # fmt: skip
+    return Page(sock)
+
+
 async def test_a_group_shows_each_rename_in_both_views_at_once(
     gateway: ServedGateway, store: redis.Redis, writer: Writer
 ) -> None:
@@ -107,12 +117,7 @@ async def test_a_group_shows_each_rename_in_both_views_at_once(
     pipelines.rename("profiles", first, "A")
     pipelines.rename("entities", first, "A")
     async with aiohttp.ClientSession() as s:
-        sock = await connect(s, gateway, gateway.token("ann"))
-        assert (await sock.next())["type"] == "authenticated"
-        await sock.send(type="subscribe", sub="g", members=[
-            {"sub": "p", "view": "profiles", "key": "ann"},
-            {"sub": "t", "view": "timeline", "key": "ann"}])  # fmt: skip
-        page = Page(sock)
+        page = await open_page(s, gateway)
         cut = await pipelines.next_cut()
         assert cut == first  # both pipelines are at it already: released at once
         opened = await page.next_group_frame()
@@ -200,12 +205,7 @@ async def test_a_member_whose_pipeline_switches_version_is_reset_in_a_group_fram
     pipelines.rename("profiles", first, "A")
     pipelines.rename("entities", first, "A")
     async with aiohttp.ClientSession() as s:
-        sock = await connect(s, gateway, gateway.token("ann"))
-        assert (await sock.next())["type"] == "authenticated"
-        await sock.send(type="subscribe", sub="g", members=[
-            {"sub": "p", "view": "profiles", "key": "ann"},
-            {"sub": "t", "view": "timeline", "key": "ann"}])  # fmt: skip
-        page = Page(sock)
+        page = await open_page(s, gateway)
         await page.next_group_frame()
         assert page.shown == [("A", "A")]
 
