@@ -78,19 +78,25 @@ def measure_all(
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     out = {}
     for name, s in starts.items():
-        behind = {p: at for p, at in s.items() if at < bounds[p][1]}
-        ages = [now - taken[(p, at)] for p, at in behind.items() if (p, at) in taken]
+        # Only commit markers or aborted records past a position: nothing behind it. A query in
+        # Real-Time Mode reports the offset after its last record, short of a trailing marker.
+        behind = {p: at for p, at in s.items()
+                  if at < bounds[p][1] and taken.get((p, at), -1) is not None}  # fmt: skip
+        ages = [now - t for p, at in behind.items() if (t := taken.get((p, at))) is not None]
         out[name] = Lag(sum(bounds[p][1] - at for p, at in behind.items()), False,
                         max([0, *ages]))  # fmt: skip
     return out
 
 
-def _append_times(bootstrap: str, topic: str, wanted: set[tuple[int, int]]) -> dict[Any, int]:
+def _append_times(
+    bootstrap: str, topic: str, wanted: set[tuple[int, int]]
+) -> dict[Any, int | None]:
     """When the broker took the first committed record at or after each (partition, offset);
-    none for a partition with nothing committed there yet."""
+    None for one with no committed record there (read to the partition's end), and nothing for
+    one not read in time."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    found: dict[Any, int] = {}
+    found: dict[Any, int | None] = {}
     consumer = _consumer(bootstrap)
     try:
         # One offset per partition at a time: several frontiers on one partition take turns.
@@ -110,7 +116,9 @@ def _append_times(bootstrap: str, topic: str, wanted: set[tuple[int, int]]) -> d
                 error = msg.error()
                 if error is None:
                     found[(p, turn[p])] = msg.timestamp()[1]
-                elif error.code() != KafkaError._PARTITION_EOF:
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    found[(p, turn[p])] = None
+                else:
                     continue  # a transient error: polled again until the deadline
                 left.discard(p)
             consumer.unassign()

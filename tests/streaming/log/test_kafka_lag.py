@@ -33,3 +33,20 @@ def test_frontiers_behind_a_kafka_log_count_its_events_and_the_oldest_unread_one
     newest_of_partition = max(e.ingest_ms for e in events.values()
                               if e.partition == one.partition)  # fmt: skip
     assert lags["one_behind"] == Lag(1, False, now - newest_of_partition)
+
+
+def test_a_frontier_short_of_a_commit_marker_only_has_nothing_behind(log: KafkaEventLog) -> None:
+    """A batch is a transaction whose commit marker takes the offset after its last record; a
+    query in Real-Time Mode reports the offset after its last record, short of the marker."""
+    # Two events of one user: one partition, one transaction (a single event takes none).
+    _, offset = log.append_batch([{"type": "profile_set", "payload": {"user": "u1", "name": n}}
+                                  for n in ("a", "b")])  # fmt: skip
+    read_kafka_log(log.bootstrap, log.topic, PARTITIONS, 2)
+    ends = log_ends(log.bootstrap, log.topic, PARTITIONS)
+    assert ends[offset.partition] == int(offset.id) + 1  # the marker, after the record
+    at_record = {p: str(n) for p, n in ends.items()} | {offset.partition: offset.id}
+    before_record = at_record | {offset.partition: str(int(offset.id) - 1)}
+    lags = measure_all(log.bootstrap, log.topic, PARTITIONS,
+                       {"at_record": at_record, "before_record": before_record})  # fmt: skip
+    assert lags["at_record"] == Lag(0, False, 0)
+    assert lags["before_record"].events == 2  # the record and its marker
