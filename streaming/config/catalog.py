@@ -101,8 +101,8 @@ KAFKA = Setting(
     "`liveviews.log` (created with `LV_LOG_PARTITIONS` partitions if absent, kept forever), "
     "instead of the store's streams: the gateway appends to it with Kafka's idempotent producer "
     "(`acks=all`) and the pipelines read it with Spark's Kafka source. The change topic, "
-    "frontiers and idempotency records stay in the store. What does not run on Kafka yet "
-    "(dead-letter screening, Real-Time Mode) is listed in "
+    "frontiers and idempotency records stay in the store. What differs on Kafka (Real-Time "
+    "Mode's readers and waits, groups) is listed in "
     "[Apache Kafka as the log](SCALING.md#apache-kafka-as-the-log)",
 )  # fmt: skip
 KAFKA_TOPIC = Setting(

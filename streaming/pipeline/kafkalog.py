@@ -55,21 +55,24 @@ def read_kafka_log(
     max_events: int,
     topic: str = LOG_TOPIC,
     screen: tuple[str, int, ScreenSpec] | None = None,
+    rate_limited: bool = True,
 ) -> DataFrame:
     """The Kafka log ``topic`` as a stream of ``EVENT_SCHEMA`` rows, at most ``max_events`` per
-    micro-batch, from its first record. With ``screen`` (the store's URL, the log's partition
-    count, the pipeline's ``ScreenSpec``), without the records the pipeline sets aside
-    (``liveviews.pipeline.kafkascreen``)."""
-    records = (
+    micro-batch (unless not ``rate_limited``: an epoch of Real-Time Mode reads what comes until
+    its time is up), from its first record. With ``screen`` (the store's URL, the log's
+    partition count, the pipeline's ``ScreenSpec``), without the records the pipeline sets
+    aside (``liveviews.pipeline.kafkascreen``)."""
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
         .option("kafka.isolation.level", "read_committed")
-        .option("maxOffsetsPerTrigger", str(max_events))
-        .load()
     )
+    if rate_limited:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_events))
+    records = reader.load()
     columns = {
         "partition": F.col("partition"),
         "offset": (F.col("offset") + 1).cast("string"),
@@ -85,5 +88,11 @@ def read_kafka_log(
         return raw.mapInArrow(screening(url, partitions, spec), EVENT_SCHEMA)
     columns |= {"type": columns["type"].cast("string"), "key": columns["key"].cast("string"),
                 "payload": columns["payload"].cast("string"),
-                "event_time_ms": columns["time"].cast("string").cast("long")}  # fmt: skip
-    return records.select(*[columns[f.name].alias(f.name) for f in EVENT_SCHEMA.fields])
+                "event_time_ms": columns["time"].cast("string").try_cast("long")}  # fmt: skip
+    rows = records.select(*[columns[f.name].alias(f.name) for f in EVENT_SCHEMA.fields])
+    # Unscreened, a record without the event's fields, or whose time is not a number, is left
+    # out rather than failing the query (what the store's JVM source does in Real-Time Mode).
+    return rows.where(
+        F.col("type").isNotNull() & F.col("key").isNotNull() & F.col("payload").isNotNull()
+        & F.col("event_time_ms").isNotNull()
+    )  # fmt: skip

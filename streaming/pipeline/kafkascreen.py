@@ -13,7 +13,8 @@ the same decision: what was set aside is in the quarantine.
 The step makes a pipeline of declared views run Python once per task, which is what the
 store's source costs every pipeline. It costs a quarter of a Kafka drain's rate (most of it
 Arrow's transfer of each record to the Python worker and back: docs/performance/kafka.md);
-a screen in the JVM would win that back, and is what Real-Time Mode on Kafka needs.
+a screen in the JVM would win that back. Real-Time Mode, which refuses Python, reads the topic
+unscreened (``liveviews.pipeline.realtime.query``, docs/REALTIME.md).
 """
 
 from __future__ import annotations

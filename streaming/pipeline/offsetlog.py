@@ -58,7 +58,19 @@ def parse(offset_json: str) -> dict[int, str]:
     """The source's offset as positions per partition: the Redis Streams source's
     ``{"0": "1732170000000-0", ...}``, or Spark's Kafka source's ``{"<topic>": {"0": 42, ...}}``
     (the next offset to read, which is the position of the last record read)."""
-    offsets: dict[str, Any] = orjson.loads(offset_json)
+    return positions(orjson.loads(offset_json))
+
+
+def positions(offsets: dict[str, Any]) -> dict[int, str]:
+    """``parse`` of the offset as Spark's JSON already decoded."""
+    found = kafka_positions(offsets)
+    if found is not None:
+        return found
+    return {int(p): entry for p, entry in offsets.items() if entry != UNREAD}
+
+
+def kafka_positions(offsets: dict[str, Any]) -> dict[int, str] | None:
+    """The positions of Spark's Kafka source's offset, decoded; None for another source's."""
     if len(offsets) == 1 and isinstance(topic := next(iter(offsets.values())), dict):
         return {int(p): str(n) for p, n in topic.items() if n > 0}
-    return {int(p): entry for p, entry in offsets.items() if entry != UNREAD}
+    return None

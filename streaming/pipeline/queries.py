@@ -106,7 +106,7 @@ def start_pipeline(
     # A query takes the session's settings as they are when it starts; a new checkpoint
     # records this count, which the query then keeps.
     spark.conf.set(SHUFFLE_PARTITIONS, str(pipeline.partitions or partitions))
-    realtime = pipeline.realtime and settings.realtime_log
+    realtime = pipeline.realtime and settings.realtime
     clear_unstarted(checkpoint_of(settings, qualified), realtime)
     check_log(checkpoint_of(settings, qualified), bool(settings.kafka))
     try:

@@ -107,14 +107,6 @@ class Settings:
         return embedded_url(self.embedded_port, store_password(self.data_dir))
 
     @property
-    def realtime_log(self) -> bool:
-        """Whether pipelines declared ``realtime=True`` run in Real-Time Mode: with
-        ``LV_REALTIME=on`` and the log in the store, which the JVM source reads. A Kafka log is
-        read in micro-batches (Spark's Kafka source has the mode too; the change-topic writer
-        for it is the JVM one, not written for Kafka yet)."""
-        return self.realtime and not self.kafka
-
-    @property
     def embedded(self) -> bool:
         return self.redis_url is None
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pyspark.sql import SparkSession
 
+from liveviews.pipeline.offsetlog import kafka_positions
 from liveviews.pipeline.progress import JsonListener, listen
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ class RealtimeFrontier(JsonListener):
         end = sources[0]["endOffset"]
         if isinstance(end, str):
             end = orjson.loads(end)
-        read_to = {int(p): str(entry) for p, entry in end.items()}
+        read_to = kafka_positions(end)
+        if read_to is None:  # the store's JVM source: every partition, read or not
+            read_to = {int(p): str(entry) for p, entry in end.items()}
         sink.advance_frontier(progress["batchId"], read_to, progress.get("numInputRows", 0))
 
 

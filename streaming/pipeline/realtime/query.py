@@ -1,6 +1,7 @@
 """A pipeline's query in Spark's Real-Time Mode: the JVM source, the JVM writer, the frontier.
 
-The query reads the log with ``io.liveviews.spark.LogSource`` and writes each row change as it
+The query reads the log with ``io.liveviews.spark.LogSource`` (a Kafka log with Spark's own
+Kafka source) and writes each row change as it
 comes with ``io.liveviews.spark.ChangeTopicWriter`` (``jvm/``): Spark refuses a Python source,
 Python sink or ``foreachBatch`` in this mode. It runs in epochs of ``LV_REALTIME_INTERVAL`` (or
 the pipeline's ``trigger_interval``): Spark checkpoints at each epoch's end, and the pipeline's
@@ -18,10 +19,11 @@ from pyspark.sql.streaming import StreamingQuery
 from liveviews.app import App
 from liveviews.changes.cuts import CUTS_STREAM
 from liveviews.changes.topic import WANTS_STREAM
+from liveviews.pipeline.kafkalog import read_kafka_log
 from liveviews.pipeline.plan import built, refused, started_realtime
 from liveviews.pipeline.realtime import jar
 from liveviews.pipeline.realtime.frontier import realtime_frontier
-from liveviews.pipeline.realtime.slots import READERS, needed, reserve
+from liveviews.pipeline.realtime.slots import READERS, needed, readers, reserve
 from liveviews.pipeline.session import SHUFFLE_PARTITIONS
 from liveviews.pipeline.sink import ChangeTopicSink, sink_script
 from liveviews.store.client import is_cluster
@@ -32,7 +34,12 @@ if TYPE_CHECKING:
 
 def read_log_realtime(spark: SparkSession, settings: Settings, pipeline: str = "") -> DataFrame:
     """The log as a stream through the JVM source, in either mode; for ``pipeline``, ending its
-    batches and epochs at the cuts appended for it (``liveviews.changes.cuts``)."""
+    batches and epochs at the cuts appended for it (``liveviews.changes.cuts``). A Kafka log
+    through Spark's own Kafka source, unscreened (``liveviews.pipeline.kafkalog``): its epochs
+    end on time, neither at a client's wait nor at a cut."""
+    if settings.kafka:
+        return read_kafka_log(spark, settings.kafka, settings.max_events_per_batch,
+                              settings.kafka_topic, rate_limited=False)  # fmt: skip
     return (
         spark.readStream.format(jar.SOURCE_CLASS)
         .option("url", settings.store_url)
@@ -92,8 +99,8 @@ def start_realtime(
         .option("checkpointLocation", checkpoint)
         .trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(interval))
     )
-    slots = needed(pipeline, int(str(spark.conf.get(SHUFFLE_PARTITIONS))))
-    reserve(spark, app, name, query_name, slots)
+    slots = needed(pipeline, settings, int(str(spark.conf.get(SHUFFLE_PARTITIONS))))
+    reserve(spark, app, name, query_name, slots, readers(settings))
     # Followed before it starts, so that no epoch's report comes before the frontier knows it.
     realtime_frontier(spark).follow(query_name, sink)
     tracker = spark.sparkContext.statusTracker()

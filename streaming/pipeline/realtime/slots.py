@@ -25,23 +25,29 @@ if TYPE_CHECKING:
     from liveviews.pipeline.settings import Settings
 
 READERS = 1
-"""Tasks that read the log in Real-Time Mode, each blocking on its share of the partitions for
-the whole epoch."""
+"""Tasks that read a log in the store in Real-Time Mode (``LogSource``), each blocking on its
+share of the partitions for the whole epoch. Spark's Kafka source reads each of the topic's
+partitions with a task of its own (``readers``)."""
 _held: dict[str, dict[str, int]] = {}
 """Per SparkContext (its application id): query name -> slots of its running queries."""
 
 
-def needed(pipeline: Pipeline, shuffle_partitions: int) -> int:
+def readers(settings: Settings) -> int:
+    """The tasks that read the log in Real-Time Mode: ``READERS`` on the store, one per
+    partition of the topic on Kafka."""
+    return settings.log_partitions if settings.kafka else READERS
+
+
+def needed(pipeline: Pipeline, settings: Settings, shuffle_partitions: int) -> int:
     """The slots ``pipeline``'s query holds: its readers and its state partitions (counted
     whether or not its plan shuffles: the slots of a plan without one are then spare)."""
-    return READERS + (pipeline.partitions or shuffle_partitions)
+    return readers(settings) + (pipeline.partitions or shuffle_partitions)
 
 
 def chosen(settings: Settings, app: App) -> App:
-    """``app`` as ``settings`` run it: with ``LV_REALTIME=off``, or on a Kafka log
-    (``Settings.realtime_log``), no pipeline in Real-Time Mode (each is then its own version,
-    built again in micro-batches)."""
-    if not settings.realtime_log:
+    """``app`` as ``settings`` run it: with ``LV_REALTIME=off``, no pipeline in Real-Time Mode
+    (each is then its own version, built again in micro-batches)."""
+    if not settings.realtime:
         # In place: the process knows its application as the one object LV_APP names.
         for name, pipeline in app.pipelines.items():
             app.pipelines[name] = dataclasses.replace(pipeline, realtime=False)
@@ -54,13 +60,16 @@ def sized(settings: Settings, app: App) -> Settings:
     realtime = [p for p in app.pipelines.values() if p.realtime]
     if not realtime or settings.spark_master != default_master():
         return settings
-    extra = sum(needed(p, settings.shuffle_partitions) for p in realtime)
+    extra = sum(needed(p, settings, settings.shuffle_partitions) for p in realtime)
     return dataclasses.replace(settings, spark_master=f"local[{2 * (os.cpu_count() or 1) + extra}]")
 
 
-def reserve(spark: SparkSession, app: App, name: str, query_name: str, slots: int) -> None:
-    """Counts ``slots`` for ``query_name`` (of ``app``'s pipeline ``name``), or refuses the
-    pipeline with a sentence when the master cannot give them beside the others."""
+def reserve(
+    spark: SparkSession, app: App, name: str, query_name: str, slots: int, reading: int
+) -> None:
+    """Counts ``slots`` for ``query_name`` (of ``app``'s pipeline ``name``, ``reading`` of them
+    its readers), or refuses the pipeline with a sentence when the master cannot give them
+    beside the others."""
     context = spark.sparkContext
     held = _held.setdefault(context.applicationId, {})
     active = {q.name for q in spark.streams.active}
@@ -73,8 +82,8 @@ def reserve(spark: SparkSession, app: App, name: str, query_name: str, slots: in
         others = ", ".join(sorted(held)) or "none"
         raise refused(
             name,
-            f"in Real-Time Mode its query needs {slots} task slots at once ({READERS} to read "
-            f"the log, {slots - READERS} for its state partitions), and the master has "
+            f"in Real-Time Mode its query needs {slots} task slots at once ({reading} to read "
+            f"the log, {slots - reading} for its state partitions), and the master has "
             f"{capacity}, {sum(held.values())} of them held by other queries in Real-Time Mode "
             f"({others}){' and one kept for micro-batches' if kept else ''}. Run on a master "
             f"with more (SPARK_MASTER=local[{sum(held.values()) + slots + kept + 2}]), declare "

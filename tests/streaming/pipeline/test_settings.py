@@ -98,15 +98,17 @@ def test_a_version_being_built_runs_nicer_apart_on_a_local_master_only(monkeypat
         settings(LV_REBUILD_NICENESS="slow")
 
 
-def test_pipelines_on_a_kafka_log_run_in_micro_batches_even_with_real_time_mode_on() -> None:
+def test_pipelines_on_a_kafka_log_run_in_real_time_mode_with_a_reader_per_partition() -> None:
     on = settings(LV_REALTIME="on")
-    assert on.realtime_log and not settings(LV_REALTIME="off").realtime_log
     on_kafka = dataclasses.replace(on, kafka="localhost:9092")
-    assert not on_kafka.realtime_log
     # A copy: ``chosen`` changes the application in place, and Chirp's is the suite's.
     chirp = dataclasses.replace(app, pipelines=dict(app.pipelines))
-    assert chirp.pipelines["profiles"].realtime
-    assert not any(p.realtime for p in slots.chosen(on_kafka, chirp).pipelines.values())
+    assert slots.chosen(on_kafka, chirp).pipelines["profiles"].realtime
+    profiles = chirp.pipelines["profiles"]  # one state partition
+    assert slots.needed(profiles, on, 2) == 1 + 1  # one reader follows every partition
+    assert slots.needed(profiles, on_kafka, 2) == on.log_partitions + 1
+    off = dataclasses.replace(on_kafka, realtime=False)
+    assert not any(p.realtime for p in slots.chosen(off, chirp).pipelines.values())
 
 
 def test_lv_kafka_names_the_log_s_brokers_and_refuses_a_store_log_retention() -> None:
