@@ -56,12 +56,21 @@ def chosen(settings: Settings, app: App) -> App:
 
 def sized(settings: Settings, app: App) -> Settings:
     """``settings`` with a local master big enough for ``app``'s queries in Real-Time Mode
-    beside the default slots, unless the user chose the master (``SPARK_MASTER``)."""
+    beside the slots its micro-batch queries can take at once, unless the user chose the master
+    (``SPARK_MASTER``). An epoch's tasks start together or not at all: Spark fails a query whose
+    next epoch finds fewer slots free than it needs, so the micro-batch queries must never be
+    able to take them."""
     realtime = [p for p in app.pipelines.values() if p.realtime]
     if not realtime or settings.spark_master != default_master():
         return settings
     extra = sum(needed(p, settings, settings.shuffle_partitions) for p in realtime)
-    return dataclasses.replace(settings, spark_master=f"local[{2 * (os.cpu_count() or 1) + extra}]")
+    # A micro-batch query's widest stage: its read tasks (one per partition of a Kafka topic)
+    # or its state partitions.
+    read = settings.log_partitions if settings.kafka else settings.read_tasks
+    batches = sum(max(read, p.partitions or settings.shuffle_partitions)
+                  for p in app.pipelines.values() if not p.realtime)  # fmt: skip
+    base = max(2 * (os.cpu_count() or 1), batches)
+    return dataclasses.replace(settings, spark_master=f"local[{base + extra}]")
 
 
 def reserve(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -107,6 +108,15 @@ def test_pipelines_on_a_kafka_log_run_in_real_time_mode_with_a_reader_per_partit
     profiles = chirp.pipelines["profiles"]  # one state partition
     assert slots.needed(profiles, on, 2) == 1 + 1  # one reader follows every partition
     assert slots.needed(profiles, on_kafka, 2) == on.log_partitions + 1
+    # The master is sized so that the micro-batch queries (entities, activity), reading each
+    # partition of the topic with a task, can never take the slots an epoch needs.
+    cores = 2 * (os.cpu_count() or 1)
+    batches = sum(max(on_kafka.log_partitions, p.partitions or on.shuffle_partitions)
+                  for p in chirp.pipelines.values() if not p.realtime)  # fmt: skip
+    assert batches == 2 * on.log_partitions
+    kafka_master = f"local[{max(cores, batches) + on.log_partitions + 1}]"
+    assert slots.sized(on_kafka, chirp).spark_master == kafka_master
+    assert slots.sized(on, chirp).spark_master == f"local[{cores + 1 + 1}]"
     off = dataclasses.replace(on_kafka, realtime=False)
     assert not any(p.realtime for p in slots.chosen(off, chirp).pipelines.values())
 
