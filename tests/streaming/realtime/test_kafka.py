@@ -15,6 +15,7 @@ import dataclasses
 import random
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -28,6 +29,7 @@ from liveviews.log.kafka.lag import measure_all
 from liveviews.pipeline.kafkalog import connector_jars
 from liveviews.pipeline.plan import PipelineRefused
 from liveviews.pipeline.settings import Settings
+from liveviews.store.embedded import EmbeddedStore, free_port
 from tests.faults.harness import wait_until
 from tests.streaming.pipeline import test_declared as shop
 from tests.streaming.realtime.test_pipeline import _likes
@@ -39,9 +41,25 @@ PARTITIONS = 2
 
 
 @pytest.fixture()
-def kafka_settings(settings: Settings, kafka_bootstrap: str) -> Settings:
+def own_store_url(tmp_path: Path) -> Iterator[str]:
+    """A store of the test's own: the run's is followed by gateways that record its layout
+    (four partitions) whenever they find it empty, and these tests' topic has two."""
+    with EmbeddedStore(tmp_path / "store", free_port()) as url:
+        yield url
+
+
+@pytest.fixture()
+def store(own_store_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(own_store_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def kafka_settings(settings: Settings, kafka_bootstrap: str, own_store_url: str) -> Settings:
     assert connector_jars(), "Spark's Kafka source is not fetched: run scripts/setup.sh"
-    return dataclasses.replace(settings, kafka=kafka_bootstrap, log_partitions=PARTITIONS,
+    return dataclasses.replace(settings, redis_url=own_store_url, kafka=kafka_bootstrap,
+                               log_partitions=PARTITIONS,
                                kafka_topic=f"log-{uuid.uuid4().hex[:8]}")  # fmt: skip
 
 
