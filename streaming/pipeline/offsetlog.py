@@ -58,11 +58,7 @@ def parse(offset_json: str) -> dict[int, str]:
     """The source's offset as positions per partition: the Redis Streams source's
     ``{"0": "1732170000000-0", ...}``, or Spark's Kafka source's ``{"<topic>": {"0": 42, ...}}``
     (the next offset to read, which is the position of the last record read)."""
-    return positions(orjson.loads(offset_json))
-
-
-def positions(offsets: dict[str, Any]) -> dict[int, str]:
-    """``parse`` of the offset as Spark's JSON already decoded."""
+    offsets: dict[str, Any] = orjson.loads(offset_json)
     found = kafka_positions(offsets)
     if found is not None:
         return found
