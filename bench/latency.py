@@ -22,8 +22,15 @@ after the pipeline's start, and again at the end, on a driver JVM whose JIT comp
 minutes to compile what each micro-batch runs. Each phase records when it started and how much
 CPU the driver JVM used in it, its JIT compiler threads apart.
 
+With ``--logs redis,kafka`` each configuration runs on the store's log and then on a Kafka
+node (``liveviews.log.kafka.broker``, the log Spark reads with its own Kafka source), the two
+one after the other so that the machine's moment is shared; the Kafka rows compare with the
+store's same phase. Such a run writes ``latency_kafka.json``, and leaves the store's headline
+figures in ``latency.json`` as they were.
+
     .venv/bin/python -m bench.latency [--quick] [--seconds 60] [--rates 10,100,1000,100]
         [--configurations tuned,realtime,untuned,spark_state,python_state]
+        [--logs redis,kafka]
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ BOUND_PHASES = 2
 """The bounds run the first phases of the run only: 10 events/s, then 100 a minute after the
 pipeline's start, as Chirp's views do."""
 CONFIGURATIONS = ["tuned", "realtime", "untuned", *ceilings.LATENCY_KINDS]
+LOGS = ["redis", "kafka"]
+"""Where the log lives: the store's streams (the default) or a Kafka node."""
 POLL_INTERVAL_S = 1.0
 TICK_S = 0.02
 CATCH_UP_S = 600
@@ -248,9 +257,14 @@ def batch_figures(system: System, since: float) -> dict[str, Any]:
     return out
 
 
-def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds: float
-                      ) -> list[dict[str, Any]]:  # fmt: skip
-    with running_store() as system:
+def result_key(name: str, log: str) -> str:
+    """A configuration's key in the results: its name on the store's log, else with the log."""
+    return name if log == "redis" else f"{name} on {log}"
+
+
+def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds: float,
+                      log: str = "redis") -> list[dict[str, Any]]:  # fmt: skip
+    with running_store(kafka=log == "kafka") as system:
         seed(system)
         system.start_gateway({"LV_APP": env["LV_APP"]} if "LV_APP" in env else None)
         started = time.monotonic()
@@ -279,9 +293,9 @@ def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds:
             system.wait_until_caught_up(timeout=CATCH_UP_S)
             summary["caught_up_after_s"] = round(time.monotonic() - behind, 1)
             out.append(summary)
-            print(f"{name} {rate}/s from {after_s:.0f} s: push p50 {summary['push']['p50_ms']}"
-                  f" ms, p99 {summary['push']['p99_ms']} ms; polling p50"
-                  f" {summary['polling']['p50_ms']} ms; driver JVM"
+            print(f"{result_key(name, log)} {rate}/s from {after_s:.0f} s: push p50"
+                  f" {summary['push']['p50_ms']} ms, p99 {summary['push']['p99_ms']} ms;"
+                  f" polling p50 {summary['polling']['p50_ms']} ms; driver JVM"
                   f" {summary.get('driver_jvm_cpu_s')} CPU s, JIT"
                   f" {summary.get('driver_jit_cpu_s')}; caught up"
                   f" {summary['caught_up_after_s']} s after", flush=True)  # fmt: skip
@@ -293,7 +307,7 @@ def phase_title(rates: list[int], i: int) -> str:
     return f"{rates[i]} events/s" + (", again" if rates[i] in rates[:i] else "")
 
 
-def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
+def plot(results: dict[str, list[dict[str, Any]]], name: str = "latency") -> list[Any]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -304,6 +318,11 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
               "realtime": "Liveviews, Real-Time Mode (push)",
               "spark_state": "bound: one view, Spark's aggregation",
               "python_state": "bound: one view, Python operator"}  # fmt: skip
+    for configuration in list(labels):
+        for log in LOGS[1:]:
+            labels[result_key(configuration, log)] = labels[configuration].replace(
+                " (push)", f" on {log} (push)"
+            )
     fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
     for ax, i in zip(axes[0], range(len(rates)), strict=True):
         lines = [(labels.get(name, name), runs[i]["pushed_ms"]) for name, runs in results.items()
@@ -322,7 +341,7 @@ def plot(results: dict[str, list[dict[str, Any]]]) -> list[Any]:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    return [save_plot(fig, "latency_cdf")]
+    return [save_plot(fig, f"{name}_cdf")]
 
 
 def configuration_env(name: str) -> dict[str, str]:
@@ -338,7 +357,8 @@ def configuration_env(name: str) -> dict[str, str]:
 
 
 def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None,
-        configurations: list[str] | None = None) -> Report:  # fmt: skip
+        configurations: list[str] | None = None, logs: list[str] | None = None
+        ) -> Report:  # fmt: skip
     if quick:
         seconds, rates, configurations = 4, [10], ["tuned"]
     moment = Moment()
@@ -346,8 +366,12 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
     results = {}
     for name in configurations or CONFIGURATIONS:
         phases = rates[:BOUND_PHASES] if name in ceilings.LATENCY_KINDS else rates
-        results[name] = run_configuration(name, configuration_env(name), phases, seconds)
-    plots = plot(results)
+        for log in logs or LOGS[:1]:
+            results[result_key(name, log)] = run_configuration(
+                name, configuration_env(name), phases, seconds, log
+            )
+    report = "latency" if set(logs or LOGS[:1]) == {"redis"} else "latency_kafka"
+    plots = plot(results, report)
     figures = {
         "seconds_per_rate": seconds,
         "users": USERS,
@@ -357,7 +381,21 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
             for name, runs in results.items()
         },  # fmt: skip
     }
-    save("latency", figures, moment)
+    save(report, figures, moment)
+    return Report(report, "End-to-end latency", "python -m bench.latency", figures,
+                  summary_rows(results, rates, seconds), plots,
+                  moment=moment.finish())  # fmt: skip
+
+
+def _measured(push: dict[str, float]) -> str:
+    """p50 / p95 / p99 / max, in whole milliseconds."""
+    return " / ".join(f"{push[k]:.0f}" for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms"))
+
+
+def summary_rows(results: dict[str, list[dict[str, Any]]], rates: list[int], seconds: float
+                 ) -> list[Row]:  # fmt: skip
+    """The summary table's rows: each configuration's push latency per phase, beside its
+    baseline (polling, micro-batches, every Chirp view, or the store's log)."""
     rows = []
     for i, r in enumerate(results.get("tuned", [])):
         push, polled = r["push"], r["polling"]
@@ -373,35 +411,42 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
             figure=f"POST to SSE delta at {phase_title(rates, i)},"
                    f" from {r['after_pipeline_start_s']:.0f} s after the pipeline's start,"
                    " p50 / p95 / p99 / max (ms)",
-            measured=f"{push['p50_ms']:.0f} / {push['p95_ms']:.0f} / {push['p99_ms']:.0f}"
-                     f" / {push['max_ms']:.0f}",
+            measured=_measured(push),
             target="p50 <= 200, p99 <= 500" if r["rate"] == 100 else "",
             baseline=base,
         ))  # fmt: skip
     for i, r in enumerate(results.get("realtime", [])):
-        push, micro = r["push"], results["tuned"][i]["push"] if "tuned" in results else None
+        micro = results["tuned"][i]["push"] if "tuned" in results else None
         rows.append(Row(
             figure=f"POST to SSE delta at {phase_title(rates, i)}, Chirp's profiles in Spark's"
                    " Real-Time Mode, p50 / p95 / p99 / max (ms)",
-            measured=f"{push['p50_ms']:.0f} / {push['p95_ms']:.0f} / {push['p99_ms']:.0f}"
-                     f" / {push['max_ms']:.0f}",
+            measured=_measured(r["push"]),
             target="p50 <= 25, p99 <= 60" if r["rate"] in (100, 1000) else "",
             baseline=f"micro-batches, same phase: p50 {micro['p50_ms']:.0f} / p99"
                      f" {micro['p99_ms']:.0f}" if micro else "",
         ))  # fmt: skip
     for kind in ceilings.LATENCY_KINDS:
         for i, r in enumerate(results.get(kind, [])):
-            push, chirp = r["push"], results["tuned"][i]["push"] if "tuned" in results else None
+            chirp = results["tuned"][i]["push"] if "tuned" in results else None
             rows.append(Row(
                 figure=f"bound: POST to SSE delta at {phase_title(rates, i)} through"
                        f" {ceilings.LATENCY_KINDS[kind]}, p50 / p95 / p99 / max (ms)",
-                measured=f"{push['p50_ms']:.0f} / {push['p95_ms']:.0f} / {push['p99_ms']:.0f}"
-                         f" / {push['max_ms']:.0f}",
+                measured=_measured(r["push"]),
                 baseline=f"every Chirp view, same phase: p50 {chirp['p50_ms']:.0f} / p99"
                          f" {chirp['p99_ms']:.0f}" if chirp else "",
             ))  # fmt: skip
-    return Report("latency", "End-to-end latency", "python -m bench.latency", figures, rows,
-                  plots, moment=moment.finish())  # fmt: skip
+    for log in LOGS[1:]:
+        for name in CONFIGURATIONS:
+            for i, r in enumerate(results.get(result_key(name, log), [])):
+                store = results[name][i]["push"] if name in results else None
+                rows.append(Row(
+                    figure=f"POST to SSE delta at {phase_title(rates, i)}, configuration"
+                           f" {name} on a {log.capitalize()} log, p50 / p95 / p99 / max (ms)",
+                    measured=_measured(r["push"]),
+                    baseline=f"the store's log, same phase: p50 {store['p50_ms']:.0f} / p99"
+                             f" {store['p99_ms']:.0f}" if store else "",
+                ))  # fmt: skip
+    return rows
 
 
 def main() -> int:
@@ -411,6 +456,8 @@ def main() -> int:
     parser.add_argument("--rates", default=",".join(map(str, RATES)))
     parser.add_argument("--configurations", default=",".join(CONFIGURATIONS),
                         help="comma-separated, from: " + ",".join(CONFIGURATIONS))  # fmt: skip
+    parser.add_argument("--logs", default=LOGS[0],
+                        help="comma-separated, from: " + ",".join(LOGS))  # fmt: skip
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
     configurations = [c for c in args.configurations.split(",") if c]
@@ -418,7 +465,11 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown configuration {', '.join(unknown)}; choose from"
                      f" {', '.join(CONFIGURATIONS)}")  # fmt: skip
-    run(args.quick, args.seconds, rates, configurations)
+    logs = [g for g in args.logs.split(",") if g]
+    unknown_logs = sorted(set(logs) - set(LOGS))
+    if unknown_logs:
+        parser.error(f"unknown log {', '.join(unknown_logs)}; choose from {', '.join(LOGS)}")
+    run(args.quick, args.seconds, rates, configurations, logs)
     return 0
 
 

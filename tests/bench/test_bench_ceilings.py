@@ -89,4 +89,36 @@ def test_latency_benchmark_runs_each_bound_on_its_application(
     results = {"tuned": phases(4), **{k: phases(latency.BOUND_PHASES)
                                       for k in ceilings.LATENCY_KINDS}}  # fmt: skip
     (path,) = latency.plot(results)
-    assert path.parent == tmp_path and path.stat().st_size > 0
+    assert path == tmp_path / "latency_cdf.png" and path.stat().st_size > 0
+
+
+def test_latency_rows_on_kafka_compare_with_the_stores_same_phase(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import latency
+
+    monkeypatch.setenv("LV_BENCH_RESULTS", str(tmp_path))
+
+    def phase(rate: int, p50: float, p99: float) -> dict[str, Any]:
+        push = {"p50_ms": p50, "p95_ms": p99, "p99_ms": p99, "max_ms": p99,
+                "reflected_fraction": 1.0}  # fmt: skip
+        return {"rate": rate, "push": push, "polling": push, "after_pipeline_start_s": 60.0,
+                "pushed_ms": [p50, p99], "polled_ms": [900.0]}  # fmt: skip
+
+    results = {
+        "realtime": [phase(100, 12, 90), phase(100, 11, 40)],
+        latency.result_key("realtime", "kafka"): [phase(100, 5800, 8600), phase(100, 23, 317)],
+    }
+    rows = latency.summary_rows(results, [100, 100], 30)
+    kafka = [r for r in rows if "Kafka log" in r.figure]
+    assert [r.measured for r in kafka] == ["5800 / 8600 / 8600 / 8600", "23 / 317 / 317 / 317"]
+    assert [r.baseline for r in kafka] == [
+        "the store's log, same phase: p50 12 / p99 90",
+        "the store's log, same phase: p50 11 / p99 40",
+    ]
+    assert "100 events/s, again" in kafka[1].figure and "realtime" in kafka[1].figure
+    # The store's own rows are those of a run without Kafka.
+    assert len(rows) - len(kafka) == len(latency.summary_rows(
+        {"realtime": results["realtime"]}, [100, 100], 30))  # fmt: skip
+    (path,) = latency.plot(results, "latency_kafka")
+    assert path == tmp_path / "latency_kafka_cdf.png" and path.stat().st_size > 0
