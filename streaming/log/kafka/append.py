@@ -1,8 +1,10 @@
 """Appending a batch of events to a Kafka log once, whatever is retried.
 
 Kafka's idempotent producer (``acks=all``) makes a writer's own retries append nothing twice;
-a batch of several events is one Kafka transaction, so it is appended whole or not at all, on
-every partition it touches, as one MULTI is on a single Redis server. What Kafka does not keep
+a batch of several events goes into one Kafka transaction, so it is appended whole or not at
+all, on every partition it touches, as one MULTI is on a single Redis server. Batches that wait
+for the writer's transactional producer at the same moment share its next transaction (group
+commit): each is still whole or absent, and they are answered together. What Kafka does not keep
 is the answer to a batch whose writer lost it (a timeout, a crash): under an idempotency key,
 the store keeps a record of the batch (``lv:kafka:appended:<key>``), as ``append.lua`` does on
 Redis Streams:
@@ -23,10 +25,12 @@ than the transaction timeout and the grace together (``TRANSACTION_TIMEOUT_MS``,
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,8 @@ from liveviews.store.client import Client
 TRANSACTION_TIMEOUT_MS = 10_000
 GRACE_MS = 5_000
 ACK_TIMEOUT_S = 30.0
+GROUP_EVENTS = 5_000
+"""The most events batches sharing one transaction add up to (a larger batch goes alone)."""
 ABORT_TIMEOUT_S = 2.0
 """The least an abort past a batch's deadline waits: one that does not end in time leaves the
 producer to its successor, which aborts the transaction as it starts (fencing)."""
@@ -61,6 +67,23 @@ def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
             **extra,
         },
     )
+
+
+@dataclass(eq=False)
+class Turn:
+    """A batch of several events waiting for, then in, a transaction; its thread waits for
+    ``answered``."""
+
+    events: Sequence[Event]
+    key: str | None
+    deadline: float
+    """monotonic"""
+    offsets: list[Offset | None] = field(init=False)
+    error: Exception | None = None
+    answered: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.offsets = [None] * len(self.events)
 
 
 class KafkaEventLog(LogWriter):
@@ -85,10 +108,17 @@ class KafkaEventLog(LogWriter):
         ensure_log_topic(admin, partitions, topic)
         self.single = Producer(producer_config(bootstrap))
         self.claim = store.register_script(CLAIM_SCRIPT)
-        # One transaction at a time per producer: batches of several events take turns.
+        # One transaction at a time per producer. Batches of several events that wait for it
+        # share the next one (group commit): a transaction costs the brokers several round
+        # trips, and taking turns one batch each held the gateway to ~50 batches a second
+        # while Spark started on 2 cores (docs/performance/kafka.md).
         self.transactional_id = f"liveviews-{uuid.uuid4().hex}"
         self.batches: Any | None = self._transactional()
         self.lock = threading.Lock()
+        """Held by the thread whose transaction is under way."""
+        self.turns = threading.Lock()
+        self.queue: list[Turn] = []
+        """The batches waiting for a transaction, oldest first (under ``turns``)."""
         # Single events are appended by any number of threads at once, each waiting for its
         # own acknowledgement, which this thread hands over (librdkafka runs callbacks in poll).
         self.closed = threading.Event()
@@ -179,29 +209,61 @@ class KafkaEventLog(LogWriter):
                 raise error
             assert offset is not None
             return [offset]
-        offsets: list[Offset | None] = [None] * len(events)
+        turn = Turn(events, key, time.monotonic() + ACK_TIMEOUT_S)
+        with self.turns:
+            self.queue.append(turn)
+        while not turn.answered.is_set():
+            # One deadline for the batch, its wait for the batches before it included: while
+            # the brokers are away each would otherwise hold the next for up to three timeouts.
+            left = turn.deadline - time.monotonic()
+            if left > 0 and self.lock.acquire(timeout=left):
+                try:
+                    if not turn.answered.is_set():
+                        self._commit_turns(self._take_turns())
+                finally:
+                    self.lock.release()
+                continue
+            with self.turns:
+                if turn in self.queue:  # no transaction took it: it can still give up
+                    self.queue.remove(turn)
+                    raise NotAppended(
+                        f"the Kafka log did not take the batch within {ACK_TIMEOUT_S:g} s: the "
+                        "batches before it are still waiting for the brokers. Nothing was "
+                        "appended; send it again."
+                    )
+            turn.answered.wait()  # in a transaction under way, which ends by its deadline
+        if turn.error is not None:
+            raise copy.copy(turn.error)  # each thread raises its own: tracebacks differ
+        return [o for o in turn.offsets if o is not None]
 
-        def delivered(i: int) -> Any:
-            # A record that fails fails the transaction's commit, which ``_transaction`` answers.
-            def report(err: Any, msg: Any) -> None:
-                if err is None:
-                    offsets[i] = offset_of(msg.partition(), msg.offset())
+    def _take_turns(self) -> list[Turn]:
+        """The batches waiting for a transaction, oldest first, up to ``GROUP_EVENTS`` events
+        (one at least); those whose deadline has passed are left to give up."""
+        now = time.monotonic()
+        taken: list[Turn] = []
+        with self.turns:
+            for turn in list(self.queue):
+                events = sum(len(t.events) for t in taken)
+                if taken and events + len(turn.events) > GROUP_EVENTS:
+                    break
+                if turn.deadline > now:
+                    self.queue.remove(turn)
+                    taken.append(turn)
+        return taken
 
-            return report
-
-        # One deadline for the batch, its wait for the batches before it included: while the
-        # brokers are away each would otherwise hold the next for up to three timeouts.
-        deadline = time.monotonic() + ACK_TIMEOUT_S
-        if not self.lock.acquire(timeout=ACK_TIMEOUT_S):
-            raise NotAppended(
-                f"the Kafka log did not take the batch within {ACK_TIMEOUT_S:g} s: the batches "
-                "before it are still waiting for the brokers. Nothing was appended; send it again."
-            )
+    def _commit_turns(self, turns: list[Turn]) -> None:
+        """Appends the batches of ``turns`` in one transaction and answers each: all of them
+        are appended, or none."""
+        if not turns:
+            return
         try:
-            self._transaction(events, key, delivered, deadline)
+            self._transaction(turns, min(t.deadline for t in turns))
+        except Exception as exc:  # LogUnavailable, or whatever else fails the transaction
+            for turn in turns:
+                turn.error = exc
         finally:
-            self.lock.release()
-        return [o for o in offsets if o is not None]
+            for turn in turns:
+                turn.answered.set()
 
     def send_one(self, event: Event, key: str | None, report: Report) -> None:
         """Sends ``event`` through the idempotent producer without waiting: ``report`` is called
@@ -227,10 +289,9 @@ class KafkaEventLog(LogWriter):
         except (BufferError, KafkaException) as exc:
             raise NotAppended.of(exc) from None
 
-    def _transaction(
-        self, events: Sequence[Event], key: str | None, delivered: Any, deadline: float
-    ) -> None:
-        """Appends ``events`` in one transaction by ``deadline`` (monotonic), following the
+    def _transaction(self, turns: Sequence[Turn], deadline: float) -> None:
+        """Appends the batches of ``turns`` in one transaction by ``deadline`` (monotonic),
+        each record's offset into its turn, following the
         producer's error rules: a retriable error is retried, one that requires an abort
         aborts (nothing appended), and any other leaves the producer unusable, so it is
         replaced before the next batch."""
@@ -248,7 +309,8 @@ class KafkaEventLog(LogWriter):
         try:
             p.begin_transaction()
             try:
-                self._send(p, events, key, delivered)
+                for turn in turns:
+                    self._send(p, turn)
             except BufferError as exc:  # the producer's queue is full: give up this batch
                 p.abort_transaction(max(left(), ABORT_TIMEOUT_S))
                 raise NotAppended.of(exc) from None
@@ -276,11 +338,17 @@ class KafkaEventLog(LogWriter):
                 "again with the same Idempotency-Key: nothing is appended twice."
             ) from None
 
-    def _send(
-        self, producer: Any, events: Sequence[Event], key: str | None, delivered: Any
-    ) -> None:
-        for i, event in enumerate(events):
-            k, v, headers = record(event, key)
+    def _send(self, producer: Any, turn: Turn) -> None:
+        def delivered(i: int) -> Any:
+            # A record that fails fails the transaction's commit, which ``_transaction`` answers.
+            def report(err: Any, msg: Any) -> None:
+                if err is None:
+                    turn.offsets[i] = offset_of(msg.partition(), msg.offset())
+
+            return report
+
+        for i, event in enumerate(turn.events):
+            k, v, headers = record(event, turn.key)
             produce(producer, self.topic, v, k, partition_for(event.key, self.partitions), headers,
                     delivered(i), wait_when_full=False)  # fmt: skip
 

@@ -5,6 +5,7 @@ found in the log."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -127,9 +128,14 @@ class Faulty:
                  produce_fails_at: int | None = None) -> None:  # fmt: skip
         self.producer, self.commit, self.produce_fails_at, self.produced = (
             producer, commit, produce_fails_at, 0)  # fmt: skip
+        self.transactions = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.producer, name)
+
+    def begin_transaction(self) -> None:
+        self.transactions += 1
+        self.producer.begin_transaction()
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
         self.produced += 1
@@ -195,6 +201,50 @@ def test_a_batch_waiting_behind_another_is_answered_by_its_deadline(
     monkeypatch.undo()
     log.append_batch([rename("u3", "c"), rename("u4", "d")])
     assert names(log, 2) == ["c", "d"]
+
+
+def waiting_together(log: KafkaEventLog, batches: list[list[dict[str, Any]]]) -> list[Any]:
+    """Each batch appended by a thread of its own, all of them queued behind a transaction
+    under way before the first of them goes: their answers (offsets, or the error raised)."""
+
+    def append(batch: list[dict[str, Any]]) -> Any:
+        try:
+            return log.append_batch(batch)
+        except LogUnavailable as exc:
+            return exc
+
+    with ThreadPoolExecutor(len(batches)) as pool:
+        with log.lock:  # a transaction under way
+            answers = [pool.submit(append, b) for b in batches]
+            deadline = time.monotonic() + 30
+            while len(log.queue) < len(batches) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(log.queue) == len(batches)
+        return [a.result() for a in answers]
+
+
+def test_batches_waiting_together_share_one_transaction_each_whole(log: KafkaEventLog) -> None:
+    """Group commit: the batches waiting for the producer go in its next transaction, and
+    each gets its own events' offsets."""
+    log.batches = counting = Faulty(log.batches)
+    batches = [[rename(f"u{i}", f"n{i}.{j}") for j in range(3)] for i in range(20)]
+    answers = waiting_together(log, batches)
+    assert counting.transactions == 1
+    events = {e.offset: e for e in read_log(log, 60)}
+    for batch, offsets in zip(batches, answers, strict=True):
+        assert [events[o].payload for o in offsets] == [e["payload"] for e in batch]
+
+
+def test_a_shared_transaction_that_fails_answers_each_of_its_batches(log: KafkaEventLog) -> None:
+    """None of them was appended, and each thread is told so; the next batch goes on."""
+    log.batches = Faulty(log.batches, produce_fails_at=4)
+    answers = waiting_together(log, [[rename("u1", "a"), rename("u2", "b")],
+                                     [rename("u3", "c"), rename("u4", "d")],
+                                     [rename("u5", "e"), rename("u6", "f")]])  # fmt: skip
+    assert all(isinstance(a, NotAppended) for a in answers)
+    assert len({id(a) for a in answers}) == 3  # each thread raised its own
+    log.append_batch([rename("u7", "g"), rename("u8", "h")])
+    assert names(log, 2) == ["g", "h"]
 
 
 def test_a_topic_with_another_partition_count_is_refused_with_a_sentence(
