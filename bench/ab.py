@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parents[1]
 HEADLINES = {
     "fanout": r"(latency_ms\.p(50|99)|server_cpu_us_per_delivery|server_rss_bytes)$",
     "memory": r"^(sse|ws)\.(bare_uvicorn_)?bytes_per_subscriber$",
-    "latency": r"^(tuned|realtime)\[[^]]*\]\.(push|polling)\.p(50|99)_ms$",
+    "latency": r"^(tuned|realtime)( on kafka)?\[[^]]*\]\.(push|polling)\.p(50|99)_ms$",
     "floor": r"_us(\.|$)",
     "filters": r"(latency_ms\.p(50|99)|server_cpu_us_per_delivery)$",
     "kafkalog": r"^drain\.[a-z]+_by_[a-z_]+\.events_per_s_wall$",
@@ -79,12 +79,25 @@ def run_once(checkout: Path, name: str, args: list[str], results: Path) -> dict[
     env = {**os.environ, "LV_BENCH_RESULTS": str(results), "PYTHONPATH": str(checkout),
            "PYSPARK_PYTHON": str(python)}  # fmt: skip
     results.mkdir(parents=True, exist_ok=True)
+    started = time.time()
     try:
         subprocess.run([str(python), "-m", f"bench.{name}", *args], cwd=checkout, env=env,
                        check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     finally:  # the other side's run must not share the machine with what this one left
         stop_descendants()
-    figures = json.loads((results / f"{name}.json").read_text())["figures"]
+    return headlines(name, results, started)
+
+
+def headlines(name: str, results: Path, since: float) -> dict[str, float]:
+    """The headline figures of the run of ``bench.<name>`` that wrote into ``results`` since
+    ``since`` (epoch seconds): its ``<name>.json``, or the ``<name>_<variant>.json`` that some
+    arguments make it write instead (``bench.latency --logs redis,kafka``)."""
+    written = [p for p in [*results.glob(f"{name}.json"), *results.glob(f"{name}_*.json")]
+               if p.stat().st_mtime >= since]  # fmt: skip
+    if not written:
+        raise SystemExit(f"bench.{name} wrote no {name}.json nor {name}_*.json in {results}")
+    newest = max(written, key=lambda p: p.stat().st_mtime)
+    figures = json.loads(newest.read_text())["figures"]
     pattern = re.compile(HEADLINES.get(name, r"."))
     return {k: v for k, v in flatten(figures).items() if pattern.search(k)}
 

@@ -1,7 +1,12 @@
 """``bench.ab``'s comparison: figures set side by side, and configurations paired across
 checkouts that run the system differently by default."""
 
-from bench.ab import compare, flatten
+import json
+import os
+import time
+from pathlib import Path
+
+from bench.ab import compare, flatten, headlines
 
 BEFORE = [
     {"tuned[0:100].push.p50_ms": 400.0, "tuned[1:100].push.p50_ms": 300.0},
@@ -32,3 +37,19 @@ def test_a_pair_sets_one_configuration_beside_another() -> None:
 def test_flatten_labels_list_items_by_what_they_ran() -> None:
     figures = {"tuned": [{"rate": 100, "push": {"p50_ms": 1.5}}]}
     assert flatten(figures) == {"tuned[0:100].rate": 100.0, "tuned[0:100].push.p50_ms": 1.5}
+
+
+def test_headlines_are_read_from_the_file_the_run_wrote(tmp_path: Path) -> None:
+    """``bench.latency --logs redis,kafka`` writes latency_kafka.json, not latency.json; an
+    older file of the same benchmark is not this run's."""
+    since = time.time() - 1
+    (tmp_path / "latency.json").write_text(json.dumps({"figures": {"tuned": []}}))
+    phase = {"rate": 100, "push": {"p50_ms": 40.0, "max_ms": 90.0}}
+    figures = {"tuned on kafka": [phase], "realtime": [phase]}
+    (tmp_path / "latency_kafka.json").write_text(json.dumps({"figures": figures}))
+    old = time.time() - 3600
+    os.utime(tmp_path / "latency.json", (old, old))
+    assert headlines("latency", tmp_path, since) == {
+        "tuned on kafka[0:100].push.p50_ms": 40.0,
+        "realtime[0:100].push.p50_ms": 40.0,
+    }
