@@ -392,6 +392,15 @@ def _measured(push: dict[str, float]) -> str:
     return " / ".join(f"{push[k]:.0f}" for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms"))
 
 
+def _beside(label: str, results: dict[str, list[dict[str, Any]]], key: str, i: int) -> str:
+    """A row's baseline: configuration ``key``'s push p50 / p99 in phase ``i``, named
+    ``label``; nothing where that configuration did not run."""
+    if key not in results:
+        return ""
+    other = results[key][i]["push"]
+    return f"{label}, same phase: p50 {other['p50_ms']:.0f} / p99 {other['p99_ms']:.0f}"
+
+
 def summary_rows(results: dict[str, list[dict[str, Any]]], rates: list[int], seconds: float
                  ) -> list[Row]:  # fmt: skip
     """The summary table's rows: each configuration's push latency per phase, beside its
@@ -416,35 +425,29 @@ def summary_rows(results: dict[str, list[dict[str, Any]]], rates: list[int], sec
             baseline=base,
         ))  # fmt: skip
     for i, r in enumerate(results.get("realtime", [])):
-        micro = results["tuned"][i]["push"] if "tuned" in results else None
         rows.append(Row(
             figure=f"POST to SSE delta at {phase_title(rates, i)}, Chirp's profiles in Spark's"
                    " Real-Time Mode, p50 / p95 / p99 / max (ms)",
             measured=_measured(r["push"]),
             target="p50 <= 25, p99 <= 60" if r["rate"] in (100, 1000) else "",
-            baseline=f"micro-batches, same phase: p50 {micro['p50_ms']:.0f} / p99"
-                     f" {micro['p99_ms']:.0f}" if micro else "",
+            baseline=_beside("micro-batches", results, "tuned", i),
         ))  # fmt: skip
     for kind in ceilings.LATENCY_KINDS:
         for i, r in enumerate(results.get(kind, [])):
-            chirp = results["tuned"][i]["push"] if "tuned" in results else None
             rows.append(Row(
                 figure=f"bound: POST to SSE delta at {phase_title(rates, i)} through"
                        f" {ceilings.LATENCY_KINDS[kind]}, p50 / p95 / p99 / max (ms)",
                 measured=_measured(r["push"]),
-                baseline=f"every Chirp view, same phase: p50 {chirp['p50_ms']:.0f} / p99"
-                         f" {chirp['p99_ms']:.0f}" if chirp else "",
+                baseline=_beside("every Chirp view", results, "tuned", i),
             ))  # fmt: skip
     for log in LOGS[1:]:
         for name in CONFIGURATIONS:
             for i, r in enumerate(results.get(result_key(name, log), [])):
-                store = results[name][i]["push"] if name in results else None
                 rows.append(Row(
                     figure=f"POST to SSE delta at {phase_title(rates, i)}, configuration"
                            f" {name} on a {log.capitalize()} log, p50 / p95 / p99 / max (ms)",
                     measured=_measured(r["push"]),
-                    baseline=f"the store's log, same phase: p50 {store['p50_ms']:.0f} / p99"
-                             f" {store['p99_ms']:.0f}" if store else "",
+                    baseline=_beside("the store's log", results, name, i),
                 ))  # fmt: skip
     return rows
 

@@ -238,17 +238,19 @@ class KafkaEventLog(LogWriter):
 
     def _take_turns(self) -> list[Turn]:
         """The batches waiting for a transaction, oldest first, up to ``GROUP_EVENTS`` events
-        (one at least); those whose deadline has passed are left to give up."""
+        (the first batch whatever its size); those whose deadline has passed are left to give
+        up."""
         now = time.monotonic()
         taken: list[Turn] = []
+        events = 0
         with self.turns:
             for turn in list(self.queue):
-                events = sum(len(t.events) for t in taken)
                 if taken and events + len(turn.events) > GROUP_EVENTS:
                     break
                 if turn.deadline > now:
                     self.queue.remove(turn)
                     taken.append(turn)
+                    events += len(turn.events)
         return taken
 
     def _commit_turns(self, turns: list[Turn]) -> None:
