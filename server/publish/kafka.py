@@ -22,15 +22,8 @@ from liveviews.app import App
 from liveviews.gateway.feed import store
 from liveviews.log.append import Idempotency
 from liveviews.log.events import Event, Offset
-from liveviews.log.kafka.append import (
-    ACK_TIMEOUT_S,
-    CLAIM_SCRIPT,
-    RECORD_PREFIX,
-    KafkaEventLog,
-    NotAppended,
-    done_record,
-    unconfirmed,
-)
+from liveviews.log.kafka.append import ACK_TIMEOUT_S, KafkaEventLog, NotAppended, unconfirmed
+from liveviews.log.kafka.appended import CLAIM_SCRIPT, RECORD_PREFIX, done_record
 from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.pipeline.settings import Settings
 from liveviews.store import client as storeclient

@@ -20,7 +20,8 @@ import orjson
 from liveviews.cdc.pgoutput import lsn_text, parse_lsn
 from liveviews.cdc.position import Position
 from liveviews.log.events import Event, partition_for
-from liveviews.log.kafka.append import ACK_TIMEOUT_S, TRANSACTION_TIMEOUT_MS, producer_config
+from liveviews.log.kafka.append import ACK_TIMEOUT_S, producer_config
+from liveviews.log.kafka.appended import TRANSACTION_TIMEOUT_MS
 from liveviews.log.kafka.clients import kafka_config, produce
 from liveviews.log.kafka.records import record
 from liveviews.log.kafka.topic import ADMIN_TIMEOUT_S, LogUnavailable, ensure_log_topic

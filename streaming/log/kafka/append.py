@@ -6,21 +6,8 @@ all, on every partition it touches, as one MULTI is on a single Redis server. Ba
 for the writer's transactional producer at the same moment share its next transaction (group
 commit): each is still whole or absent, and they are answered together. What Kafka does not keep
 is the answer to a batch whose writer lost it (a timeout, a crash): under an idempotency key,
-the store keeps a record of the batch (``lv:kafka:appended:<key>``), as ``append.lua`` does on
-Redis Streams:
-
-- before the batch, ``<digest> pending <store ms>``, set only if there is no record, in one
-  round trip on the store's clock (``claim.lua``); a record of another digest refuses the key,
-  a ``done`` one answers its offsets and appends nothing;
-- after Kafka acknowledged it, ``<digest> done <offsets>``;
-- a ``pending`` record is a batch in flight: a retry waits for it. Once it is older than the
-  producer's transaction timeout (the brokers abort a transaction left open that long) plus a
-  grace, its writer is gone, and the batch's records, which carry the key in a header, are
-  looked for in the log from the record's time on: found, they are its answer; not found, the
-  retry appends the batch itself.
-
-That is exact unless a writer stalls between its record and Kafka's acknowledgement for longer
-than the transaction timeout and the grace together (``TRANSACTION_TIMEOUT_MS``, ``GRACE_MS``).
+the store keeps a record of the batch (``liveviews.log.kafka.appended``), as ``append.lua`` does
+on Redis Streams.
 """
 
 from __future__ import annotations
@@ -31,29 +18,24 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from liveviews.app import App
-from liveviews.log.append import Idempotency, key_reused
+from liveviews.log.append import Idempotency
 from liveviews.log.events import Event, Offset, partition_for
+from liveviews.log.kafka.appended import TRANSACTION_TIMEOUT_MS, AppendedBatches
 from liveviews.log.kafka.clients import kafka_config, produce
-from liveviews.log.kafka.records import HEADER_IDEMPOTENCY, header, offset_of, record
+from liveviews.log.kafka.records import offset_of, record
 from liveviews.log.kafka.topic import LOG_TOPIC, LogUnavailable, ensure_log_topic
 from liveviews.log.writer import LogWriter
 from liveviews.store.client import Client
 
-TRANSACTION_TIMEOUT_MS = 10_000
-GRACE_MS = 5_000
 ACK_TIMEOUT_S = 30.0
 GROUP_EVENTS = 5_000
 """The most events batches sharing one transaction add up to (a larger batch goes alone)."""
 ABORT_TIMEOUT_S = 2.0
 """The least an abort past a batch's deadline waits: one that does not end in time leaves the
 producer to its successor, which aborts the transaction as it starts (fencing)."""
-RECORD_PREFIX = "lv:kafka:appended:"
-PENDING, DONE = "pending", "done"
-CLAIM_SCRIPT = Path(__file__).with_name("claim.lua").read_text()
 
 
 def producer_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
@@ -107,7 +89,7 @@ class KafkaEventLog(LogWriter):
         admin = AdminClient(kafka_config(bootstrap))
         ensure_log_topic(admin, partitions, topic)
         self.single = Producer(producer_config(bootstrap))
-        self.claim = store.register_script(CLAIM_SCRIPT)
+        self.records = AppendedBatches(store, bootstrap, topic, partitions, ACK_TIMEOUT_S)
         # One transaction at a time per producer. Batches of several events that wait for it
         # share the next one (group commit): a transaction costs the brokers several round
         # trips, and taking turns one batch each held the gateway to ~50 batches a second
@@ -177,16 +159,15 @@ class KafkaEventLog(LogWriter):
         key = idempotency.key if idempotency is not None and idempotency.given else None
         if key is None or idempotency is None:
             return self.produce(events, None)
-        done = self._claim(events, idempotency)
+        done = self.records.claim(events, idempotency)
         if done is not None:
             return done
         try:
             offsets = self.produce(events, key)
         except NotAppended:
-            self.store.delete(RECORD_PREFIX + key)  # nothing was appended: a retry may go on
+            self.records.release(idempotency)  # nothing was appended: a retry may go on
             raise
-        self.store.set(RECORD_PREFIX + key, done_record(idempotency.digest, offsets),
-                       ex=idempotency.seconds)  # fmt: skip
+        self.records.done(idempotency, offsets)
         return offsets
 
     # Appending
@@ -354,96 +335,6 @@ class KafkaEventLog(LogWriter):
             produce(producer, self.topic, v, k, partition_for(event.key, self.partitions), headers,
                     delivered(i), wait_when_full=False)  # fmt: skip
 
-    # The batch's record in the store
-
-    def _claim(self, events: Sequence[Event], idempotency: Idempotency) -> list[Offset] | None:
-        """None once this writer holds the batch's record; the batch's offsets if it was
-        appended already."""
-        name = RECORD_PREFIX + idempotency.key
-        deadline = time.monotonic() + (TRANSACTION_TIMEOUT_MS + 2 * GRACE_MS) / 1000
-        while True:
-            # One round trip: the record set if there was none, on the store's clock.
-            now_text, *held = self.claim(keys=[name], args=[idempotency.digest,
-                                                            idempotency.seconds])  # fmt: skip
-            if not held:
-                return None
-            now, raw = int(now_text), held[0]
-            digest, state, rest = raw.decode().split("\n", 2)
-            if digest != idempotency.digest:
-                raise key_reused()
-            if state == DONE:
-                return _offsets(rest)
-            if now - int(rest) > TRANSACTION_TIMEOUT_MS + GRACE_MS:
-                found = self._find(idempotency.key, int(rest), events)
-                if found is not None:
-                    self.store.set(name, done_record(digest, found), ex=idempotency.seconds)
-                    return found
-                if self._take_over(name, raw, idempotency):
-                    return None
-            elif time.monotonic() > deadline:
-                raise LogUnavailable(
-                    "another request with this Idempotency-Key is still being appended; send "
-                    "it again in a few seconds."
-                )
-            time.sleep(0.05)
-
-    def _take_over(self, name: str, seen: bytes, idempotency: Idempotency) -> bool:
-        """Replace the record ``seen`` by this writer's, unless another writer changed it
-        first (``claim.lua``)."""
-        _, *held = self.claim(keys=[name], args=[idempotency.digest, idempotency.seconds, seen])
-        return not held
-
-    def _find(self, key: str, since_ms: int, events: Sequence[Event]) -> list[Offset] | None:
-        """The offsets of the batch's records if they are in the log (committed), else None."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-        by_partition: dict[int, list[int]] = {}
-        for i, event in enumerate(events):
-            by_partition.setdefault(partition_for(event.key, self.partitions), []).append(i)
-        consumer = Consumer(kafka_config(self.bootstrap, **{
-            "group.id": "liveviews-find", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "enable.partition.eof": True}))  # fmt: skip
-        try:
-            found: dict[int, list[int]] = {}
-            starts = consumer.offsets_for_times(
-                [TopicPartition(self.topic, p, since_ms - GRACE_MS) for p in by_partition],
-                ACK_TIMEOUT_S)  # fmt: skip
-            todo = []
-            for tp in starts:
-                _, high = consumer.get_watermark_offsets(tp, ACK_TIMEOUT_S)
-                if 0 <= tp.offset < high:
-                    todo.append(TopicPartition(self.topic, tp.partition, tp.offset))
-            consumer.assign(todo)
-            left = {tp.partition for tp in todo}
-            deadline = time.monotonic() + ACK_TIMEOUT_S
-            while left and time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    continue
-                partition, at, error = msg.partition(), msg.offset(), msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        left.discard(partition)  # its end: every committed record read
-                    elif error.fatal():
-                        break  # answered below; others (a lost connection) are retried
-                elif header(msg.headers(), HEADER_IDEMPOTENCY) == key.encode():
-                    assert partition is not None and at is not None  # a record has both
-                    found.setdefault(partition, []).append(at)
-            if left:
-                raise LogUnavailable("the Kafka log could not be read to settle an earlier "
-                                     "append; send the same batch again.")  # fmt: skip
-        finally:
-            consumer.close()
-        if not found:
-            return None
-        offsets: list[Offset | None] = [None] * len(events)
-        for partition, indexes in by_partition.items():
-            for i, at in zip(indexes, found.get(partition, []), strict=False):
-                offsets[i] = offset_of(partition, at)
-        if None in offsets:  # a transaction is whole or absent: this cannot be a batch of ours
-            raise key_reused()
-        return [o for o in offsets if o is not None]
-
 
 Report = Callable[[Offset | None, "LogUnavailable | None"], None]
 """What becomes of one event's append: its offset, or the error to answer."""
@@ -477,12 +368,3 @@ class NotAppended(LogUnavailable):
         text = error.str() if hasattr(error, "str") else str(error)
         return cls(f"the Kafka log did not take the batch ({text}); nothing was appended. Send "
                    "it again.")  # fmt: skip
-
-
-def done_record(digest: str, offsets: Sequence[Offset]) -> str:
-    """The record of a batch appended at ``offsets``."""
-    return f"{digest}\n{DONE}\n" + " ".join(str(o) for o in offsets)
-
-
-def _offsets(text: str) -> list[Offset]:
-    return [Offset.parse(token) for token in text.split()]

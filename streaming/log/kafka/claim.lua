@@ -1,5 +1,5 @@
 -- Claims the record of a batch appended to a Kafka log under an idempotency key
--- (liveviews.log.kafka.append), in one round trip and on the store's clock.
+-- (liveviews.log.kafka.appended), in one round trip and on the store's clock.
 -- KEYS[1] the batch's record (lv:kafka:appended:<key>); ARGV[1] the batch's digest, ARGV[2] how
 -- long the record is kept (seconds); ARGV[3], when given, a record of a writer that is gone, to
 -- take over if it is still the one there.

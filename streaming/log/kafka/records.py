@@ -7,7 +7,7 @@ transaction's ``tx`` and ``tx_events``) are headers of the same names. The log t
 each record with the broker's clock (``message.timestamp.type=LogAppendTime``): that is the
 event's ingestion time, as the ``<ms>`` of an entry id is on Redis Streams. A batch appended
 under an idempotency key carries it in the header ``idempotency_key``, so that an append whose
-outcome was lost can be found in the log (``liveviews.log.kafka.append``).
+outcome was lost can be found in the log (``liveviews.log.kafka.appended``).
 
 The record's partition is chosen by ``partition_for``, as on Redis Streams, not by Kafka's own
 partitioner: an entity's partition is the same in either log.

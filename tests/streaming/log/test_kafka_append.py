@@ -19,7 +19,9 @@ from liveviews.log.append import Idempotency, IdempotencyKeyReused
 from liveviews.log.eventlog import store_time_ms
 from liveviews.log.events import LoggedEvent, Offset
 from liveviews.log.kafka import append as kafka_append
-from liveviews.log.kafka.append import RECORD_PREFIX, KafkaEventLog, NotAppended
+from liveviews.log.kafka import appended as kafka_appended
+from liveviews.log.kafka.append import KafkaEventLog, NotAppended
+from liveviews.log.kafka.appended import RECORD_PREFIX
 from liveviews.log.kafka.records import decode_record, kafka_offset, record
 from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.log.opened import log_writer
@@ -89,8 +91,8 @@ def test_a_batch_whose_answer_was_lost_is_found_in_the_log_not_appended_again(
 ) -> None:
     """A writer that died after Kafka took its batch left its record ``pending``: once that is
     older than a transaction can stay open, a retry finds the batch by its key's header."""
-    monkeypatch.setattr(kafka_append, "TRANSACTION_TIMEOUT_MS", 0)
-    monkeypatch.setattr(kafka_append, "GRACE_MS", 200)
+    monkeypatch.setattr(kafka_appended, "TRANSACTION_TIMEOUT_MS", 0)
+    monkeypatch.setattr(kafka_appended, "GRACE_MS", 200)
     batch = [rename("u1", "a"), rename("u2", "b"), rename("u5", "c")]
     idem = Idempotency.of(batch, "lost-1")
     events = chirp.validate_batch(batch)
@@ -107,8 +109,8 @@ def test_a_batch_whose_answer_was_lost_is_found_in_the_log_not_appended_again(
 def test_a_batch_whose_writer_died_before_kafka_took_it_is_appended_by_the_retry(
     log: KafkaEventLog, store: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kafka_append, "TRANSACTION_TIMEOUT_MS", 0)
-    monkeypatch.setattr(kafka_append, "GRACE_MS", 200)
+    monkeypatch.setattr(kafka_appended, "TRANSACTION_TIMEOUT_MS", 0)
+    monkeypatch.setattr(kafka_appended, "GRACE_MS", 200)
     batch = [rename("u1", "a"), rename("u2", "b")]
     idem = Idempotency.of(batch, "lost-2")
     log.append(rename("u7", "before"))  # another writer's event, without the key
