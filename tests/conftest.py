@@ -36,8 +36,7 @@ parse_one_at_a_time()  # gateways in threads of this process format tracebacks
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # a worker keeps the run's mark it inherited
-        mark_run()  # before any test starts a process, so that every one inherits it
+    mark_run()  # before any test starts a process, so that every one inherits it
     # The demos declare views in Real-Time Mode, whose queries hold task slots for as long as
     # they run and move their frontier once per epoch. The suite runs every pipeline in
     # micro-batches unless a test asks for the mode (tests/streaming/realtime, the pipeline kill
@@ -45,32 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("LV_REALTIME", "off")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The groups of tests ``make test``'s two workers (pytest-xdist, ``--dist loadgroup``) take
-    whole: every file with a test on the SparkSession goes to one worker, so that a run holds one
-    session, and the two files on the installed package share its wheel and virtualenv. Any
-    other file goes to whichever worker is free: most of the slowest tests wait on processes
-    of their own (a cluster, brokers, a benchmark), which leaves the cores half idle alone."""
-    on_spark = {item.path for item in items if "spark" in getattr(item, "fixturenames", ())}
-    installed = {"wheel", "spark_venv"}
-    for item in items:
-        if item.path in on_spark:
-            group = "spark"
-        elif installed & set(getattr(item, "fixturenames", ())):
-            group = "installed"
-        else:
-            group = str(item.path)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Iterator[None]:
-    """Fail a run that leaves a process it started running (liveviews' tests.support.leftovers).
-
-    Checked after every other hook of the session's end, the workers' shutdown included: a
-    worker is itself a process of the run."""
-    yield
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a run that leaves a process it started running (liveviews' tests.support.leftovers)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     left = left_behind()

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 LEAVES = """
@@ -31,26 +29,19 @@ def test_starts_a_process_and_stops_it():
 """
 
 
-def inner_run(tmp_path: Path, source: str, workers: int) -> subprocess.CompletedProcess[str]:
-    """A pytest run of ``source`` with this suite's hooks, in one process or on ``workers``
-    pytest-xdist workers, as ``make test`` runs; a run of its own, not a worker of this one."""
+def inner_run(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     test = tmp_path / "test_inner.py"
     test.write_text(source)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env |= {"LV_TEST_GRACE_S": "1", "LV_LEFT_PID_FILE": str(tmp_path / "left.pid")}
+    env = {**os.environ, "LV_TEST_GRACE_S": "1", "LV_LEFT_PID_FILE": str(tmp_path / "left.pid")}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
-         "-n", str(workers), "--rootdir", str(tmp_path), "-c", os.devnull, str(test)],
+         "--rootdir", str(tmp_path), "-c", os.devnull, str(test)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
 
-WORKERS = pytest.mark.parametrize("workers", [0, 2], ids=["one process", "two workers"])
-
-
-@WORKERS
-def test_a_process_left_running_fails_the_run_and_is_killed(tmp_path: Path, workers: int) -> None:
-    done = inner_run(tmp_path, LEAVES, workers)
+def test_a_process_left_running_fails_the_run_and_is_killed(tmp_path: Path) -> None:
+    done = inner_run(tmp_path, LEAVES)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "were still running at its end (killed now)" in done.stdout
     assert "sleep 300" in done.stdout
@@ -61,8 +52,7 @@ def test_a_process_left_running_fails_the_run_and_is_killed(tmp_path: Path, work
     assert not alive, "the process left behind was not killed"
 
 
-@WORKERS
-def test_a_run_that_stops_what_it_starts_passes(tmp_path: Path, workers: int) -> None:
-    done = inner_run(tmp_path, STOPS, workers)
+def test_a_run_that_stops_what_it_starts_passes(tmp_path: Path) -> None:
+    done = inner_run(tmp_path, STOPS)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "still running" not in done.stdout
