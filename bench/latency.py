@@ -47,7 +47,8 @@ import aiohttp
 import orjson
 
 from bench import ceilings, progress
-from bench.common import Report, Row, percentile, save, save_plot, token
+from bench.common import Report, percentile, save, token
+from bench.latencyreport import CONFIGURATIONS, LOGS, plot, result_key, summary_rows
 from bench.moment import Moment
 from bench.system import UNTUNED, System, jvm_cpu, running_store
 
@@ -57,8 +58,6 @@ RATES = [10, 100, 1000, 100]
 BOUND_PHASES = 2
 """The bounds run the first phases of the run only: 10 events/s, then 100 a minute after the
 pipeline's start, as Chirp's views do."""
-CONFIGURATIONS = ["tuned", "realtime", "untuned", *ceilings.LATENCY_KINDS]
-LOGS = ["redis", "kafka"]
 """Where the log lives: the store's streams (the default) or a Kafka node."""
 POLL_INTERVAL_S = 1.0
 TICK_S = 0.02
@@ -257,11 +256,6 @@ def batch_figures(system: System, since: float) -> dict[str, Any]:
     return out
 
 
-def result_key(name: str, log: str) -> str:
-    """A configuration's key in the results: its name on the store's log, else with the log."""
-    return name if log == "redis" else f"{name} on {log}"
-
-
 def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds: float,
                       log: str = "redis") -> list[dict[str, Any]]:  # fmt: skip
     with running_store(kafka=log == "kafka") as system:
@@ -300,48 +294,6 @@ def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds:
                   f" {summary.get('driver_jit_cpu_s')}; caught up"
                   f" {summary['caught_up_after_s']} s after", flush=True)  # fmt: skip
         return out
-
-
-def phase_title(rates: list[int], i: int) -> str:
-    """``100 events/s``, or ``100 events/s, again`` for a rate that ran before in the run."""
-    return f"{rates[i]} events/s" + (", again" if rates[i] in rates[:i] else "")
-
-
-def plot(results: dict[str, list[dict[str, Any]]], name: str = "latency") -> list[Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rates = [r["rate"] for r in max(results.values(), key=len)]
-    labels = {"tuned": "Liveviews, micro-batches (push)", "untuned": "Spark defaults (push)",
-              "realtime": "Liveviews, Real-Time Mode (push)",
-              "spark_state": "bound: one view, Spark's aggregation",
-              "python_state": "bound: one view, Python operator"}  # fmt: skip
-    for configuration in list(labels):
-        for log in LOGS[1:]:
-            labels[result_key(configuration, log)] = labels[configuration].replace(
-                " (push)", f" on {log} (push)"
-            )
-    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
-    for ax, i in zip(axes[0], range(len(rates)), strict=True):
-        lines = [(labels.get(name, name), runs[i]["pushed_ms"]) for name, runs in results.items()
-                 if i < len(runs)]  # fmt: skip
-        if "tuned" in results:
-            lines.insert(1, ("polling every 1 s", results["tuned"][i]["polled_ms"]))
-        for label, values in lines:
-            if values:
-                ordered = sorted(values)
-                ys = [(k + 1) / len(ordered) for k in range(len(ordered))]
-                ax.plot(ordered, ys, label=label)
-        ax.set_xscale("log")
-        ax.set_title(phase_title(rates, i))
-        ax.set_xlabel("POST to delta at the subscriber (ms)")
-        ax.set_ylabel("fraction of deliveries")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return [save_plot(fig, f"{name}_cdf")]
 
 
 def configuration_env(name: str) -> dict[str, str]:
@@ -385,71 +337,6 @@ def run(quick: bool = False, seconds: float = 60, rates: list[int] | None = None
     return Report(report, "End-to-end latency", "python -m bench.latency", figures,
                   summary_rows(results, rates, seconds), plots,
                   moment=moment.finish())  # fmt: skip
-
-
-def _measured(push: dict[str, float]) -> str:
-    """p50 / p95 / p99 / max, in whole milliseconds."""
-    return " / ".join(f"{push[k]:.0f}" for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms"))
-
-
-def _beside(label: str, results: dict[str, list[dict[str, Any]]], key: str, i: int) -> str:
-    """A row's baseline: configuration ``key``'s push p50 / p99 in phase ``i``, named
-    ``label``; nothing where that configuration did not run."""
-    if key not in results:
-        return ""
-    other = results[key][i]["push"]
-    return f"{label}, same phase: p50 {other['p50_ms']:.0f} / p99 {other['p99_ms']:.0f}"
-
-
-def summary_rows(results: dict[str, list[dict[str, Any]]], rates: list[int], seconds: float
-                 ) -> list[Row]:  # fmt: skip
-    """The summary table's rows: each configuration's push latency per phase, beside its
-    baseline (polling, micro-batches, every Chirp view, or the store's log)."""
-    rows = []
-    for i, r in enumerate(results.get("tuned", [])):
-        push, polled = r["push"], r["polling"]
-        base = f"polling 1 s: p50 {polled['p50_ms']:.0f} / p99 {polled['p99_ms']:.0f}"
-        if "untuned" in results:
-            u = results["untuned"][i]["push"]
-            if u["reflected_fraction"] < 0.5:  # most writes never showed within the run
-                base += (f"; Spark defaults: {u['reflected_fraction']:.1%} reflected within"
-                         f" {seconds:.0f} s + 5 s")  # fmt: skip
-            else:
-                base += f"; Spark defaults: p50 {u['p50_ms']:.0f} / p99 {u['p99_ms']:.0f}"
-        rows.append(Row(
-            figure=f"POST to SSE delta at {phase_title(rates, i)},"
-                   f" from {r['after_pipeline_start_s']:.0f} s after the pipeline's start,"
-                   " p50 / p95 / p99 / max (ms)",
-            measured=_measured(push),
-            target="p50 <= 200, p99 <= 500" if r["rate"] == 100 else "",
-            baseline=base,
-        ))  # fmt: skip
-    for i, r in enumerate(results.get("realtime", [])):
-        rows.append(Row(
-            figure=f"POST to SSE delta at {phase_title(rates, i)}, Chirp's profiles in Spark's"
-                   " Real-Time Mode, p50 / p95 / p99 / max (ms)",
-            measured=_measured(r["push"]),
-            target="p50 <= 25, p99 <= 60" if r["rate"] in (100, 1000) else "",
-            baseline=_beside("micro-batches", results, "tuned", i),
-        ))  # fmt: skip
-    for kind in ceilings.LATENCY_KINDS:
-        for i, r in enumerate(results.get(kind, [])):
-            rows.append(Row(
-                figure=f"bound: POST to SSE delta at {phase_title(rates, i)} through"
-                       f" {ceilings.LATENCY_KINDS[kind]}, p50 / p95 / p99 / max (ms)",
-                measured=_measured(r["push"]),
-                baseline=_beside("every Chirp view", results, "tuned", i),
-            ))  # fmt: skip
-    for log in LOGS[1:]:
-        for name in CONFIGURATIONS:
-            for i, r in enumerate(results.get(result_key(name, log), [])):
-                rows.append(Row(
-                    figure=f"POST to SSE delta at {phase_title(rates, i)}, configuration"
-                           f" {name} on a {log.capitalize()} log, p50 / p95 / p99 / max (ms)",
-                    measured=_measured(r["push"]),
-                    baseline=_beside("the store's log", results, name, i),
-                ))  # fmt: skip
-    return rows
 
 
 def main() -> int:

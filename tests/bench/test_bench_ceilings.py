@@ -70,7 +70,7 @@ def test_latency_bounds_are_applications_lv_app_can_name() -> None:
 def test_latency_benchmark_runs_each_bound_on_its_application(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench import latency
+    from bench import latency, latencyreport
     from liveviews.app import load_app
 
     for kind in ceilings.LATENCY_KINDS:
@@ -88,14 +88,14 @@ def test_latency_benchmark_runs_each_bound_on_its_application(
 
     results = {"tuned": phases(4), **{k: phases(latency.BOUND_PHASES)
                                       for k in ceilings.LATENCY_KINDS}}  # fmt: skip
-    (path,) = latency.plot(results)
+    (path,) = latencyreport.plot(results)
     assert path == tmp_path / "latency_cdf.png" and path.stat().st_size > 0
 
 
 def test_latency_rows_on_kafka_compare_with_the_stores_same_phase(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench import latency
+    from bench import latencyreport as report
 
     monkeypatch.setenv("LV_BENCH_RESULTS", str(tmp_path))
 
@@ -107,9 +107,9 @@ def test_latency_rows_on_kafka_compare_with_the_stores_same_phase(
 
     results = {
         "realtime": [phase(100, 12, 90), phase(100, 11, 40)],
-        latency.result_key("realtime", "kafka"): [phase(100, 5800, 8600), phase(100, 23, 317)],
+        report.result_key("realtime", "kafka"): [phase(100, 5800, 8600), phase(100, 23, 317)],
     }
-    rows = latency.summary_rows(results, [100, 100], 30)
+    rows = report.summary_rows(results, [100, 100], 30)
     kafka = [r for r in rows if "Kafka log" in r.figure]
     assert [r.measured for r in kafka] == ["5800 / 8600 / 8600 / 8600", "23 / 317 / 317 / 317"]
     assert [r.baseline for r in kafka] == [
@@ -118,7 +118,7 @@ def test_latency_rows_on_kafka_compare_with_the_stores_same_phase(
     ]
     assert "100 events/s, again" in kafka[1].figure and "realtime" in kafka[1].figure
     # The store's own rows are those of a run without Kafka.
-    assert len(rows) - len(kafka) == len(latency.summary_rows(
+    assert len(rows) - len(kafka) == len(report.summary_rows(
         {"realtime": results["realtime"]}, [100, 100], 30))  # fmt: skip
-    (path,) = latency.plot(results, "latency_kafka")
+    (path,) = report.plot(results, "latency_kafka")
     assert path == tmp_path / "latency_kafka_cdf.png" and path.stat().st_size > 0

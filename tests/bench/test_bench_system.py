@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import redis
 
-from bench.latency import phase_title
+from bench.latencyreport import phase_title
 from bench.system import System, jvm_cpu
 from liveviews.changes.topic import FRONTIER_KEY, VIEWS_FRONTIER
 
