@@ -84,7 +84,7 @@ class KafkaEventLog(LogWriter):
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
-        self.bootstrap, self.app, self.partitions, self.store = bootstrap, app, partitions, store
+        self.bootstrap, self.app, self.partitions = bootstrap, app, partitions
         self.topic = topic
         admin = AdminClient(kafka_config(bootstrap))
         ensure_log_topic(admin, partitions, topic)

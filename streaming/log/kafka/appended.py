@@ -35,7 +35,7 @@ TRANSACTION_TIMEOUT_MS = 10_000
 """The writers' transaction timeout: the brokers abort a transaction left open this long."""
 GRACE_MS = 5_000
 RECORD_PREFIX = "lv:kafka:appended:"
-PENDING, DONE = "pending", "done"
+DONE = "done"
 CLAIM_SCRIPT = Path(__file__).with_name("claim.lua").read_text()
 
 
