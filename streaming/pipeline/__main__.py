@@ -54,7 +54,7 @@ def run(settings: Settings) -> None:
              app.name, settings.spark_master, spark_log)  # fmt: skip
     with ensure_store(settings):
         from liveviews.pipeline.queries import sink_client
-        from liveviews.pipeline.recovery import Recovery, log_entries
+        from liveviews.pipeline.recovery import Recovery, log_entries, stopped_without_failing
         from liveviews.pipeline.session import build_session
         from liveviews.pipeline.versioning import start_versions
 
@@ -93,8 +93,8 @@ def run(settings: Settings) -> None:
                     for q in queries.values():
                         q.stop()
                 raise query_failed(*fatal, settings)
-            if not all(q.isActive for q in queries.values()):
-                break  # a query stopped without failing: Spark is shutting down
+            if stopped_without_failing(queries):
+                break  # Spark is shutting down
             stop.wait(0.5)
         stop.set()
         log.info("stopping; the next start resumes from the checkpoints")

@@ -154,6 +154,14 @@ def _first_line(failure: str) -> str:
     return (errors[-1] if errors else lines[0] if lines else "unknown error")[:500]
 
 
+def stopped_without_failing(queries: dict[str, StreamingQuery]) -> bool:
+    """True when a query has stopped and none stopped by failing, as queries stop when Spark
+    shuts down. A query that failed after ``Recovery.check`` looked is the next check's to judge:
+    taken for a shutdown, the pipeline would exit 0, which its supervisor takes as final."""
+    stopped = [q for q in queries.values() if not q.isActive]
+    return bool(stopped) and all(q.exception() is None for q in stopped)
+
+
 class Recovery:
     """Decides, for each failed query, whether to set its batch aside and start it again."""
 
