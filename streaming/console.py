@@ -7,6 +7,8 @@ too, and the libraries' warnings (py4j's, uvicorn's, Python's own), of which the
 only errors; their routine lines below that (py4j's every ten seconds, uvicorn's for each
 WebSocket) are dropped. ``LV_LOG_LEVEL=debug`` keeps and shows everything, down to the
 libraries' debug lines; ``warning`` and ``error`` show only what is that serious.
+A traceback goes to the file only: the console's line says what failed (for a JVM error, its
+innermost cause) and where the traceback is.
 """
 
 from __future__ import annotations
@@ -64,9 +66,20 @@ class ConsoleFormatter(logging.Formatter):
         self.process = process
         self.prefixed = prefixed
         self.debug = debug
+        self.log_path: Path | None = None
+        """The log file that keeps the tracebacks the console leaves out, if it can be written."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or self.debug:
+            text = super().format(record)
+        else:  # a traceback is for the file: the console says what failed, in one line
+            kept = (
+                f"the traceback is in {shown(self.log_path)}"
+                if self.log_path
+                else "no traceback kept"
+            )
+            text = f"{record.getMessage()} ({failure_line(exc)}; {kept})"
         if self.debug:
             text = f"{record.levelname.lower()} {record.name}: {text}"
         elif record.levelno >= logging.WARNING:
@@ -74,6 +87,24 @@ class ConsoleFormatter(logging.Formatter):
         if self.prefixed:
             return text
         return f"{self.formatTime(record, '%H:%M:%S')} {self.process:<{NAME_WIDTH}} {text}"
+
+
+FAILURE_LINE_CHARS = 300
+
+
+def failure_line(exc: BaseException) -> str:
+    """What failed, in one line: the innermost Java exception a py4j error names (its text
+    carries the JVM's whole stack), or the exception's type and first line."""
+    try:
+        text = str(exc)
+    except Exception:  # py4j asks the JVM for its error's text, and the JVM may be gone
+        text = ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    java = [line.removeprefix("Caused by: ").removeprefix(": ") for line in lines
+            if line.startswith(("Caused by: ", ": "))]  # fmt: skip
+    name = type(exc).__name__
+    line = java[-1] if java else f"{name}: {lines[0]}" if lines else name
+    return line if len(line) <= FAILURE_LINE_CHARS else f"{line[: FAILURE_LINE_CHARS - 3]}..."
 
 
 def from_library(record: logging.LogRecord) -> bool:
@@ -155,7 +186,8 @@ def setup(process: str, settings: Settings, *, stream: TextIO | None = None) -> 
     console.set_name(HANDLERS[0])
     console.setLevel(LEVELS[level])
     prefixed = bool(os.environ.get("HONCHO_PROCESS_NAME"))
-    console.setFormatter(ConsoleFormatter(process, prefixed=prefixed, debug=debug))
+    formatter = ConsoleFormatter(process, prefixed=prefixed, debug=debug)
+    console.setFormatter(formatter)
     if not debug:
         console.addFilter(LibraryLines())
     root.addHandler(console)
@@ -175,4 +207,5 @@ def setup(process: str, settings: Settings, *, stream: TextIO | None = None) -> 
     file.setLevel(logging.DEBUG if debug else logging.INFO)
     file.setFormatter(logging.Formatter(FILE_FORMAT))
     root.addHandler(file)
+    formatter.log_path = path
     return path

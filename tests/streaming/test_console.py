@@ -169,8 +169,61 @@ def test_a_batch_cancelled_by_its_query_s_stop_stays_off_the_console(tmp_path: P
         )
     except RuntimeError:
         py4j.exception("another cancelled job")
-    assert " pipeline  error: another cancelled job\n" in shown.getvalue()  # not a stop
+    assert shown.getvalue().endswith(  # not a stop: shown, in one line
+        " pipeline  error: another cancelled job (RuntimeError: [SPARK_JOB_CANCELLED] Job 7"
+        f" cancelled because SparkContext was shut down; the traceback is in {path})\n"
+    )
     assert "Python Proxy" not in shown.getvalue() and "Job 2733" not in shown.getvalue()
     logged = path.read_text()
     assert "ERROR py4j.clientserver: There was an exception while executing" in logged
     assert "[SPARK_JOB_CANCELLED] Job 2733" in logged
+
+
+JAVA_FAILURE = """An error occurred while calling o642.getResult.
+: org.apache.spark.SparkException: Exception thrown in awaitResult:
+\tat org.apache.spark.util.SparkThreadUtils$.awaitResult(SparkThreadUtils.scala:56)
+\tat org.apache.spark.security.SocketAuthServer.getResult(SocketAuthServer.scala:98)
+Caused by: org.apache.spark.SparkException: [CANNOT_WRITE_STATE_STORE.CANNOT_COMMIT] Error writing
+\tat org.apache.spark.sql.errors.QueryExecutionErrors$.failedToCommitStateFileError(Errors.scala:1)
+Caused by: java.io.IOException: No space left on device
+\tat java.base/java.io.FileOutputStream.writeBytes(Native Method)
+\t... 67 more
+"""
+
+
+def test_a_traceback_reaches_the_file_and_the_console_a_line(tmp_path: Path) -> None:
+    """py4j reports a micro-batch that failed in the JVM with Python's traceback and the JVM's
+    stack in its text, ~90 lines; the console shows what failed and where the rest is."""
+    shown, path = set_up(tmp_path)
+    py4j = logging.getLogger("py4j.clientserver")
+    try:
+        raise RuntimeError(JAVA_FAILURE)
+    except RuntimeError:
+        py4j.exception(
+            "There was an exception while executing the Python Proxy on the Python Side."
+        )
+    try:
+        raise KeyError("user")
+    except KeyError:
+        logging.getLogger("liveviews.pipeline").exception("a view failed")
+    assert [line[9:] for line in shown.getvalue().splitlines()] == [
+        "pipeline  error: There was an exception while executing the Python Proxy on the Python"
+        " Side. (java.io.IOException: No space left on device; the traceback is in"
+        f" {path})",
+        f"pipeline  error: a view failed (KeyError: 'user'; the traceback is in {path})",
+    ]
+    logged = path.read_text()
+    assert "Traceback (most recent call last)" in logged and "FileOutputStream.writeBytes" in logged
+    assert 'raise KeyError("user")' in logged
+
+
+def test_a_failure_whose_text_cannot_be_had_is_still_a_line(tmp_path: Path) -> None:
+    """py4j asks the JVM for its error's text; with the JVM gone, that asking fails too."""
+
+    class Unreadable(Exception):
+        def __str__(self) -> str:
+            raise ConnectionError("Answer from Java side is empty")
+
+    assert console.failure_line(Unreadable()) == "Unreadable"
+    assert console.failure_line(ValueError("x" * 400)).endswith("...")
+    assert len(console.failure_line(ValueError("x" * 400))) == console.FAILURE_LINE_CHARS
