@@ -16,7 +16,7 @@ from tests.support.gateway_settings import SHARDS, settings_for
 QUERY_APP = "tests.support.queryapp:app"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gateway(store_url: str) -> Iterator[ServedGateway]:
     # A long progress interval: a frontier that comes early came because the client asked.
     settings = settings_for(store_url, LV_APP=QUERY_APP, LV_PROGRESS_INTERVAL_MS="4000")

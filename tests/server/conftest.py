@@ -1,4 +1,6 @@
-"""Gateway fixtures: real uvicorn servers over the session's store, started once per run.
+"""Gateway fixtures: real uvicorn servers over the session's store, started once per run and
+stopped when the tests of ``tests/server`` are done: left running, each flush of the store by a
+later test made them read it again and rewrite its layout (a test of the layout failed so).
 
 ``gateway`` has ordinary limits; ``tight_gateway`` has tiny buffers and limits so that the
 slow-consumer and limit paths can be reached quickly. Both survive the per-test flush of the
@@ -16,14 +18,14 @@ from tests.support.gateway import ServedGateway, Writer
 from tests.support.gateway_settings import SHARDS, settings_for
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gateway(store_url: str) -> Iterator[ServedGateway]:
     served = ServedGateway(settings_for(store_url)).start()
     yield served
     served.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tight_gateway(store_url: str) -> Iterator[ServedGateway]:
     settings = settings_for(
         store_url,

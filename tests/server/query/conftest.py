@@ -12,7 +12,7 @@ from tests.support.gateway import ServedGateway, Writer
 from tests.support.gateway_settings import SHARDS, settings_for
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def query_gateway(store_url: str) -> Iterator[ServedGateway]:
     served = ServedGateway(
         # Progress often, so that the randomized test checks what subscribers hold at many
