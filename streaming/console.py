@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import TextIO
 
+from liveviews.errors import failure_line
 from liveviews.pipeline.settings import Settings
 
 LEVELS = {
@@ -79,7 +80,7 @@ class ConsoleFormatter(logging.Formatter):
                 if self.log_path
                 else "no traceback kept"
             )
-            text = f"{record.getMessage()} ({failure_line(exc)}; {kept})"
+            text = f"{record.getMessage()} ({exception_line(exc)}; {kept})"
         if self.debug:
             text = f"{record.levelname.lower()} {record.name}: {text}"
         elif record.levelno >= logging.WARNING:
@@ -89,22 +90,15 @@ class ConsoleFormatter(logging.Formatter):
         return f"{self.formatTime(record, '%H:%M:%S')} {self.process:<{NAME_WIDTH}} {text}"
 
 
-FAILURE_LINE_CHARS = 300
-
-
-def failure_line(exc: BaseException) -> str:
-    """What failed, in one line: the innermost Java exception a py4j error names (its text
-    carries the JVM's whole stack), or the exception's type and first line."""
+def exception_line(exc: BaseException) -> str:
+    """What failed, in one line (``liveviews.errors.failure_line``), named by its type when its
+    text names no error."""
+    name = type(exc).__name__
     try:
         text = str(exc)
     except Exception:  # py4j asks the JVM for its error's text, and the JVM may be gone
-        text = ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    java = [line.removeprefix("Caused by: ").removeprefix(": ") for line in lines
-            if line.startswith(("Caused by: ", ": "))]  # fmt: skip
-    name = type(exc).__name__
-    line = java[-1] if java else f"{name}: {lines[0]}" if lines else name
-    return line if len(line) <= FAILURE_LINE_CHARS else f"{line[: FAILURE_LINE_CHARS - 3]}..."
+        return name
+    return failure_line(f"{name}: {text}" if text else name)
 
 
 def from_library(record: logging.LogRecord) -> bool:

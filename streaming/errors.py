@@ -1,6 +1,20 @@
-"""The pipeline side's errors: one root, each with a machine-readable code."""
+"""The pipeline side's errors: one root, each with a machine-readable code; a failure in a line."""
 
 from __future__ import annotations
+
+FRAMES = ("at ", "... ", 'File "')
+"""How the lines of a stack start, in the JVM's traces and in Python's."""
+
+
+def failure_line(text: str, limit: int = 300) -> str:
+    """A failure's text in one line: its last line that names an error, outside the stack
+    frames. For a JVM error that is its innermost cause; for Python's traceback, its exception."""
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(FRAMES)]
+    errors = [line for line in lines if "Error" in line or "Exception:" in line]
+    line = errors[-1] if errors else lines[0] if lines else "unknown error"
+    line = line.removeprefix("Caused by: ").removeprefix(": ")
+    return line if len(line) <= limit else f"{line[: limit - 3]}..."
 
 
 class LiveviewsError(Exception):

@@ -23,6 +23,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
 
+from liveviews.errors import failure_line
 from liveviews.log import deadletters
 from liveviews.pipeline.offsetlog import UNREAD, parse
 from liveviews.pipeline.settings import Settings
@@ -133,7 +134,9 @@ def set_aside(
     """Record every entry of the batch not set aside yet; how many were."""
     read = entries or store_entries(client)
     already = deadletters.quarantined(client, pipeline)
-    reason = f"set aside with its micro-batch {batch_id}, which failed: {_first_line(failure)}"
+    reason = (
+        f"set aside with its micro-batch {batch_id}, which failed: {failure_line(failure, 500)}"
+    )
     count = 0
     for p, last in sorted(end.items()):
         for chunk in read(p, start.get(p, UNREAD), last):
@@ -146,12 +149,6 @@ def set_aside(
             deadletters.record(client, letters)
             count += len(letters)
     return count
-
-
-def _first_line(failure: str) -> str:
-    lines = [line.strip() for line in failure.splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line or "Exception:" in line]
-    return (errors[-1] if errors else lines[0] if lines else "unknown error")[:500]
 
 
 def stopped_without_failing(queries: dict[str, StreamingQuery]) -> bool:

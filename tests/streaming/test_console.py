@@ -224,6 +224,6 @@ def test_a_failure_whose_text_cannot_be_had_is_still_a_line(tmp_path: Path) -> N
         def __str__(self) -> str:
             raise ConnectionError("Answer from Java side is empty")
 
-    assert console.failure_line(Unreadable()) == "Unreadable"
-    assert console.failure_line(ValueError("x" * 400)).endswith("...")
-    assert len(console.failure_line(ValueError("x" * 400))) == console.FAILURE_LINE_CHARS
+    assert console.exception_line(Unreadable()) == "Unreadable"
+    assert console.exception_line(ValueError("x" * 400)).endswith("...")
+    assert len(console.exception_line(ValueError("x" * 400))) == 300
