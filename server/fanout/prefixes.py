@@ -3,6 +3,8 @@ them a key's deltas concern."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from liveviews.gateway.fanout.subscriber import Subscriber
 
 
@@ -39,6 +41,17 @@ class Prefixes:
         """Has ``prefix`` of ``view`` a subscriber?"""
         by_prefix = self.by_view.get(view)
         return bool(by_prefix and by_prefix.get(prefix))
+
+    def of(self, view: str, prefix: str) -> set[Subscriber] | tuple[()]:
+        """The subscribers of ``prefix`` of ``view``."""
+        by_prefix = self.by_view.get(view)
+        return by_prefix.get(prefix, ()) if by_prefix else ()
+
+    def groups(self) -> Iterator[tuple[tuple[str, str], set[Subscriber]]]:
+        """Each (view, prefix) followed, with its subscribers."""
+        for view, by_prefix in self.by_view.items():
+            for prefix, subs in by_prefix.items():
+                yield (view, prefix), subs
 
     def watchers(self, view: str, key: str) -> list[Subscriber]:
         """The subscribers of a prefix of ``view`` that ``key`` starts with."""

@@ -291,6 +291,30 @@ async def test_a_keys_quiet_rhythm_starts_at_its_first_subscribers_snapshot() ->
     hub.close()
 
 
+async def test_a_quiet_sweep_passes_each_loose_subscriber_its_own_pipelines_frontier() -> None:
+    """A sweep finds the subscribers in no cohort through their key's and their prefix's
+    groups, not by a pass over every subscriber: a key's and a prefix's subscribers are passed
+    the frontier of the pipeline they follow, a subscriber of another pipeline is not."""
+    quiet = 0.4
+    hub = Hub(Metrics(), progress_interval=0.05, quiet_interval=quiet,
+              frontier_of=lambda view: "likes-p" if view == "likes" else "posts-p")  # fmt: skip
+    key = attach(hub, "a")
+    prefix = Recorder()
+    hub.attach_prefix("likes", "k", 16).sink = prefix
+    other = Recorder()
+    hub.attach("posts", "a", 16).sink = other
+    started = time.monotonic()
+    reads = 0
+    while not (key.got and prefix.got):
+        assert time.monotonic() - started < quiet * 2, "the quiet sweep missed a subscriber"
+        reads += 1
+        hub.publish(EPOCH, [], progress(f"{reads}-0", "likes-p"))
+        await asyncio.sleep(0.05)
+    assert key.got == prefix.got == [f"progress {reads}-0"]
+    assert other.got == [], "passed the frontier of a pipeline it does not follow"
+    hub.close()
+
+
 async def test_the_keys_a_hub_counts_as_passed_a_frontier_go_with_their_subscribers() -> None:
     """With no reads, no sweep prunes them: a key's entry goes with its last subscriber."""
     hub = Hub(Metrics(), progress_interval=0.1, quiet_interval=60)
