@@ -370,11 +370,7 @@ class Hub:
                     for sub in cohort.deliver_progress(progress):
                         self._given_back(sub, cohort)
             # After the cohorts: a member one could not write to takes the frontier this way.
-            loose: Iterable[Subscriber]
-            if sweep:
-                loose = self._loose_of(targets, progress.frontier_name)
-            else:
-                loose = [s for k in targets for s in self.by_key.get(k, ())]
+            loose = self._loose_of(targets, progress.frontier_name)
             for sub in itertools.chain(loose, watchers):
                 if sub.cohort is not None or sub not in self.all:
                     continue
