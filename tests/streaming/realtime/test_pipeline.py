@@ -107,6 +107,9 @@ def test_changes_arrive_within_an_epoch_and_a_replayed_epoch_repeats_none(store,
     assert (checkpoint / "metadata").exists() and not (checkpoint / "offsets" / "0").exists()
     (checkpoint / "offsets").mkdir(exist_ok=True)
     (checkpoint / "offsets" / ".0.5e7a.tmp").write_text("v1\n")
+    # A stopped query's tasks end with it, even a reader blocked in a 10-minute epoch: they
+    # would hold task slots the next run's queries need.
+    wait_until("the stopped queries' tasks ended", lambda: _running_tasks(spark) == 0, timeout=30)
     running = RunningPipeline(spark, settings, realtime_shop("2 seconds"))
     try:
         log.append_batch(likes[40:])
@@ -120,6 +123,11 @@ def test_changes_arrive_within_an_epoch_and_a_replayed_epoch_repeats_none(store,
     replayed, _ = replayed_views(store, settings.change_shards, streamed=("likes", "orders"))
     assert replayed == expected
     assert_like_counts_only_grew(store, settings.change_shards)
+
+
+def _running_tasks(spark: Any) -> int:
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    return sum(e.numRunningTasks() for e in tracker.getExecutorInfos())
 
 
 def assert_like_counts_only_grew(store: Any, shards: int) -> None:

@@ -6,6 +6,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
@@ -98,7 +99,13 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   @Override
   public RecordStatus nextWithTimeout(Long timeoutMs) {
     long deadline = System.currentTimeMillis() + timeoutMs;
+    TaskContext task = TaskContext.get();
     do {
+      if (task != null) {
+        // A stopped query kills its tasks by flagging them; a blocking read does not notice,
+        // and the task would hold its slot until the epoch's time was up.
+        task.killTaskIfInterrupted();
+      }
       if (wantsMet() && System.currentTimeMillis() - started >= MIN_EPOCH_MS) {
         return RecordStatus.newStatusWithoutArrivalTime(false);
       }
