@@ -32,9 +32,13 @@ if TYPE_CHECKING:
     from liveviews.pipeline.settings import Settings
 
 
-def read_log_realtime(spark: SparkSession, settings: Settings, pipeline: str = "") -> DataFrame:
+def read_log_realtime(
+    spark: SparkSession, settings: Settings, pipeline: str = "", version: str = ""
+) -> DataFrame:
     """The log as a stream through the JVM source, in either mode; for ``pipeline``, ending its
-    batches and epochs at the cuts appended for it (``liveviews.changes.cuts``). A Kafka log
+    batches and epochs at the cuts appended for it (``liveviews.changes.cuts``), and for its
+    ``version`` (the qualified name its writer marks epochs with), ending an epoch run again
+    after a failure once it has read the log as it was then (``LogTailReader``). A Kafka log
     through Spark's own Kafka source, unscreened (``liveviews.pipeline.kafkalog``): its epochs
     end on time, neither at a client's wait nor at a cut."""
     if settings.kafka:
@@ -49,6 +53,7 @@ def read_log_realtime(spark: SparkSession, settings: Settings, pipeline: str = "
         .option("wants", WANTS_STREAM)  # reflects() ends an epoch early: gateway/feed/wants.py
         .option("cuts", CUTS_STREAM)  # a group of views is released at them: gateway/feed/cuts.py
         .option("pipeline", pipeline)
+        .option("version", version)
         .load()
     )
 
@@ -84,7 +89,7 @@ def start_realtime(
         jar.ensure_jar()
     except Exception as exc:  # noqa: BLE001 - its message says what to install
         raise refused(name, f"Real-Time Mode is not available here: {exc}", exc) from exc
-    rows = built(pipeline, read_log_realtime(spark, settings, name))
+    rows = built(pipeline, read_log_realtime(spark, settings, name, sink.qualified))
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     writer = jvm.io.liveviews.spark.ChangeTopicWriter(

@@ -21,7 +21,9 @@ import redis.clients.jedis.Pipeline;
  * show a subscriber older values before the newer ones again. So a writer partition that finds
  * it started this epoch before (a set in the store per epoch, {@link ChangeTopicKeys#attempts})
  * keeps the epoch's changes, the last of each row only, and applies them when the epoch ends:
- * what the first attempt wrote then sends no delta, and the rest arrive once. The frontier is
+ * what the first attempt wrote then sends no delta, and the rest arrive once. The source ends
+ * such an epoch once it has read the log as it was when the epoch started again
+ * ({@link LogTailReader}), not when its interval is up. The frontier is
  * not the writer's: the driver advances it when Spark reports the epoch done (after every
  * writer closed), so it never covers a change not yet written.
  *

@@ -5,7 +5,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /** The source's options, parsed once on the driver. */
 record LogOptions(String url, int partitions, long maxEventsPerBatch, int readers, String wants,
-    String cuts, String pipeline) implements Serializable {
+    String cuts, String pipeline, String version) implements Serializable {
 
   static LogOptions from(CaseInsensitiveStringMap options) {
     String url = options.get("url");
@@ -15,7 +15,7 @@ record LogOptions(String url, int partitions, long maxEventsPerBatch, int reader
     return new LogOptions(url, positive(options, "partitions", 4),
         positive(options, "maxEventsPerBatch", 100_000), positive(options, "readers", 1),
         options.getOrDefault("wants", ""), options.getOrDefault("cuts", ""),
-        options.getOrDefault("pipeline", ""));
+        options.getOrDefault("pipeline", ""), options.getOrDefault("version", ""));
   }
 
   private static int positive(CaseInsensitiveStringMap options, String name, int otherwise) {

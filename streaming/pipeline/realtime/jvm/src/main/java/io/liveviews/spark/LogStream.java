@@ -100,7 +100,7 @@ final class LogStream
         after[i] = from.id(partitions[i]);
       }
       tails[r] = new LogTail(options.url(), partitions, after, options.wants(), options.cuts(),
-          options.pipeline());
+          options.pipeline(), options.version());
     }
     return tails;
   }

@@ -35,6 +35,13 @@ import redis.clients.jedis.resps.StreamEntry;
  * (those read are read again by the next one, from the returned ids), and once every partition
  * of the task is at the cut, it answers "no record", so that the epoch ends exactly there, as
  * the micro-batch sources end a batch there.
+ *
+ * <p>After a failure Spark runs the last epoch again, and its writers keep every change until
+ * that epoch ends ({@link ChangeTopicWriter}): for a whole interval, nothing would reach a
+ * subscriber. So a task that finds it started this epoch before (it marks the writers' set of
+ * the epoch, {@link ChangeTopicKeys#attempts}) reads the log's heads as it starts and ends the
+ * epoch once it has handed Spark everything up to them, as it does for a client's want: the
+ * replay takes the time to read again what the failed attempt read, not an interval.
  */
 final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   static final int READ_COUNT = 500;
@@ -44,6 +51,8 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   static final long LOOK_BACK_MS = 2_000;
   /** The shortest epoch a want ends: bounds the epochs (and their checkpoints) per second. */
   static final long MIN_EPOCH_MS = 100;
+  /** The task's local property that holds its epoch (Spark's MicroBatchExecution.BATCH_ID_KEY). */
+  static final String EPOCH_PROPERTY = "streaming.sql.batchId";
 
   private final LogStore store;
   private final Map<String, Integer> partitionOf = new HashMap<>();
@@ -52,7 +61,8 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   private final ArrayDeque<Map.Entry<Integer, StreamEntry>> buffer = new ArrayDeque<>();
   private final String wants;
   private final Map<Integer, StreamEntryID> from = new HashMap<>();
-  /** Per partition of this task, the furthest entry a client waits for. */
+  /** Per partition of this task, the furthest entry a client waits for (or, in an epoch run
+   * again, the log's head as it started). */
   private final Map<Integer, StreamEntryID> wanted = new HashMap<>();
   private final String cuts;
   private final String pipeline;
@@ -79,6 +89,9 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
       cursor.put(wants, new StreamEntryID(Math.max(0, started - LOOK_BACK_MS), 0));
     }
     partitions = tail.partitions().clone();
+    if (isReplay(tail.version())) {
+      wanted.putAll(heads());
+    }
     pipeline = tail.pipeline();
     boolean cutting = tail.cuts() != null && !tail.cuts().isEmpty()
         && pipeline != null && !pipeline.isEmpty();
@@ -170,6 +183,34 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
         cursor.put(stream.getKey(), stream.getValue().get(stream.getValue().size() - 1).getID());
       }
     }
+  }
+
+  /**
+   * Whether this task's epoch ran before: its mark is in the epoch's set of the writers of
+   * {@code version} already. A mark whose answer was lost and sent again counts as a replay
+   * too, which only ends that epoch early.
+   */
+  private boolean isReplay(String version) {
+    TaskContext task = TaskContext.get();
+    String epoch = task == null ? null : task.getLocalProperty(EPOCH_PROPERTY);
+    if (version == null || version.isEmpty() || epoch == null) {
+      return false;
+    }
+    String marker = ChangeTopicKeys.attempts(version, Long.parseLong(epoch));
+    String member = "reader " + partitions[0];  // a task's partitions are its own
+    return store.read("marking the epoch's reader", jedis -> jedis.sadd(marker, member)) == 0;
+  }
+
+  /** Each partition's newest entry, or where the epoch starts if it holds none past that. */
+  private Map<Integer, StreamEntryID> heads() {
+    Map<Integer, StreamEntryID> heads = new HashMap<>();
+    for (int p : partitions) {
+      List<StreamEntry> newest = store.read("reading the log's heads",
+          jedis -> jedis.xrevrange(LogEnds.stream(p), "+", "-", 1));
+      StreamEntryID head = newest.isEmpty() ? from.get(p) : newest.get(0).getID();
+      heads.put(p, head.compareTo(from.get(p)) > 0 ? head : from.get(p));
+    }
+    return heads;
   }
 
   /** A want's positions ({@code <partition>: <entry id>}) of this task's partitions that its
