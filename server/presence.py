@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from liveviews.gateway.feed.nodes import Client as StoreClient
-from liveviews.gateway.feed.store import STORE_ERRORS
+from liveviews.gateway.feed.store import STORE_ERRORS, end_if_cancelled
 from liveviews.gateway.report import (
     GATEWAYS_KEY,
     REPORT_SECONDS,
@@ -68,6 +68,7 @@ class Presence:
                 if self._failing:
                     log.info("this gateway's report is written to the store again")
                 self._failing = False
+            end_if_cancelled()
             await asyncio.sleep(self.interval)
 
     async def report(self) -> None:

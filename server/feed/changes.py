@@ -62,6 +62,7 @@ from liveviews.gateway.feed.store import (
     Layout,
     Part,
     decode_frontier,
+    end_if_cancelled,
     read_cut,
 )
 from liveviews.gateway.feed.waits import StreamWaits
@@ -139,6 +140,7 @@ class ChangeFeed:
                 more = True  # read at once after a start, without waiting
                 while True:
                     more = await self._read(wait=not more)
+                    end_if_cancelled()
                     failures = 0
                     self.healthy = True
             except asyncio.CancelledError:
@@ -146,6 +148,7 @@ class ChangeFeed:
             except (*STORE_ERRORS, StoreMismatch) as exc:
                 self.healthy = False
                 self.metrics.feed_errors += 1
+                end_if_cancelled()
                 failures = await back_off(failures, "change feed", exc)
                 with contextlib.suppress(*STORE_ERRORS):
                     await nodes.refresh(self.client)  # a failover may have moved slots

@@ -30,7 +30,7 @@ from liveviews.gateway.errors import SLOW_CONSUMER, SlowConsumer, Unavailable
 from liveviews.gateway.fanout.subscriber import Subscriber, SubscriberState
 from liveviews.gateway.feed import nodes
 from liveviews.gateway.feed.changes import back_off
-from liveviews.gateway.feed.store import STORE_ERRORS, Client, Part, read_cut
+from liveviews.gateway.feed.store import STORE_ERRORS, Client, Part, end_if_cancelled, read_cut
 from liveviews.gateway.wire import frames
 from liveviews.gateway.wire.eventid import position_tuple
 from liveviews.log.events import decode_entry, log_stream
@@ -158,10 +158,12 @@ class LogFeed:
                     await self._start()
                 while True:
                     await self._read()
+                    end_if_cancelled()
                     failures = 0
             except asyncio.CancelledError:
                 raise
             except STORE_ERRORS as exc:
+                end_if_cancelled()
                 failures = await back_off(failures, "log feed", exc)
                 await self._recover()
 

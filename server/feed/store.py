@@ -60,6 +60,18 @@ learn the slots (a cluster still forming, or failing over) raises ``RedisCluster
 which is not a ``RedisError``."""
 
 
+def end_if_cancelled() -> None:
+    """Raises ``CancelledError`` if this task was asked to stop while a store call ran.
+
+    On Python 3.11 ``asyncio.wait_for``, which redis-py's asyncio client sends each command
+    through when it has a socket timeout, returns the call's result instead of raising when
+    the cancel arrives as the call completes (CPython gh-86296, fixed in 3.12). A loop that
+    runs until cancelled calls this each turn, or it would run on and its stop never end."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 def connect(url: str, *, blocking_ms: int | None = None) -> Client:
     """A client for requests, or (``blocking_ms``) one whose reads may wait that long for new
     entries.
