@@ -15,6 +15,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import redis
+
 from liveviews.gateway.fanout.hub import Hub
 from liveviews.gateway.feed import store as feed_store
 from liveviews.gateway.feed.changes import ChangeFeed
@@ -52,7 +54,10 @@ async def _cancel_while_reading(task: asyncio.Task[None], read: SwallowOnce) -> 
     assert task.cancelled(), "the feed read on after it was cancelled"
 
 
-async def test_the_change_feed_ends_when_a_read_swallowed_its_cancel(store_url: str) -> None:
+async def test_the_change_feed_ends_when_a_read_swallowed_its_cancel(
+    store: redis.Redis, store_url: str
+) -> None:
+    """On a flushed store, which takes this feed's layout."""
     feed_client = _connect(store_url)
     feed = ChangeFeed(feed_client, Hub(Metrics()), _layout(), Metrics(), block_ms=50)
     read = SwallowOnce(feed._read)
@@ -65,7 +70,9 @@ async def test_the_change_feed_ends_when_a_read_swallowed_its_cancel(store_url: 
         await feed_client.aclose()
 
 
-async def test_the_log_feed_ends_when_a_read_swallowed_its_cancel(store_url: str) -> None:
+async def test_the_log_feed_ends_when_a_read_swallowed_its_cancel(
+    store: redis.Redis, store_url: str
+) -> None:
     feed = StoreLogFeed(_connect(store_url), 2, block_ms=50)
     read = SwallowOnce(feed._read)
     feed._read = read  # type: ignore[method-assign]
