@@ -19,22 +19,25 @@ from liveviews.gateway.feed.log import StoreLogFeed
 from liveviews.gateway.feed.store import Layout, connect
 from liveviews.gateway.metrics import Metrics
 from tests.support.cancels import SwallowOnce
+from tests.support.gateway_settings import PARTITIONS, SHARDS
 
 
 def change_feed(url: str) -> ChangeFeed:
-    return ChangeFeed(connect(url, blocking_ms=50), Hub(Metrics()), Layout(2, 2), Metrics(),
-                      block_ms=50)  # fmt: skip
+    return ChangeFeed(connect(url, blocking_ms=50), Hub(Metrics()), Layout(PARTITIONS, SHARDS),
+                      Metrics(), block_ms=50)  # fmt: skip
 
 
 def log_feed(url: str) -> StoreLogFeed:
-    return StoreLogFeed(connect(url, blocking_ms=50), 2, block_ms=50)
+    return StoreLogFeed(connect(url, blocking_ms=50), PARTITIONS, block_ms=50)
 
 
 @pytest.mark.parametrize("make", [change_feed, log_feed], ids=["change feed", "log feed"])
 async def test_a_feed_ends_when_a_read_swallowed_its_cancel(
     store: redis.Redis, store_url: str, make: Any
 ) -> None:
-    """On a flushed store (``store``), which takes the change feed's layout."""
+    """On a flushed store (``store``), in the layout of ``tests/server``'s gateways: they keep
+    running across tests and write theirs into a flushed store, which a feed of another layout
+    would refuse, reading on."""
     feed = make(store_url)
     read = SwallowOnce(feed._read)
     feed._read = read
