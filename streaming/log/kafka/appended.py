@@ -97,7 +97,7 @@ class AppendedBatches:
 
     def _find(self, key: str, since_ms: int, events: Sequence[Event]) -> list[Offset] | None:
         """The offsets of the batch's records if they are in the log (committed), else None."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
         by_partition: dict[int, list[int]] = {}
         for i, event in enumerate(events):
@@ -107,14 +107,20 @@ class AppendedBatches:
             "isolation.level": "read_committed", "enable.partition.eof": True}))  # fmt: skip
         try:
             found: dict[int, list[int]] = {}
-            starts = consumer.offsets_for_times(
-                [TopicPartition(self.topic, p, since_ms - GRACE_MS) for p in by_partition],
-                self.timeout)  # fmt: skip
-            todo = []
-            for tp in starts:
-                _, high = consumer.get_watermark_offsets(tp, self.timeout)
-                if 0 <= tp.offset < high:
-                    todo.append(TopicPartition(self.topic, tp.partition, tp.offset))
+            try:
+                starts = consumer.offsets_for_times(
+                    [TopicPartition(self.topic, p, since_ms - GRACE_MS) for p in by_partition],
+                    self.timeout)  # fmt: skip
+                todo = []
+                for tp in starts:
+                    _, high = consumer.get_watermark_offsets(tp, self.timeout)
+                    if 0 <= tp.offset < high:
+                        todo.append(TopicPartition(self.topic, tp.partition, tp.offset))
+            except KafkaException as exc:  # the brokers are away: the record stays pending
+                raise LogUnavailable(
+                    f"the Kafka log could not be read to settle an earlier append "
+                    f"({exc.args[0].str()}); send the same batch again."
+                ) from None
             consumer.assign(todo)
             left = {tp.partition for tp in todo}
             deadline = time.monotonic() + self.timeout

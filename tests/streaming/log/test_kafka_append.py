@@ -26,6 +26,7 @@ from liveviews.log.kafka.records import decode_record, kafka_offset, record
 from liveviews.log.kafka.topic import LogUnavailable
 from liveviews.log.opened import log_writer
 from liveviews.pipeline.settings import Settings
+from tests.support.gateway import free_port
 from tests.support.kafkalog import PARTITIONS, read_kafka_log
 
 
@@ -120,6 +121,31 @@ def test_a_batch_whose_writer_died_before_kafka_took_it_is_appended_by_the_retry
     assert [e.offset for e in read_log(log, 3) if e.key != "u7"] == sorted(
         offsets, key=lambda o: (o.partition, int(o.id)))  # fmt: skip
     assert log.append_batch(batch, idempotency_key="lost-2") == offsets
+
+
+def test_a_retry_that_cannot_reach_the_brokers_to_settle_a_batch_is_a_log_unavailable(
+    log: KafkaEventLog, store: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lost batch's offsets are looked for with brokers that do not answer (an address
+    where none listens): the retry is refused as the log being away, the record stays pending,
+    and a retry once they answer appends the batch once."""
+    monkeypatch.setattr(kafka_appended, "TRANSACTION_TIMEOUT_MS", 0)
+    monkeypatch.setattr(kafka_appended, "GRACE_MS", 200)
+    batch = [rename("u1", "a"), rename("u2", "b")]
+    idem = Idempotency.of(batch, "lost-3")
+    record = f"{idem.digest}\npending\n{store_time_ms(store) - 1_000}"
+    store.set(RECORD_PREFIX + "lost-3", record)
+    monkeypatch.setattr(log.records, "bootstrap", f"127.0.0.1:{free_port()}")
+    monkeypatch.setattr(log.records, "timeout", 2.0)
+    with pytest.raises(LogUnavailable, match="could not be read to settle an earlier append"):
+        log.append_batch(batch, idempotency_key="lost-3")
+    assert store.get(RECORD_PREFIX + "lost-3") == record.encode()
+    monkeypatch.undo()
+    monkeypatch.setattr(kafka_appended, "TRANSACTION_TIMEOUT_MS", 0)
+    monkeypatch.setattr(kafka_appended, "GRACE_MS", 200)
+    offsets = log.append_batch(batch, idempotency_key="lost-3")
+    assert [e.offset for e in read_log(log, 2)] == sorted(
+        offsets, key=lambda o: (o.partition, int(o.id)))  # fmt: skip
 
 
 class Faulty:
