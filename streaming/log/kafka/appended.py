@@ -107,20 +107,14 @@ class AppendedBatches:
             "isolation.level": "read_committed", "enable.partition.eof": True}))  # fmt: skip
         try:
             found: dict[int, list[int]] = {}
-            try:
-                starts = consumer.offsets_for_times(
-                    [TopicPartition(self.topic, p, since_ms - GRACE_MS) for p in by_partition],
-                    self.timeout)  # fmt: skip
-                todo = []
-                for tp in starts:
-                    _, high = consumer.get_watermark_offsets(tp, self.timeout)
-                    if 0 <= tp.offset < high:
-                        todo.append(TopicPartition(self.topic, tp.partition, tp.offset))
-            except KafkaException as exc:  # the brokers are away: the record stays pending
-                raise LogUnavailable(
-                    f"the Kafka log could not be read to settle an earlier append "
-                    f"({exc.args[0].str()}); send the same batch again."
-                ) from None
+            starts = consumer.offsets_for_times(
+                [TopicPartition(self.topic, p, since_ms - GRACE_MS) for p in by_partition],
+                self.timeout)  # fmt: skip
+            todo = []
+            for tp in starts:
+                _, high = consumer.get_watermark_offsets(tp, self.timeout)
+                if 0 <= tp.offset < high:
+                    todo.append(TopicPartition(self.topic, tp.partition, tp.offset))
             consumer.assign(todo)
             left = {tp.partition for tp in todo}
             deadline = time.monotonic() + self.timeout
@@ -138,8 +132,9 @@ class AppendedBatches:
                     assert partition is not None and at is not None  # a record has both
                     found.setdefault(partition, []).append(at)
             if left:
-                raise LogUnavailable("the Kafka log could not be read to settle an earlier "
-                                     "append; send the same batch again.")  # fmt: skip
+                raise _unsettled("not every partition was read to its end")
+        except KafkaException as exc:  # the brokers are away: the record stays pending
+            raise _unsettled(exc.args[0].str()) from None
         finally:
             consumer.close()
         if not found:
@@ -151,6 +146,11 @@ class AppendedBatches:
         if None in offsets:  # a transaction is whole or absent: this cannot be a batch of ours
             raise key_reused()
         return [o for o in offsets if o is not None]
+
+
+def _unsettled(why: str) -> LogUnavailable:
+    return LogUnavailable(f"the Kafka log could not be read to settle an earlier append ({why}); "
+                          "send the same batch again.")  # fmt: skip
 
 
 def done_record(digest: str, offsets: Sequence[Offset]) -> str:
