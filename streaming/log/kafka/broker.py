@@ -7,7 +7,8 @@ Nothing of Kafka is rewritten or stood in for: ``jvm/pom.xml`` names Apache Kafk
 each both broker and KRaft controller (the controllers' quorum is every node), on 127.0.0.1:
 one node for the test suite, three with replication factor 3 and ``min.insync.replicas`` 2 for
 a cluster on one machine, so that an append acknowledged with ``acks=all`` survives losing any
-one of them. A deployment runs its own Kafka and gives its address instead.
+one of them. A deployment runs its own Kafka and gives its address instead. ``KAFKA_OPTS``
+adds JVM options to each node's, after its own, as it does in Kafka's start scripts.
 
     python -m liveviews.log.kafka.broker [--nodes 3] [--data DIR]
 
@@ -21,6 +22,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -242,7 +244,7 @@ class KafkaCluster:
             java(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={node.folder / 'log4j2.properties'}",
-            "-cp", f"{libs}/*", *main,
+            *shlex.split(os.environ.get("KAFKA_OPTS", "")), "-cp", f"{libs}/*", *main,
         ]  # fmt: skip
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> str:

@@ -103,6 +103,18 @@ def test_a_cluster_id_that_begins_with_a_dash_formats_its_nodes(tmp_path: Path) 
         assert len(append(bootstrap, topic, ["a"])) == 1
 
 
+def test_kafka_opts_follow_each_nodes_own_jvm_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in Kafka's start scripts: the user's options come after the node's, so they win."""
+    monkeypatch.setenv("KAFKA_OPTS", "-Xmx300m  -Dlv.note='two words'")
+    cluster = KafkaCluster(tmp_path)
+    command = cluster._java(cluster.nodes[0], tmp_path, [broker.MAIN_CLASS])
+    assert command.index("-Xmx512m") < command.index("-Xmx300m")
+    assert command[command.index("-Xmx300m") + 1] == "-Dlv.note=two words"
+    assert command[-3:] == ["-cp", f"{tmp_path}/*", broker.MAIN_CLASS]
+
+
 def test_without_maven_it_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
