@@ -277,7 +277,7 @@ def run_configuration(name: str, env: dict[str, str], rates: list[int], seconds:
             if jvm and before:
                 used = jvm_cpu(jvm)
                 summary["driver_jvm_cpu_s"] = round(used["cpu_s"] - before["cpu_s"], 1)
-                summary["driver_jit_cpu_s"] = round(used["jit_cpu_s"] - before["jit_cpu_s"], 1)
+                summary["driver_jit_cpu_s"] = round(used["jit_cpu_s"] - before["jit_cpu_s"], 2)
             summary["batches"] = batch_figures(system, since)
             summary["pushed_ms"] = phase.pushed
             summary["polled_ms"] = phase.polled

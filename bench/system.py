@@ -57,19 +57,27 @@ COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 """How HotSpot's JIT compiler threads name themselves (``/proc/<pid>/task/<tid>/comm``)."""
 
 
+_compiler_threads: dict[tuple[int, float, int], float] = {}
+"""The CPU each JIT compiler thread had when last seen, by its JVM's pid and start time (a
+pid can be reused) and its thread id."""
+
+
 def jvm_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds a JVM has used so far: in all, and in its JIT compiler threads (on two
-    cores HotSpot runs one of each kind, and keeps them for the JVM's life)."""
+    """CPU seconds a JVM has used so far: in all, and in its JIT compiler threads. HotSpot ends
+    a compiler thread it no longer needs (with C1 alone it runs two on two cores, and the
+    second comes and goes), so a thread seen before counts with the CPU it had then: an ended
+    one would otherwise take its CPU out of a later figure."""
     process = psutil.Process(pid)
+    jvm = (pid, process.create_time())
     times = process.cpu_times()
-    jit = 0.0
     for thread in process.threads():
         try:
             name = Path(f"/proc/{pid}/task/{thread.id}/comm").read_text()
         except OSError:  # the thread ended since
             continue
         if name.startswith(COMPILER_THREADS):
-            jit += thread.user_time + thread.system_time
+            _compiler_threads[*jvm, thread.id] = thread.user_time + thread.system_time
+    jit = sum(cpu for (*owner, _), cpu in _compiler_threads.items() if tuple(owner) == jvm)
     return {"cpu_s": times.user + times.system, "jit_cpu_s": jit}
 
 
