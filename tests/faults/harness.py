@@ -257,9 +257,13 @@ class LogWriter(threading.Thread):
         self.activity = Activity(users=30, seed=seed)
         self.batch, self.pause = batch, pause
         self.bad_every = bad_every
-        """After every this many batches, two bad entries written straight into the log."""
+        """After every this many batches, three bad entries written straight into the log."""
         self.undecodable: list[str] = []
-        """Offsets of entries no pipeline can decode (a payload that is not an object)."""
+        """Offsets of entries no pipeline can decode (a payload that is not an object, a time
+        missing)."""
+        self.untimed: list[str] = []
+        """Offsets of the entries without a time: the ones of ``undecodable`` that the
+        Real-Time Mode source, which does not check payloads, sets aside too."""
         self.from_the_future: list[str] = []
         """Offsets of tweets dated in year 9999 (past the gateway's check of event times): the
         entities view shows them; the activity view leaves out an event dated after its
@@ -293,6 +297,9 @@ class LogWriter(threading.Thread):
         fields = {"type": "tweet_posted", "key": user, "payload": orjson.dumps(tweet)}
         broken = self.client.xadd(stream, {**fields, "time": 1, "payload": b"[]"})  # type: ignore[dict-item]
         self.undecodable.append(f"{partition_for(user, PARTITIONS)}:{broken.decode()}")  # type: ignore[union-attr]
+        untimed = self.client.xadd(stream, fields)  # type: ignore[arg-type]
+        self.untimed.append(f"{partition_for(user, PARTITIONS)}:{untimed.decode()}")  # type: ignore[union-attr]
+        self.undecodable.append(self.untimed[-1])
         far = self.client.xadd(stream, {**fields, "time": MAX_EVENT_TIME_MS - n})  # type: ignore[dict-item]
         self.from_the_future.append(f"{partition_for(user, PARTITIONS)}:{far.decode()}")  # type: ignore[union-attr]
 

@@ -15,6 +15,7 @@ import pytest
 from demo.chirp import app
 from demo.chirp.generate import Activity
 from liveviews.changes.cuts import CUT_SCRIPT, CUTS_STREAM, cut_args, cut_keys, cut_of
+from liveviews.log import deadletters
 from liveviews.log.eventlog import EventLog
 from liveviews.log.events import Offset, entry_id_tuple
 from liveviews.pipeline.source import SOURCE_NAME
@@ -32,7 +33,12 @@ def url(settings: Any) -> str:
 
 
 def _read(
-    spark: Any, url: str, source: str = JVM_SOURCE, max_events: int = 100_000, readers: int = 1
+    spark: Any,
+    url: str,
+    source: str = JVM_SOURCE,
+    max_events: int = 100_000,
+    readers: int = 1,
+    version: str = "",
 ) -> Any:
     return (
         spark.readStream.format(source)
@@ -40,6 +46,7 @@ def _read(
         .option("partitions", str(PARTITIONS))
         .option("maxEventsPerBatch", str(max_events))
         .option("readers", str(readers))
+        .option("version", version)
         .load()
     )
 
@@ -137,6 +144,47 @@ def test_entries_that_are_not_events_are_read_past(spark, store, url, tmp_path):
     assert sorted(got) == _ids(before + after)
     assert json.loads(_offsets(tmp_path / "cp")[-1])["3"] == last  # read past, not waited at
     assert _entries(_drain(_read(spark, url), tmp_path / "cp")) == []
+    assert not store.exists(deadletters.ORDER_STREAM)  # read for no pipeline: nothing set aside
+
+
+def _letters(store: Any, version: str) -> dict[str, deadletters.DeadLetter]:
+    return {
+        k.decode(): deadletters.DeadLetter.from_json(v)
+        for k, v in store.hgetall(deadletters.key_of(version)).items()
+    }
+
+
+def test_entries_that_are_not_events_are_set_aside_for_the_pipeline_version(
+    spark, store, url, tmp_path
+):
+    before = _append(store, 10, seed=7)
+    no_time = store.xadd("lv:log:1", {"type": "t", "key": "k", "payload": "{}"}).decode()
+    soon = store.xadd("lv:log:2", {"type": "t", "key": "k", "time": "soon", "payload": "{}"})
+    late = store.xadd("lv:log:0", {"type": "t", "key": "k", "time": "9" * 16, "payload": "{}"})
+    after = _append(store, 10, seed=8)
+    got = _entries(_drain(_read(spark, url, version="profiles@v2"), tmp_path / "cp"))
+    assert sorted(got) == _ids(before + after)
+    letters = _letters(store, "profiles@v2")
+    assert letters.keys() == {f"1:{no_time}", f"2:{soon.decode()}", f"0:{late.decode()}"}
+    first = letters[f"1:{no_time}"]
+    assert (first.pipeline, first.offset, first.stage) == ("profiles@v2", f"1:{no_time}", "decode")
+    assert first.error == "cannot decode the entry: the entry has no time field."
+    assert first.event == {"type": "t", "key": "k", "payload": "{}"}
+    assert first.batch is None and first.replayed_as is None and first.recorded_ms > 0
+    assert letters[f"2:{soon.decode()}"].error == (
+        "cannot decode the entry: time 'soon' is not milliseconds since 1970."
+    )
+    assert (
+        letters[f"0:{late.decode()}"].error == "cannot decode the entry: time is after year 9999."
+    )
+    assert deadletters.counts(store, ["profiles@v2"]) == {"profiles@v2": 3}
+
+    # The same entries read again (a batch replayed from a fresh checkpoint): set aside once.
+    assert sorted(_entries(_drain(_read(spark, url, version="profiles@v2"), tmp_path / "cp2"))) == (
+        _ids(before + after)
+    )
+    assert _letters(store, "profiles@v2") == letters
+    assert store.xlen(deadletters.ORDER_STREAM) == 3
 
 
 def test_a_checkpoint_moves_between_the_python_and_the_jvm_source(spark, store, url, tmp_path):
@@ -208,11 +256,13 @@ def _committed(query: Any, want: list[Offset], seconds: float = 30) -> None:
     raise AssertionError(f"no batch ended at {newest} within {seconds} s: {query.lastProgress}")
 
 
-def _real_time(spark: Any, url: str, checkpoint: Path, key: str, readers: int) -> Any:
+def _real_time(
+    spark: Any, url: str, checkpoint: Path, key: str, readers: int, version: str = ""
+) -> Any:
     """A stateless projection of the source in Real-Time Mode into a Python ``foreach``; the
     projection notes when the JVM saw each row (``reflect`` is evaluated per row)."""
     return (
-        _read(spark, url, readers=readers)
+        _read(spark, url, readers=readers, version=version)
         .selectExpr(
             "partition",
             "offset",
@@ -230,12 +280,14 @@ def _real_time(spark: Any, url: str, checkpoint: Path, key: str, readers: int) -
 def test_real_time_mode_reads_each_event_once_across_a_restart(spark, store, url, tmp_path):
     key, checkpoint = "test:rtm:rows", tmp_path / "cp"
     backlog = _append(store, 30, seed=13)
-    query = _real_time(spark, url, checkpoint, key, readers=1)
+    query = _real_time(spark, url, checkpoint, key, readers=1, version="rtm@v1")
     try:
         _arrived(store, key, set(_ids(backlog)))
         live: list[Offset] = []  # appended while a reader follows the log
         for seed in range(5):
             live += _append(store, 4, seed=100 + seed)
+            if seed == 2:  # not an event: read past, and set aside for the pipeline version
+                bad = store.xadd("lv:log:3", {"type": "t", "key": "k", "payload": "{}"}).decode()
             time.sleep(0.1)
         pushed = _arrived(store, key, set(_ids(backlog + live)))
         assert {(p, o) for p, o, *_ in pushed} >= set(_ids(backlog + live)), query.lastProgress
@@ -254,6 +306,9 @@ def test_real_time_mode_reads_each_event_once_across_a_restart(spark, store, url
     pushed = [json.loads(item) for item in store.lrange(key, 0, -1)]
     got = [(p, o) for p, o, *_ in pushed]
     assert sorted(got) == _ids(backlog + live + later)  # each once, none twice after the restart
+    [letter] = _letters(store, "rtm@v1").values()
+    assert (letter.offset, letter.stage) == (f"3:{bad}", "decode")
+    assert letter.error == "cannot decode the entry: the entry has no time field."
     for what, column in (("the JVM projection", 2), ("the Python foreach", 3)):
         late = sorted(entry[column] for entry in pushed if tuple(entry[:2]) in set(_ids(live)))
         print(f"append to {what}: median {late[len(late) // 2]} ms, max {late[-1]} ms")

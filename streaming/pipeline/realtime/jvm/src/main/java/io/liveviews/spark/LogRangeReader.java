@@ -28,7 +28,7 @@ final class LogRangeReader implements PartitionReader<InternalRow> {
   public boolean next() {
     while (true) {
       while (!chunk.isEmpty()) {
-        row = LogRows.row(range.partition(), chunk.poll());
+        row = LogRows.row(range.partition(), chunk.poll(), store, range.version());
         if (row != null) {
           return true;
         }

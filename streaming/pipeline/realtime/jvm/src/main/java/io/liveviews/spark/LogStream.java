@@ -79,7 +79,7 @@ final class LogStream
     List<InputPartition> ranges = new ArrayList<>();
     for (int p = 0; p < from.partitions(); p++) {
       if (!from.id(p).equals(to.id(p))) {
-        ranges.add(new LogRange(options.url(), p, from.id(p), to.id(p)));
+        ranges.add(new LogRange(options.url(), p, from.id(p), to.id(p), options.version()));
       }
     }
     return ranges.toArray(new InputPartition[0]);

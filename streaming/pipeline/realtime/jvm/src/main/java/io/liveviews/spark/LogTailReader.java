@@ -66,6 +66,8 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
   private final Map<Integer, StreamEntryID> wanted = new HashMap<>();
   private final String cuts;
   private final String pipeline;
+  /** The pipeline version whose dead letters an entry that is not an event goes to. */
+  private final String version;
   private final int[] partitions;
   /** Per partition of this task, the next cut for its pipeline: nothing past it this epoch. */
   private Map<Integer, StreamEntryID> stop;
@@ -93,6 +95,7 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
       wanted.putAll(heads());
     }
     pipeline = tail.pipeline();
+    version = tail.version();
     boolean cutting = tail.cuts() != null && !tail.cuts().isEmpty()
         && pipeline != null && !pipeline.isEmpty();
     cuts = cutting ? tail.cuts() : null;
@@ -131,7 +134,7 @@ final class LogTailReader implements SupportsRealTimeRead<InternalRow> {
           continue;  // read again by the next epoch, which starts at the returned ids
         }
         returned.put(next.getKey(), next.getValue().getID().toString());
-        row = LogRows.row(next.getKey(), next.getValue());
+        row = LogRows.row(next.getKey(), next.getValue(), store, version);
         if (row != null) {
           return RecordStatus.newStatusWithArrivalTimeMs(next.getValue().getID().getTime());
         }
