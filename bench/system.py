@@ -57,7 +57,7 @@ COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 """How HotSpot's JIT compiler threads name themselves (``/proc/<pid>/task/<tid>/comm``)."""
 
 
-_compiler_threads: dict[tuple[int, float, int], float] = {}
+_compiler_threads: dict[tuple[tuple[int, float], int], float] = {}
 """The CPU each JIT compiler thread had when last seen, by its JVM's pid and start time (a
 pid can be reused) and its thread id."""
 
@@ -76,8 +76,8 @@ def jvm_cpu(pid: int) -> dict[str, float]:
         except OSError:  # the thread ended since
             continue
         if name.startswith(COMPILER_THREADS):
-            _compiler_threads[*jvm, thread.id] = thread.user_time + thread.system_time
-    jit = sum(cpu for (*owner, _), cpu in _compiler_threads.items() if tuple(owner) == jvm)
+            _compiler_threads[jvm, thread.id] = thread.user_time + thread.system_time
+    jit = sum(cpu for (owner, _), cpu in _compiler_threads.items() if owner == jvm)
     return {"cpu_s": times.user + times.system, "jit_cpu_s": jit}
 
 

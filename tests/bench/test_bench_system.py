@@ -7,12 +7,15 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
+import psutil
+import pytest
 import redis
 
 from bench.latencyreport import phase_title
-from bench.system import System, jvm_cpu
+from bench.system import COMPILER_THREADS, System, jvm_cpu
 from liveviews.changes.topic import FRONTIER_KEY, VIEWS_FRONTIER
 
 SPIN = """
@@ -45,6 +48,38 @@ def test_jvm_cpu_counts_the_whole_jvm_and_its_jit_compilers(tmp_path: Path) -> N
     assert after["jit_cpu_s"] > 0
     assert after["jit_cpu_s"] < after["cpu_s"]
     assert before["cpu_s"] > before["jit_cpu_s"]
+
+
+def test_a_compiler_thread_that_ended_keeps_its_cpu_in_the_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HotSpot ends an idle compiler thread; the JVM is real, and its thread list is cut at the
+    second reading to stand for that ending."""
+    source = tmp_path / "Spin.java"
+    source.write_text(SPIN)
+    jvm = subprocess.Popen(["java", str(source)], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        before = jvm_cpu(jvm.pid)
+        listed = psutil.Process.threads
+
+        def without_compilers(process: psutil.Process) -> list[Any]:
+            return [t for t in listed(process) if not _compiler(process.pid, t.id)]
+
+        monkeypatch.setattr(psutil.Process, "threads", without_compilers)
+        after = jvm_cpu(jvm.pid)
+    finally:
+        jvm.kill()
+        jvm.wait()
+    assert before["jit_cpu_s"] > 0
+    assert after["jit_cpu_s"] >= before["jit_cpu_s"]
+
+
+def _compiler(pid: int, tid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().startswith(COMPILER_THREADS)
+    except OSError:
+        return False
 
 
 def test_a_rate_that_ran_before_is_titled_again() -> None:

@@ -28,11 +28,13 @@ final class DeadLetters {
       "return added");
   /** {@code liveviews.log.deadletters.MAX_FIELD}: characters kept of each of the entry's fields. */
   static final int MAX_FIELD = 65536;
+  /** The record's nulls are written, as {@code asdict} writes them. */
+  private static final Gson GSON = new Gson().newBuilder().serializeNulls().create();
 
   private DeadLetters() {}
 
-  /** The record ({@code DeadLetter.to_json}) of entry {@code entry} of log partition {@code partition}. */
-  static String json(String version, int partition, StreamEntry entry, String reason) {
+  /** The record ({@code DeadLetter.to_json}) of {@code entry}, at {@code offset} of the log. */
+  private static String json(String version, String offset, StreamEntry entry, String reason) {
     JsonObject event = new JsonObject();
     for (Map.Entry<String, String> field : entry.getFields().entrySet()) {
       String value = field.getValue();
@@ -41,7 +43,7 @@ final class DeadLetters {
     }
     JsonObject letter = new JsonObject();
     letter.addProperty("pipeline", version);
-    letter.addProperty("offset", offset(partition, entry));
+    letter.addProperty("offset", offset);
     letter.addProperty("stage", "decode");
     letter.addProperty("error", "cannot decode the entry: " + reason);
     letter.addProperty("traceback", "");
@@ -49,11 +51,7 @@ final class DeadLetters {
     letter.add("batch", null);
     letter.addProperty("recorded_ms", System.currentTimeMillis());
     letter.add("replayed_as", null);
-    return new Gson().newBuilder().serializeNulls().create().toJson(letter);
-  }
-
-  static String offset(int partition, StreamEntry entry) {
-    return partition + ":" + entry.getID();
+    return GSON.toJson(letter);
   }
 
   /** Records the entry for pipeline version {@code version}; nothing for a source read for none. */
@@ -62,9 +60,9 @@ final class DeadLetters {
     if (version == null || version.isEmpty()) {
       return;
     }
-    String record = json(version, partition, entry, reason);
-    store.read("setting aside log entry " + offset(partition, entry),
-        jedis -> jedis.eval(RECORD, List.of(PREFIX + version, ORDER_STREAM),
-            List.of(version, offset(partition, entry), record)));
+    String offset = partition + ":" + entry.getID();
+    String record = json(version, offset, entry, reason);
+    store.read("setting aside log entry " + offset, jedis -> jedis.eval(RECORD,
+        List.of(PREFIX + version, ORDER_STREAM), List.of(version, offset, record)));
   }
 }
