@@ -3,9 +3,11 @@ benchmarks' system with its log on Kafka."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +32,26 @@ public class Spin {
 """
 
 
-def test_jvm_cpu_counts_the_whole_jvm_and_its_jit_compilers(tmp_path: Path) -> None:
-    source = tmp_path / "Spin.java"
+@contextlib.contextmanager
+def spinning_jvm(folder: Path) -> Iterator[int]:
+    """A JVM's pid, a second after it started: the source launcher compiles Spin.java in the
+    JVM, then Spin keeps a core busy, and both keep the JIT compilers at work."""
+    source = folder / "Spin.java"
     source.write_text(SPIN)
-    # The source launcher compiles Spin.java in the JVM, then Spin keeps a core busy: both
-    # keep the JIT compilers at work.
     jvm = subprocess.Popen(["java", str(source)], stdout=subprocess.DEVNULL)
     try:
         time.sleep(1.0)
-        before = jvm_cpu(jvm.pid)
-        time.sleep(2.0)
-        after = jvm_cpu(jvm.pid)
+        yield jvm.pid
     finally:
         jvm.kill()
         jvm.wait()
+
+
+def test_jvm_cpu_counts_the_whole_jvm_and_its_jit_compilers(tmp_path: Path) -> None:
+    with spinning_jvm(tmp_path) as pid:
+        before = jvm_cpu(pid)
+        time.sleep(2.0)
+        after = jvm_cpu(pid)
     assert after["cpu_s"] - before["cpu_s"] > 1.0  # at least half a core for 2 s
     assert after["jit_cpu_s"] > 0
     assert after["jit_cpu_s"] < after["cpu_s"]
@@ -55,22 +63,15 @@ def test_a_compiler_thread_that_ended_keeps_its_cpu_in_the_figure(
 ) -> None:
     """HotSpot ends an idle compiler thread; the JVM is real, and its thread list is cut at the
     second reading to stand for that ending."""
-    source = tmp_path / "Spin.java"
-    source.write_text(SPIN)
-    jvm = subprocess.Popen(["java", str(source)], stdout=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)
-        before = jvm_cpu(jvm.pid)
-        listed = psutil.Process.threads
+    listed = psutil.Process.threads
 
-        def without_compilers(process: psutil.Process) -> list[Any]:
-            return [t for t in listed(process) if not _compiler(process.pid, t.id)]
+    def without_compilers(process: psutil.Process) -> list[Any]:
+        return [t for t in listed(process) if not _compiler(process.pid, t.id)]
 
+    with spinning_jvm(tmp_path) as pid:
+        before = jvm_cpu(pid)
         monkeypatch.setattr(psutil.Process, "threads", without_compilers)
-        after = jvm_cpu(jvm.pid)
-    finally:
-        jvm.kill()
-        jvm.wait()
+        after = jvm_cpu(pid)
     assert before["jit_cpu_s"] > 0
     assert after["jit_cpu_s"] >= before["jit_cpu_s"]
 
